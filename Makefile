@@ -1,0 +1,49 @@
+# loadline developer entry points. Everything a target needs, it installs itself.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
+
+.PHONY: help venv test unit lint typecheck e2e cluster-up cluster-down demo demo-down crds bench clean
+
+help:
+	@echo "make demo        plan and render the examples (the main job)"
+	@echo "make test        lint, type-check, unit tests, then e2e tests on a local control plane"
+	@echo "make unit        fast tests only (no cluster)"
+	@echo "make e2e         e2e tests (brings the local control plane up if needed)"
+	@echo "make cluster-up  start the local control plane (kube-apiserver, etcd, KWOK GPU nodes)"
+	@echo "make crds        regenerate crds/ from the pydantic models"
+	@echo "make bench       print benchmark figures"
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@rm -f $(VENV)/.installed-*; touch $(STAMP)
+
+venv: $(STAMP)
+
+lint: venv
+	$(VENV)/bin/ruff check operator tests e2e benchmarks
+	$(VENV)/bin/ruff format --check operator tests e2e benchmarks
+
+typecheck: venv
+	$(VENV)/bin/mypy
+
+unit: venv
+	$(VENV)/bin/pytest tests
+
+test: lint typecheck unit e2e
+
+crds: venv
+	$(VENV)/bin/loadline crds --split crds/
+
+bench: venv
+	$(PY) benchmarks/plan_1000.py
+
+demo: venv
+	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; done
+
+clean:
+	rm -rf $(VENV) .e2e

@@ -1,0 +1,482 @@
+"""The ``loadline.dev/v1alpha1`` InferenceModel resource as pydantic models.
+
+These models are the single source of truth: the CRD in ``crds/`` is generated from them
+(``loadline crds``), the CLI validates files with them and the operator parses objects with them.
+Field descriptions become ``kubectl explain`` text, so they are written for a platform engineer.
+Cross-field rules are written twice on purpose: as CEL (``x-kubernetes-validations``) so the API server
+rejects a bad object at ``kubectl apply`` time, and as a pydantic validator so offline use
+(``loadline plan``) rejects the same object with the same words.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
+from pydantic.alias_generators import to_camel
+
+GROUP = "loadline.dev"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "InferenceModel"
+PLURAL = "inferencemodels"
+SINGULAR = "inferencemodel"
+# The Gateway API Inference Extension's (now renamed) InferenceModel used no short name; "im" and
+# "infmodel" are common guesses elsewhere, so ours is distinct: "lim" (loadline inference model).
+SHORT_NAMES = ("lim",)
+CATEGORIES = ("loadline",)
+
+DEFAULT_ENGINE_VERSION = "0.19.0"
+
+Dtype = Literal["auto", "bfloat16", "float16", "float32"]
+KVCacheDtype = Literal["auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"]
+# vLLM's --quantization names that run on NVIDIA GPUs, plus "none". The weight footprint of each is
+# data (sizing/data/quantization.json), not code.
+Quantization = Literal[
+    "none",
+    "awq",
+    "awq_marlin",
+    "gptq",
+    "gptq_marlin",
+    "marlin",
+    "fp8",
+    "fbgemm_fp8",
+    "ptpc_fp8",
+    "compressed-tensors",
+    "bitsandbytes",
+    "mxfp4",
+    "modelopt",
+    "modelopt_fp4",
+    "gguf",
+    "experts_int8",
+    "moe_wna16",
+    "torchao",
+    "auto-round",
+    "hqq",
+    "quark",
+]
+Phase = Literal["Pending", "Planning", "Deploying", "Ready", "Degraded", "Failed"]
+RemediationMode = Literal["auto", "recommend", "off"]
+OOMClass = Literal[
+    "model_exceeds_vram",
+    "batch_misconfiguration",
+    "kv_cache_overflow",
+    "fragmentation",
+    "host_memory",
+    "unknown",
+]
+
+_NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?(/[A-Za-z0-9]([A-Za-z0-9._-]*[A-Za-z0-9])?)?$"
+_K8S_NAME_PATTERN = r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$"
+_ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+_VERSION_PATTERN = r"^[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$"
+
+
+class _Model(BaseModel):
+    """Shared settings: camelCase on the wire, unknown fields rejected (as a structural CRD does)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="forbid",
+        validate_default=True,
+    )
+
+
+class ConfigMapKeyRef(_Model):
+    """A key of a ConfigMap in the InferenceModel's namespace."""
+
+    name: str = Field(
+        description="Name of the ConfigMap.", min_length=1, max_length=253, pattern=_K8S_NAME_PATTERN
+    )
+    key: str = Field(default="config.json", description="Key holding the model's config.json.", min_length=1)
+
+
+class SecretKeyRef(_Model):
+    """A key of a Secret in the InferenceModel's namespace; the value never appears in a manifest."""
+
+    name: str = Field(
+        description="Name of the Secret.", min_length=1, max_length=253, pattern=_K8S_NAME_PATTERN
+    )
+    key: str = Field(default="token", description="Key of the Secret holding the value.", min_length=1)
+
+
+class ModelSource(_Model):
+    """Which model to serve and where its architecture (Hugging Face config.json) comes from.
+
+    The architecture is taken, in order, from ``config`` (inline), ``configMapRef``, then loadline's
+    bundled catalog of popular models.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.config) && has(self.configMapRef))",
+                    "message": "set at most one of model.config and model.configMapRef",
+                }
+            ]
+        }
+    )
+
+    name: str = Field(
+        description="Hugging Face repository id of the model, e.g. meta-llama/Llama-3.1-8B-Instruct.",
+        min_length=1,
+        max_length=200,
+        pattern=_NAME_PATTERN,
+    )
+    revision: str | None = Field(
+        default=None,
+        description="Git revision (branch, tag or commit) of the repository to load; default: main.",
+        max_length=100,
+        pattern=r"^[A-Za-z0-9._/-]+$",
+    )
+    served_name: str | None = Field(
+        default=None,
+        description="Model name clients send in API requests (--served-model-name); default: name.",
+        max_length=200,
+        pattern=_NAME_PATTERN,
+    )
+    config: dict[str, Any] | None = Field(
+        default=None,
+        description=(
+            "Inline copy of the model's Hugging Face config.json. Use it for models that are not in "
+            "loadline's catalog."
+        ),
+    )
+    config_map_ref: ConfigMapKeyRef | None = Field(
+        default=None, description="ConfigMap holding the model's config.json, for models not in the catalog."
+    )
+    weights_gi_b: float | None = Field(
+        default=None,
+        alias="weightsGiB",
+        gt=0,
+        le=100000,
+        description=(
+            "Exact size of the model's weights in GiB as loaded on the GPUs (all shards together). "
+            "When set it replaces the estimate made from the architecture."
+        ),
+    )
+    token_secret_ref: SecretKeyRef | None = Field(
+        default=None,
+        description="Secret holding a Hugging Face token (HF_TOKEN) for gated or private models.",
+    )
+
+
+class EnvVar(_Model):
+    """An environment variable for the vLLM container."""
+
+    name: str = Field(description="Variable name.", min_length=1, max_length=256, pattern=_ENV_NAME_PATTERN)
+    value: str = Field(default="", description="Variable value.", max_length=32768)
+
+
+class Engine(_Model):
+    """The vLLM engine: version, image and the batching settings that drive memory use.
+
+    Settings left empty are chosen by loadline's planner, which starts from vLLM's own defaults for
+    the version.
+    """
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!has(self.maxNumSeqs) || !has(self.maxNumBatchedTokens)"
+                    " || self.maxNumBatchedTokens >= self.maxNumSeqs",
+                    "message": "engine.maxNumBatchedTokens must be at least engine.maxNumSeqs",
+                }
+            ]
+        }
+    )
+
+    version: str = Field(
+        default=DEFAULT_ENGINE_VERSION,
+        description="vLLM version the image runs, e.g. 0.19.0. Flags are chosen for this version.",
+        max_length=40,
+        pattern=_VERSION_PATTERN,
+    )
+    image: str = Field(
+        default="",
+        description="Container image; default: vllm/vllm-openai:v<version>.",
+        max_length=512,
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None,
+        gt=0,
+        le=1,
+        description=(
+            "Fraction of each GPU's memory vLLM may use (--gpu-memory-utilization); default: vLLM's "
+            "default for the version (0.9)."
+        ),
+    )
+    max_num_seqs: int | None = Field(
+        default=None,
+        ge=1,
+        le=65536,
+        description="Most sequences batched together (--max-num-seqs); default: chosen by the planner.",
+    )
+    max_num_batched_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description=(
+            "Most tokens processed in one engine step (--max-num-batched-tokens); the activation peak "
+            "grows with it. Default: vLLM's default for the version."
+        ),
+    )
+    enforce_eager: bool = Field(
+        default=False,
+        description="Disable CUDA graphs (--enforce-eager): saves their memory, costs decode speed.",
+    )
+    extra_args: list[str] = Field(
+        default_factory=list,
+        max_length=64,
+        description=(
+            "Extra vLLM command-line arguments, e.g. ['--enable-prefix-caching']. A flag the chosen "
+            "version does not have is an error."
+        ),
+    )
+    env: list[EnvVar] = Field(
+        default_factory=list, max_length=64, description="Extra environment variables for vLLM."
+    )
+
+
+class KVOffload(_Model):
+    """CPU memory that extends the KV cache (--kv-offloading-size, or --swap-space on old versions)."""
+
+    cpu_gi_b: float = Field(
+        alias="cpuGiB",
+        ge=0,
+        le=4096,
+        description="GiB of host memory per replica for offloaded KV cache blocks; 0 turns offload off.",
+    )
+
+
+class GPUSelector(_Model):
+    """Which GPUs the planner may choose from."""
+
+    types: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
+        default_factory=list,
+        max_length=32,
+        description=(
+            "Allowed GPU types by loadline catalog name (e.g. L4, L40S, A100-80GB, H100-80GB); "
+            "empty: any type in the catalog."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    max_gpus_per_replica: int | None = Field(
+        default=None,
+        alias="maxGPUsPerReplica",
+        ge=1,
+        le=256,
+        description="Upper bound on GPUs for one replica (tensor × pipeline parallel).",
+    )
+    allow_multi_node: bool = Field(
+        default=True,
+        description="Allow a replica to span nodes (pipeline parallel across nodes, LeaderWorkerSet).",
+    )
+    allow_fallback: bool = Field(
+        default=True,
+        description=(
+            "When the cheapest plan's GPU type is absent or full in the cluster, use the next "
+            "feasible type instead of waiting."
+        ),
+    )
+
+
+class Resources(_Model):
+    """Host (CPU-side) resources of each vLLM pod; GPU counts come from the plan."""
+
+    memory_gi_b: float | None = Field(
+        default=None,
+        alias="memoryGiB",
+        gt=0,
+        le=8192,
+        description="Host memory request and limit per pod in GiB; default: sized by the planner.",
+    )
+    cpu: int | None = Field(default=None, ge=1, le=1024, description="CPU cores per pod; default: sized.")
+
+
+class Remediation(_Model):
+    """What loadline may do by itself when the model runs out of memory."""
+
+    mode: RemediationMode | None = Field(
+        default=None,
+        description=(
+            "auto: apply fixes within policy limits; recommend: only report; off: do nothing. "
+            "Default: the fleet policy's mode."
+        ),
+    )
+
+
+class InferenceModelSpec(_Model):
+    """The model to serve and the load it must carry. loadline plans GPUs and renders vLLM from it."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.quantization != 'none' || !has(self.weightBits)",
+                    "message": "weightBits applies only together with a quantization method",
+                },
+                {
+                    "rule": "!has(self.kvOffload) || !has(self.resources) || !has(self.resources.memoryGiB)"
+                    " || self.resources.memoryGiB > self.kvOffload.cpuGiB",
+                    "message": "resources.memoryGiB must be larger than kvOffload.cpuGiB (offloaded KV "
+                    "blocks live in the pod's host memory)",
+                },
+            ]
+        }
+    )
+
+    model: ModelSource = Field(description="The model to serve.")
+    dtype: Dtype = Field(
+        default="auto",
+        description="Weight and activation dtype (--dtype); auto: the model's torch_dtype (float32 → bfloat16).",
+    )
+    quantization: Quantization = Field(
+        default="none",
+        description=(
+            "vLLM quantization method (--quantization); none: the checkpoint's own quantization_config "
+            "if it has one, else unquantized."
+        ),
+    )
+    weight_bits: int | None = Field(
+        default=None,
+        ge=1,
+        le=16,
+        description="Bits per quantized weight, for methods whose bit width the config does not say.",
+    )
+    kv_cache_dtype: KVCacheDtype = Field(
+        default="auto",
+        description="KV cache dtype (--kv-cache-dtype); fp8 halves KV memory per token.",
+    )
+    max_model_len: int | None = Field(
+        default=None,
+        ge=16,
+        le=10_485_760,
+        description="Longest sequence (prompt + output) in tokens (--max-model-len); default: the model's.",
+    )
+    concurrency: int = Field(
+        default=1,
+        ge=1,
+        le=100_000,
+        description="Sequences of maxModelLen tokens whose KV cache must fit at once in each replica.",
+    )
+    replicas: int = Field(default=1, ge=0, le=1000, description="Number of vLLM replicas to run.")
+    engine: Engine = Field(default_factory=Engine, description="vLLM engine settings.")
+    kv_offload: KVOffload | None = Field(default=None, description="Optional CPU KV-cache offload.")
+    gpu: GPUSelector = Field(default_factory=GPUSelector, description="GPU types the planner may use.")
+    resources: Resources = Field(default_factory=Resources, description="Host resources of each pod.")
+    remediation: Remediation = Field(
+        default_factory=Remediation, description="Automatic out-of-memory remediation."
+    )
+
+    @model_validator(mode="after")
+    def _cross_field_rules(self) -> InferenceModelSpec:
+        # Mirrors the CEL rules above so offline use fails the same way as `kubectl apply`.
+        if self.quantization == "none" and self.weight_bits is not None:
+            raise ValueError("weightBits applies only together with a quantization method")
+        if self.model.config is not None and self.model.config_map_ref is not None:
+            raise ValueError("set at most one of model.config and model.configMapRef")
+        offload, memory = self.kv_offload, self.resources.memory_gi_b
+        if offload is not None and memory is not None and memory <= offload.cpu_gi_b:
+            raise ValueError(
+                "resources.memoryGiB must be larger than kvOffload.cpuGiB (offloaded KV blocks live in "
+                "the pod's host memory)"
+            )
+        eng = self.engine
+        if (
+            eng.max_num_seqs is not None
+            and eng.max_num_batched_tokens is not None
+            and eng.max_num_batched_tokens < eng.max_num_seqs
+        ):
+            raise ValueError("engine.maxNumBatchedTokens must be at least engine.maxNumSeqs")
+        return self
+
+
+class Condition(_Model):
+    """A Kubernetes-style condition (Planned, Deployed, Ready)."""
+
+    type: str = Field(description="Condition type.")
+    status: Literal["True", "False", "Unknown"] = Field(description="True, False or Unknown.")
+    reason: str = Field(default="", description="One-word CamelCase reason.")
+    message: str = Field(default="", description="Human-readable detail.")
+    last_transition_time: datetime | None = Field(default=None, description="When status last changed.")
+    observed_generation: int | None = Field(default=None, description="Generation the condition is about.")
+
+
+class MemoryBreakdown(_Model):
+    """Per-GPU memory budget in GiB, as vLLM's engine accounts it."""
+
+    total_gi_b: float = Field(alias="totalGiB", description="GPU memory as the driver reports it.")
+    weights_gi_b: float = Field(alias="weightsGiB", description="Model weights on this GPU.")
+    activation_gi_b: float = Field(alias="activationGiB", description="Activation peak of one step.")
+    non_torch_gi_b: float = Field(alias="nonTorchGiB", description="CUDA context, NCCL and other non-torch.")
+    cuda_graph_gi_b: float = Field(alias="cudaGraphGiB", description="CUDA-graph pool.")
+    kv_cache_gi_b: float = Field(alias="kvCacheGiB", description="KV cache pool.")
+
+
+class PlanSummary(_Model):
+    """The plan loadline chose, as shown in status."""
+
+    gpu: str = Field(description="GPU type × GPUs per replica, e.g. 'L4x1'.")
+    gpu_type: str = Field(description="GPU catalog name.")
+    gpu_product: str = Field(default="", description="nvidia.com/gpu.product node label value.")
+    gpus_per_replica: int = Field(description="GPUs per replica.")
+    tensor_parallel_size: int = Field(description="Tensor-parallel size.")
+    pipeline_parallel_size: int = Field(description="Pipeline-parallel size.")
+    nodes_per_replica: int = Field(default=1, description="Nodes one replica spans.")
+    max_model_len: int = Field(description="Longest sequence served.")
+    max_num_seqs: int = Field(description="Batch size limit.")
+    max_num_batched_tokens: int = Field(description="Tokens per engine step.")
+    gpu_memory_utilization: float = Field(description="Fraction of GPU memory vLLM uses.")
+    kv_cache_tokens: int = Field(description="Tokens the KV cache holds per replica.")
+    max_concurrency: float = Field(description="Sequences of maxModelLen that fit in the KV cache at once.")
+    memory: MemoryBreakdown = Field(description="Per-GPU memory budget.")
+    price_per_hour: float = Field(default=0.0, description="Catalog price of one replica per hour (USD).")
+    fallback_from: str = Field(default="", description="Cheaper GPU type that was absent or full, if any.")
+    engine_version: str = Field(default="", description="vLLM version planned for.")
+
+
+class Incident(_Model):
+    """One out-of-memory incident (a crash loop counts once, with a count)."""
+
+    time: datetime = Field(description="When the incident was first seen.")
+    last_seen: datetime | None = Field(default=None, description="When it was last seen.")
+    pod: str = Field(default="", description="Pod that crashed.")
+    container: str = Field(default="", description="Container that crashed.")
+    oom_class: OOMClass = Field(alias="class", description="Classification of the incident.")
+    confidence: float = Field(default=0.0, ge=0, le=1, description="Classifier confidence 0..1.")
+    evidence: list[str] = Field(default_factory=list, description="Why, in short sentences.")
+    count: int = Field(default=1, ge=1, description="Crashes of the same loop.")
+    action: str = Field(default="", description="What loadline did or recommends.")
+    result: str = Field(default="", description="Outcome of the action.")
+
+
+class InferenceModelStatus(_Model):
+    """What loadline observed and decided. Written by the operator only."""
+
+    phase: Phase = Field(default="Pending", description="Pending, Planning, Deploying, Ready, Degraded or Failed.")
+    message: str = Field(default="", description="Human-readable summary of the phase.")
+    observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list,
+        description="Planned, Deployed, Ready.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    plan: PlanSummary | None = Field(default=None, description="The current plan.")
+    incidents: list[Incident] = Field(
+        default_factory=list, max_length=50, description="Recent out-of-memory incidents, newest last."
+    )
+
+
+class InferenceModel(_Model):
+    """A model served by vLLM on GPUs, sized and kept out of out-of-memory trouble by loadline."""
+
+    api_version: Literal["loadline.dev/v1alpha1"] = Field(default=API_VERSION, description="API version.")
+    kind: Literal["InferenceModel"] = Field(default=KIND, description="Kind.")
+    metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
+    spec: InferenceModelSpec = Field(description="Desired state.")
+    status: InferenceModelStatus | None = Field(default=None, description="Observed state.")

@@ -1,0 +1,50 @@
+"""The exception tree of loadline.
+
+Every error a user can cause names the field at fault and what would fix it, so the CLI can print it
+and the operator can put it in status and an Event without rewording.
+
+    LoadlineError
+    ├── SpecError            a resource or CLI input is invalid (bad field value, unknown name)
+    │   └── ModelConfigError the model's config.json cannot be read or lacks what sizing needs
+    ├── NoFeasiblePlanError  the spec is valid but no GPU candidate fits (carries the rejections)
+    └── RenderError          the plan cannot be rendered for the chosen engine version
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+__all__ = ["LoadlineError", "ModelConfigError", "NoFeasiblePlanError", "RenderError", "SpecError"]
+
+
+class LoadlineError(Exception):
+    """Base of every error loadline raises on purpose."""
+
+
+class SpecError(LoadlineError):
+    """An input value is wrong. ``field`` is a dotted path such as ``spec.maxModelLen``."""
+
+    def __init__(self, field: str, problem: str, fix: str = "") -> None:
+        self.field = field
+        self.problem = problem
+        self.fix = fix
+        text = f"{field}: {problem}"
+        if fix:
+            text += f" (fix: {fix})"
+        super().__init__(text)
+
+
+class ModelConfigError(SpecError):
+    """The model's architecture (Hugging Face config.json) is missing, unreadable or incomplete."""
+
+
+class NoFeasiblePlanError(LoadlineError):
+    """No GPU type × count can serve the spec; ``rejections`` says why, one line per candidate."""
+
+    def __init__(self, message: str, rejections: Sequence[str] = ()) -> None:
+        self.rejections = list(rejections)
+        super().__init__(message)
+
+
+class RenderError(SpecError):
+    """The manifests cannot be rendered as asked (for example a flag the engine version lacks)."""
