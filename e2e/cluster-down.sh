@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Stop and delete the local control plane and remove .e2e/kubeconfig.
+# Safe to run when no cluster exists. The binary cache is kept.
+set -euo pipefail
+
+# shellcheck source=e2e/lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+KWOKCTL="${KWOK_BIN}/kwokctl"
+CLUSTER_DIR="${KWOK_WORKDIR}/clusters/${CLUSTER_NAME}"
+
+if [[ -d "${CLUSTER_DIR}" ]]; then
+  if [[ -x "${KWOKCTL}" ]]; then
+    log "deleting cluster ${CLUSTER_NAME}"
+    # --kubeconfig "" keeps kwokctl away from ~/.kube/config.
+    "${KWOKCTL}" --name "${CLUSTER_NAME}" delete cluster --kubeconfig "" >&2 ||
+      log "kwokctl delete cluster failed; removing ${CLUSTER_DIR} anyway"
+  else
+    log "kwokctl is not built (${KWOKCTL}); stopping the cluster's processes by their pid files"
+    for pidfile in "${CLUSTER_DIR}"/pids/*.pid; do
+      [[ -f "${pidfile}" ]] || continue
+      kill "$(cat "${pidfile}")" 2>/dev/null || true
+    done
+  fi
+  rm -rf "${CLUSTER_DIR}"
+else
+  log "no cluster ${CLUSTER_NAME} under ${KWOK_WORKDIR}"
+fi
+rm -f "${KUBECONFIG_PATH}" "${STATE_DIR}/kwokctl.yaml"

@@ -1,0 +1,39 @@
+# shellcheck shell=bash
+# Shared settings for the e2e control-plane scripts. Source it; do not run it.
+#
+# Every component is pinned here and built into a cache outside the repository:
+#   ${LOADLINE_CACHE:-$HOME/.cache/loadline}/bin/<component>-<version>/
+# A directory counts as built only when its ".complete" stamp exists.
+
+LOADLINE_E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+LOADLINE_REPO="$(cd "${LOADLINE_E2E_DIR}/.." && pwd)"
+LOADLINE_CACHE="${LOADLINE_CACHE:-${HOME}/.cache/loadline}"
+
+K8S_VERSION="v1.36.3"      # k8s.io/kubernetes (kube-apiserver, controller-manager, scheduler, kubectl)
+K8S_STAGING_VERSION="v0.36.3"
+ETCD_VERSION="v3.6.16"     # go.etcd.io/etcd/server/v3
+KWOK_VERSION="v0.8.0"      # sigs.k8s.io/kwok (kwok, kwokctl)
+HELM_VERSION="v3.22.0"     # helm.sh/helm/v3
+
+K8S_BIN="${LOADLINE_CACHE}/bin/kubernetes-${K8S_VERSION}"
+ETCD_BIN="${LOADLINE_CACHE}/bin/etcd-${ETCD_VERSION}"
+KWOK_BIN="${LOADLINE_CACHE}/bin/kwok-${KWOK_VERSION}"
+HELM_BIN="${LOADLINE_CACHE}/bin/helm-${HELM_VERSION}"
+
+CLUSTER_NAME="${LOADLINE_CLUSTER_NAME:-loadline-e2e}"
+STATE_DIR="${LOADLINE_REPO}/.e2e"
+KUBECONFIG_PATH="${STATE_DIR}/kubeconfig"
+# kwokctl keeps the cluster's files (pki, etcd data, logs) under KWOK_WORKDIR.
+export KWOK_WORKDIR="${KWOK_WORKDIR:-${STATE_DIR}/kwok}"
+
+GO="${GO:-}"
+if [[ -z "${GO}" ]]; then
+  if command -v go >/dev/null 2>&1; then
+    GO="$(command -v go)"
+  elif [[ -x /usr/local/go/bin/go ]]; then
+    GO=/usr/local/go/bin/go
+  fi
+fi
+
+log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
