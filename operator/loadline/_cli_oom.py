@@ -1,0 +1,76 @@
+"""``loadline classify INCIDENT.json``: the OOM classifier, offline.
+
+Reads the same incident structure the operator builds, so a person can replay an incident (or a report
+from the internet) and see exactly what the operator would conclude and propose.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from loadline.errors import SpecError
+
+__all__ = ["register"]
+
+
+def _read(path: str) -> Any:
+    try:
+        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise SpecError(
+            "INCIDENT", f"cannot read {path}: {exc.strerror}", "give a readable JSON file"
+        ) from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            "INCIDENT",
+            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            "fix the JSON syntax",
+        ) from None
+
+
+def _text(result: dict[str, Any]) -> str:
+    lines = [f"class:       {result['class']} (confidence {result['confidence']:.2f})", "evidence:"]
+    lines += [f"  - {e}" for e in result["evidence"]]
+    if result.get("caller_note"):
+        lines += ["caller side:", f"  {result['caller_note']}"]
+    rem = result["remediation"]
+    lines += [f"remediation: {rem['action']}", f"  {rem['summary']}"]
+    for change in rem["changes"]:
+        lines.append(f"  {change['field']}: {change['old']} -> {change['new']}")
+    for alt in rem["alternatives"]:
+        lines.append(f"  or {alt['action']}: {alt['summary']}")
+    for item in rem["look_at"]:
+        lines.append(f"  look at: {item}")
+    if rem["restart"]:
+        lines.append("  (restarts the pod)")
+    return "\n".join(lines) + "\n"
+
+
+def _cmd_classify(args: argparse.Namespace) -> int:
+    from loadline.oom import diagnose, parse_incident
+
+    result = diagnose(parse_incident(_read(args.incident)))
+    if args.output == "json":
+        sys.stdout.write(json.dumps(result, indent=2) + "\n")
+    else:
+        sys.stdout.write(_text(result))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add ``classify`` to the ``loadline`` command line."""
+    p = sub.add_parser(
+        "classify",
+        help="classify an out-of-memory incident and propose a fix (offline)",
+        description="Classify a vLLM out-of-memory incident (INCIDENT.json, see docs/oom.md) and propose "
+        "a one-step remediation, exactly as the operator would.",
+    )
+    p.add_argument("incident", metavar="INCIDENT.json", help="the incident file, or - for standard input")
+    p.add_argument("--output", "-o", choices=("text", "json"), default="text", help="output format")
+    p.set_defaults(func=_cmd_classify)

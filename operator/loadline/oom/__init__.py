@@ -1,0 +1,61 @@
+"""Out-of-memory incidents of vLLM pods: parse, classify, propose a fix. Pure; no Kubernetes here.
+
+The operator builds an :class:`Incident` from what it observes (termination state, previous logs,
+Prometheus, the rendered config and the plan); ``loadline classify INCIDENT.json`` builds the same
+structure from a file. Both then call :func:`classify` and :func:`propose_remediation`, so they agree.
+
+    incident = parse_incident(json.load(f))
+    diagnosis = classify(incident)
+    remediation = propose_remediation(diagnosis, incident)
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadline.oom._classify import classify
+from loadline.oom._model import (
+    CAUSES,
+    AllocatorFigures,
+    Change,
+    Config,
+    Diagnosis,
+    Incident,
+    Metrics,
+    OomClass,
+    Option,
+    Plan,
+    Remediation,
+)
+from loadline.oom._parse import parse_oom_text
+from loadline.oom._remediate import propose_remediation
+from loadline.oom._schema import parse_incident
+
+__all__ = [
+    "CAUSES",
+    "AllocatorFigures",
+    "Change",
+    "Config",
+    "Diagnosis",
+    "Incident",
+    "Metrics",
+    "OomClass",
+    "Option",
+    "Plan",
+    "Remediation",
+    "classify",
+    "diagnose",
+    "parse_incident",
+    "parse_oom_text",
+    "propose_remediation",
+]
+
+
+def diagnose(incident: Incident) -> dict[str, Any]:
+    """Classification and proposal in the JSON shape of ``loadline classify --output json``."""
+    diagnosis = classify(incident)
+    result = diagnosis.to_dict()
+    result["remediation"] = propose_remediation(diagnosis, incident).to_dict()
+    if diagnosis.figures is not None:
+        result["allocator"] = diagnosis.figures.to_dict()
+    return result

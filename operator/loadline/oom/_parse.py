@@ -1,0 +1,143 @@
+"""Reading torch's CUDA out-of-memory text into numbers.
+
+torch has printed two formats over the years, and vLLM logs them as they come, often several times
+(one per worker rank) and sometimes wrapped mid-word by a log collector:
+
+- old (torch < 2.1): "Tried to allocate 1.63 GiB (GPU 0; 44.56 GiB total capacity; 27.91 GiB already
+  allocated; 565.31 MiB free; 27.93 GiB reserved in total by PyTorch)"
+- new: "Tried to allocate 786.00 MiB. GPU 0 has a total capacity of 79.19 GiB of which 552.50 MiB is
+  free. Including non-PyTorch memory, this process has 78.64 GiB memory in use. Of the allocated memory
+  74.91 GiB is allocated by PyTorch, with 626.00 MiB allocated in private pools (e.g., CUDA Graphs), and
+  1.78 GiB is reserved by PyTorch but unallocated."
+
+The allocator figures are what separate fragmentation (much reserved but unallocated) from a real
+shortage, and a crowded GPU (memory held outside this process) from a vLLM problem.
+"""
+
+from __future__ import annotations
+
+import re
+
+from loadline.oom._model import AllocatorFigures
+
+__all__ = ["parse_oom_text", "to_gib"]
+
+_SIZE = r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes|B)\b"
+
+# vLLM labels some GiB figures "GB"; torch always prints binary units. Both are read as binary.
+_UNIT_GIB = {
+    "B": 1 / 1024**3,
+    "bytes": 1 / 1024**3,
+    "KiB": 1 / 1024**2,
+    "KB": 1 / 1024**2,
+    "MiB": 1 / 1024,
+    "MB": 1 / 1024,
+    "GiB": 1.0,
+    "GB": 1.0,
+    "TiB": 1024.0,
+    "TB": 1024.0,
+}
+
+_START = re.compile(r"CUDA out of memory|OutOfMemoryError", re.IGNORECASE)
+_WINDOW = 1500
+
+_OLD = re.compile(
+    r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;"
+    r"(?: " + _SIZE + r" allowed;)? " + _SIZE + r" reserved in total by PyTorch\)"
+)
+_REQUESTED = re.compile(r"Tried to allocate " + _SIZE)
+# "capacty" is how torch 2.1 spelled it; keep accepting it.
+_TOTAL_FREE = re.compile(
+    r"GPU (\d+) has a total capac(?:i)?ty of " + _SIZE + r" of which " + _SIZE + r" is free"
+)
+_IN_USE = re.compile(r"(?:this process|Process \d+) has " + _SIZE + r" memory in use")
+_ALLOCATED = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch")
+_POOLS = re.compile(r"with " + _SIZE + r" allocated in private pools")
+_RESERVED_UNALLOC = re.compile(_SIZE + r" is reserved by PyTorch but unallocated")
+
+
+def to_gib(number: str, unit: str) -> float:
+    """A size as torch prints it ("552.50", "MiB") in GiB."""
+    return float(number) * _UNIT_GIB[unit]
+
+
+def _gib(match: re.Match[str] | None, first: int) -> float | None:
+    if match is None:
+        return None
+    return round(to_gib(match.group(first), match.group(first + 1)), 6)
+
+
+def _parse_old(window: str, requested: float | None) -> AllocatorFigures | None:
+    m = _OLD.search(window)
+    if m is None:
+        return None
+    total, allocated, free = _gib(m, 2), _gib(m, 4), _gib(m, 6)
+    reserved_total = _gib(m, 10)
+    unallocated = None
+    if reserved_total is not None and allocated is not None:
+        unallocated = round(max(0.0, reserved_total - allocated), 6)
+    return AllocatorFigures(
+        fmt="old",
+        gpu=int(m.group(1)),
+        requested_gib=requested,
+        total_gib=total,
+        free_gib=free,
+        allocated_gib=allocated,
+        reserved_total_gib=reserved_total,
+        reserved_unallocated_gib=unallocated,
+    )
+
+
+def _parse_new(window: str, requested: float | None) -> AllocatorFigures | None:
+    total_free = _TOTAL_FREE.search(window)
+    allocated = _ALLOCATED.search(window)
+    if total_free is None and allocated is None:
+        return None
+    return AllocatorFigures(
+        fmt="new",
+        gpu=int(total_free.group(1)) if total_free else None,
+        requested_gib=requested,
+        total_gib=_gib(total_free, 2),
+        free_gib=_gib(total_free, 4),
+        process_in_use_gib=_gib(_IN_USE.search(window), 1),
+        allocated_gib=_gib(allocated, 1),
+        private_pools_gib=_gib(_POOLS.search(window), 1),
+        reserved_unallocated_gib=_gib(_RESERVED_UNALLOC.search(window), 1),
+    )
+
+
+def _parse_window(window: str) -> AllocatorFigures | None:
+    requested = _gib(_REQUESTED.search(window), 1)
+    figures = _parse_old(window, requested) or _parse_new(window, requested)
+    if figures is None and requested is not None:
+        return AllocatorFigures(fmt="partial", requested_gib=requested)
+    return figures
+
+
+def _count(figures: AllocatorFigures) -> int:
+    return sum(v is not None for v in figures.__dict__.values())
+
+
+def parse_oom_text(text: str) -> AllocatorFigures | None:
+    """The allocator figures of the first torch CUDA out-of-memory message in ``text``, or ``None``.
+
+    Each message is read in a window from its start, once with line breaks as spaces and once with
+    them removed (log collectors wrap lines mid-word: "this proce\\nss has"); the reading with more
+    figures wins. A message that only says how much it tried to allocate gives a ``"partial"`` result.
+    """
+    for start in _START.finditer(text):
+        # Look a little back too: the old format may print the "Tried to allocate" before the name.
+        window = text[max(0, start.start() - 40) : start.start() + _WINDOW]
+        readings = [
+            r
+            for r in (
+                _parse_window(re.sub(r"\s*\n\s*", " ", window)),
+                _parse_window(re.sub(r"\s*\n\s*", "", window)),
+            )
+            if r is not None
+        ]
+        if readings:
+            return max(readings, key=_count)
+    # A bare "Tried to allocate" (some reports quote only that line).
+    bare = _REQUESTED.search(text)
+    return _parse_window(text[bare.start() : bare.start() + _WINDOW]) if bare else None
