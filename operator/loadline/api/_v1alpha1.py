@@ -333,7 +333,9 @@ class InferenceModelSpec(_Model):
     model: ModelSource = Field(description="The model to serve.")
     dtype: Dtype = Field(
         default="auto",
-        description="Weight and activation dtype (--dtype); auto: the model's torch_dtype (float32 → bfloat16).",
+        description=(
+            "Weight and activation dtype (--dtype); auto: the model's torch_dtype (float32 → bfloat16)."
+        ),
     )
     quantization: Quantization = Field(
         default="none",
@@ -458,7 +460,9 @@ class Incident(_Model):
 class InferenceModelStatus(_Model):
     """What loadline observed and decided. Written by the operator only."""
 
-    phase: Phase = Field(default="Pending", description="Pending, Planning, Deploying, Ready, Degraded or Failed.")
+    phase: Phase = Field(
+        default="Pending", description="Pending, Planning, Deploying, Ready, Degraded or Failed."
+    )
     message: str = Field(default="", description="Human-readable summary of the phase.")
     observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
     conditions: list[Condition] = Field(
@@ -475,8 +479,10 @@ class InferenceModelStatus(_Model):
 class InferenceModel(_Model):
     """A model served by vLLM on GPUs, sized and kept out of out-of-memory trouble by loadline."""
 
-    api_version: Literal["loadline.dev/v1alpha1"] = Field(default=API_VERSION, description="API version.")
-    kind: Literal["InferenceModel"] = Field(default=KIND, description="Kind.")
+    api_version: Literal["loadline.dev/v1alpha1"] = Field(
+        default="loadline.dev/v1alpha1", description="API version."
+    )
+    kind: Literal["InferenceModel"] = Field(default="InferenceModel", description="Kind.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Standard object metadata.")
     spec: InferenceModelSpec = Field(description="Desired state.")
     status: InferenceModelStatus | None = Field(default=None, description="Observed state.")

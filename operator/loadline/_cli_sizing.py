@@ -1,0 +1,209 @@
+"""``loadline size`` and ``loadline plan``: the sizing core from the command line.
+
+``size`` answers "what does this engine configuration use on this GPU?" for one config.json;
+``plan`` answers "what should I run this InferenceModel on?" for a manifest file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from loadline.api import load_inference_models
+from loadline.errors import SpecError
+from loadline.sizing import (
+    EngineSettings,
+    Plan,
+    check_max_model_len,
+    compute_budget,
+    engine_version,
+    find_gpu,
+    gpu_catalog,
+    model_catalog,
+    parse_hf_config,
+    plan_inference_model,
+    resolve_dtype,
+    resolve_quantization,
+)
+from loadline.sizing._arch import Architecture
+
+_DTYPES = ("auto", "bfloat16", "float16", "float32")
+_KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
+
+
+def _read_config(path: str) -> dict[str, Any]:
+    try:
+        data = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise SpecError(
+            "--config", f"cannot read {path}: {exc.strerror}", "pass a config.json path"
+        ) from None
+    except json.JSONDecodeError as exc:
+        raise SpecError("--config", f"{path} is not JSON: {exc}", "pass the model's config.json") from None
+    if not isinstance(data, dict):
+        raise SpecError("--config", f"{path} is not a JSON object", "pass the model's config.json")
+    return data
+
+
+def _check_parallel(arch: Architecture, tp: int, pp: int) -> None:
+    if tp < 1 or arch.num_attention_heads % tp:
+        raise SpecError(
+            "--tensor-parallel-size",
+            f"{tp} does not divide the model's {arch.num_attention_heads} attention heads",
+            "use a divisor of the head count, e.g. 1, 2, 4 or 8",
+        )
+    if pp < 1 or pp > arch.num_layers:
+        raise SpecError(
+            "--pipeline-parallel-size", f"{pp} is not between 1 and {arch.num_layers} layers", "lower it"
+        )
+
+
+def _cmd_size(args: argparse.Namespace) -> int:
+    arch = parse_hf_config(_read_config(args.config), field_prefix="--config")
+    table = engine_version(args.vllm_version)
+    if args.gpu_memory_gib is not None:
+        if args.gpu_memory_gib <= 0:
+            raise SpecError("--gpu-memory-gib", "must be positive", "give the GPU's memory in GiB")
+        gpu_name, memory = "", float(args.gpu_memory_gib)
+    else:
+        gpu = find_gpu(args.gpu, "--gpu")
+        gpu_name, memory = gpu.name, gpu.memory_gib
+    tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
+    _check_parallel(arch, tp, pp)
+    util = args.gpu_memory_utilization or table.gpu_memory_utilization
+    if not 0 < util <= 1:
+        raise SpecError("--gpu-memory-utilization", f"{util} is not in (0, 1]", "use e.g. 0.9")
+    tier = table.batch_default(gpu_name, memory)
+    seqs = args.max_num_seqs or tier.max_num_seqs
+    tokens = args.max_num_batched_tokens or tier.max_num_batched_tokens
+    for flag, value in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", tokens)):
+        if value < 1:
+            raise SpecError(flag, "must be at least 1", "raise it")
+    if args.weight_bits is not None and not 1 <= args.weight_bits <= 16:
+        raise SpecError("--weight-bits", f"{args.weight_bits} is not between 1 and 16", "use e.g. 4 or 8")
+    settings = EngineSettings(
+        dtype=resolve_dtype(arch, args.dtype),
+        quantization=resolve_quantization(args.quantization, arch, "--quantization"),
+        kv_cache_dtype=args.kv_cache_dtype,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=util,
+        max_model_len=check_max_model_len(arch, args.max_model_len, "--max-model-len"),
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        enforce_eager=args.enforce_eager,
+        cuda_graph_in_kv_budget=table.cuda_graph_in_kv_budget,
+        block_size=table.block_size,
+        weight_bits=args.weight_bits,
+    )
+    budget = compute_budget(arch, settings, memory)
+    result = {
+        "gpu": gpu_name or None,
+        "gpu_memory_gib": round(memory, 2),
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": pp,
+        "dtype": settings.dtype,
+        "quantization": settings.quantization,
+        "kv_cache_dtype": settings.kv_cache_dtype,
+        "gpu_memory_utilization": util,
+        "max_model_len": settings.max_model_len,
+        "max_num_seqs": seqs,
+        "max_num_batched_tokens": tokens,
+        "weights_gib": round(budget.weights_gib, 3),
+        "activation_gib": round(budget.activation_gib, 3),
+        "non_torch_gib": round(budget.non_torch_gib, 3),
+        "cuda_graph_gib": round(budget.cuda_graph_gib, 3),
+        "kv_cache_gib": round(budget.kv_cache_gib, 3),
+        "kv_cache_tokens": budget.kv_cache_tokens,
+        "gpu_blocks": budget.gpu_blocks,
+        "max_concurrency": round(budget.max_concurrency, 2),
+        "fits": budget.fits,
+        "problems": list(budget.problems),
+    }
+    if args.output == "json":
+        print(json.dumps(result))
+    else:
+        width = max(len(k) for k in result)
+        for key, value in result.items():
+            print(f"{key:<{width}}  {value}")
+    return 0
+
+
+def _plan_table(name: str, plan: Plan) -> str:
+    s = plan.summary()
+    mem = s["memory"]
+    lines = [
+        f"{name}: {plan.model.model_id} → {s['gpu']} × {plan.replicas} replica(s)"
+        f" (TP {s['tensorParallelSize']}, PP {s['pipelineParallelSize']}, {s['nodesPerReplica']} node(s)),"
+        f" ${s['pricePerHour']:.2f}/h",
+        f"  engine: vLLM {s['engineVersion']}, dtype {plan.settings.dtype}, quantization "
+        f"{plan.settings.quantization}, kv-cache-dtype {plan.settings.kv_cache_dtype}",
+        f"  batching: max-model-len {s['maxModelLen']}, max-num-seqs {s['maxNumSeqs']}, "
+        f"max-num-batched-tokens {s['maxNumBatchedTokens']}, "
+        f"gpu-memory-utilization {s['gpuMemoryUtilization']}",
+        f"  per GPU ({mem['totalGiB']} GiB): weights {mem['weightsGiB']}, "
+        f"activation {mem['activationGiB']}, non-torch {mem['nonTorchGiB']}, "
+        f"CUDA graphs {mem['cudaGraphGiB']}, KV cache {mem['kvCacheGiB']} GiB",
+        f"  KV cache: {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}",
+    ]
+    if plan.fallback_from:
+        lines.append(f"  fallback: {plan.fallback_from} had no free capacity")
+    if plan.rejected:
+        lines.append("  other candidates:")
+        lines.extend(f"    - {c.label}: {c.rejection}" for c in plan.rejected)
+    return "\n".join(lines)
+
+
+def _cmd_plan(args: argparse.Namespace) -> int:
+    if args.list_models:
+        for entry in sorted({m.id: m for m in model_catalog().values()}.values(), key=lambda m: m.id):
+            print(entry.id)
+        return 0
+    if not args.file:
+        raise SpecError("FILE", "is required", "pass an InferenceModel YAML file")
+    results = []
+    for obj in load_inference_models(args.file):
+        name = f"{obj.metadata.get('namespace', 'default')}/{obj.metadata.get('name', '?')}"
+        plan = plan_inference_model(obj.spec)
+        results.append((name, plan))
+    if args.output == "json":
+        payload = [{"name": name, **plan.to_dict()} for name, plan in results]
+        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+    else:
+        print("\n\n".join(_plan_table(name, plan) for name, plan in results))
+    return 0
+
+
+def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    size = sub.add_parser("size", help="memory budget of one vLLM configuration on one GPU type")
+    size.add_argument("--config", required=True, help="the model's Hugging Face config.json")
+    where = size.add_mutually_exclusive_group()
+    where.add_argument("--gpu", default="H100-80GB", help=f"GPU type: {', '.join(gpu_catalog())}")
+    where.add_argument("--gpu-memory-gib", type=float, help="GPU memory in GiB instead of a catalog GPU")
+    size.add_argument("--dtype", choices=_DTYPES, default="auto")
+    size.add_argument("--quantization", default="none", help="vLLM quantization method")
+    size.add_argument("--weight-bits", type=float, help="bits per quantized weight when the config lacks it")
+    size.add_argument("--kv-cache-dtype", choices=_KV_DTYPES, default="auto")
+    size.add_argument("--tensor-parallel-size", type=int, default=1)
+    size.add_argument("--pipeline-parallel-size", type=int, default=1)
+    size.add_argument("--gpu-memory-utilization", type=float)
+    size.add_argument("--max-model-len", type=int)
+    size.add_argument("--max-num-seqs", type=int)
+    size.add_argument("--max-num-batched-tokens", type=int)
+    size.add_argument("--enforce-eager", action="store_true")
+    size.add_argument("--vllm-version", default="0.19.0")
+    size.add_argument("--output", choices=("text", "json"), default="text")
+    size.set_defaults(func=_cmd_size)
+
+    plan = sub.add_parser("plan", help="plan GPUs for the InferenceModels in a YAML file")
+    plan.add_argument("file", nargs="?", help="InferenceModel YAML (one or more documents)")
+    plan.add_argument("--output", choices=("table", "json"), default="table")
+    plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog")
+    plan.set_defaults(func=_cmd_plan)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(1)

@@ -1,0 +1,60 @@
+"""Sizing: model architecture → per-GPU memory budget → the cheapest GPU plan that serves the spec.
+
+Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the model and its limits.
+"""
+
+from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
+from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
+from loadline.sizing._data import (
+    CatalogModel,
+    GPUType,
+    engine_version,
+    find_catalog_model,
+    find_gpu,
+    gpu_catalog,
+    model_catalog,
+    parse_version,
+    quantization_methods,
+)
+from loadline.sizing._params import ParameterCounts, count_parameters
+from loadline.sizing._plan import Candidate, Plan, plan_inference_model
+from loadline.sizing._resolve import (
+    ResolvedModel,
+    SpecInputs,
+    check_max_model_len,
+    engine_settings,
+    resolve_inputs,
+    resolve_model,
+    resolve_quantization,
+)
+
+__all__ = [
+    "Architecture",
+    "Candidate",
+    "CatalogModel",
+    "EngineSettings",
+    "GPUType",
+    "MemoryBudget",
+    "ParameterCounts",
+    "Plan",
+    "QuantConfig",
+    "ResolvedModel",
+    "SpecInputs",
+    "check_max_model_len",
+    "compute_budget",
+    "count_parameters",
+    "engine_settings",
+    "engine_version",
+    "find_catalog_model",
+    "find_gpu",
+    "gpu_catalog",
+    "model_catalog",
+    "parse_hf_config",
+    "parse_version",
+    "plan_inference_model",
+    "quantization_methods",
+    "resolve_dtype",
+    "resolve_inputs",
+    "resolve_model",
+    "resolve_quantization",
+]

@@ -1,0 +1,250 @@
+"""The sizing tables (GPU catalog, quantization methods, engine versions, model catalog) as typed data.
+
+They live as JSON package data so that adding a GPU or a vLLM release is a data change reviewed as
+such; this module only reads and types them, once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from loadline.errors import SpecError
+
+
+def _read_json(*parts: str) -> Any:
+    node = resources.files("loadline.sizing").joinpath("data")
+    for part in parts:
+        node = node.joinpath(part)
+    return json.loads(node.read_text(encoding="utf-8"))
+
+
+def parse_version(text: str) -> tuple[int, int, int]:
+    """``"0.19.0"`` → ``(0, 19, 0)``; suffixes such as ``.post1`` or ``rc1`` are ignored."""
+    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        raise SpecError("spec.engine.version", f"{text!r} is not a vLLM version", "write it like 0.19.0")
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+@dataclass(frozen=True)
+class GPUType:
+    name: str
+    product: str
+    memory_gib: float
+    gpus_per_node: tuple[int, ...]
+    interconnect: str
+    compute_capability: float
+    bf16: bool
+    fp8: bool
+    flash_attention: bool
+    price_per_gpu_hour: float
+    instance_types: dict[str, str]
+
+    @property
+    def max_gpus_per_node(self) -> int:
+        return max(self.gpus_per_node)
+
+    def instance_type(self, gpus: int) -> str:
+        for count in sorted(self.gpus_per_node):
+            if count >= gpus:
+                return self.instance_types.get(str(count), "")
+        return self.instance_types.get(str(self.max_gpus_per_node), "")
+
+
+@dataclass(frozen=True)
+class QuantMethod:
+    name: str
+    bits: float
+    group_size: int
+    scale_bytes: float
+    scope: str
+    min_compute_capability: float
+    startup_extra_gib: float = 0.0
+
+
+@dataclass(frozen=True)
+class BatchDefault:
+    min_memory_gib: float
+    exclude_name_contains: str
+    max_num_batched_tokens: int
+    max_num_seqs: int
+
+
+@dataclass(frozen=True)
+class EngineVersion:
+    since: tuple[int, int, int]
+    gpu_memory_utilization: float
+    block_size: int
+    cuda_graph_in_kv_budget: bool
+    max_cudagraph_capture_size: int
+    batch_defaults: tuple[BatchDefault, ...]
+
+    def batch_default(self, gpu_name: str, memory_gib: float) -> BatchDefault:
+        """vLLM's ``max_num_batched_tokens``/``max_num_seqs`` defaults for the OpenAI server on a GPU."""
+        for tier in self.batch_defaults:
+            excluded = tier.exclude_name_contains and tier.exclude_name_contains.lower() in gpu_name.lower()
+            if memory_gib >= tier.min_memory_gib and not excluded:
+                return tier
+        return self.batch_defaults[-1]
+
+
+@dataclass(frozen=True)
+class ModelCoefficients:
+    sampler_logit_copies: float
+    forward_bytes_per_token_hidden: float
+    forward_bytes_per_token_intermediate: float
+    moe_bytes_per_token_expert_intermediate: float
+    non_torch_gib_tp1: float
+    non_torch_gib_tp_base: float
+    non_torch_gib_per_tp_rank: float
+    cuda_graph_gib_base: float
+    cuda_graph_gib_per_layer: float
+    cuda_graph_gib_per_khidden_layer_per_tp: float
+    cuda_graph_gib_moe_extra: float
+    sampler_warmup_logit_copies: float
+    weights_overhead_gib: float
+
+
+@cache
+def gpu_catalog() -> dict[str, GPUType]:
+    raw = _read_json("gpus.json")["gpus"]
+    catalog = {}
+    for entry in raw:
+        gpu = GPUType(
+            name=entry["name"],
+            product=entry["product"],
+            memory_gib=float(entry["memory_gib"]),
+            gpus_per_node=tuple(int(n) for n in entry["gpus_per_node"]),
+            interconnect=entry["interconnect"],
+            compute_capability=float(entry["compute_capability"]),
+            bf16=bool(entry["bf16"]),
+            fp8=bool(entry["fp8"]),
+            flash_attention=bool(entry["flash_attention"]),
+            price_per_gpu_hour=float(entry["price_per_gpu_hour"]),
+            instance_types=dict(entry.get("instance_types", {})),
+        )
+        catalog[gpu.name] = gpu
+    return catalog
+
+
+def find_gpu(name: str, field: str = "gpu") -> GPUType:
+    """Look a GPU up by catalog name or node-label product value, case-insensitively."""
+    wanted = name.strip().lower()
+    for gpu in gpu_catalog().values():
+        if wanted in {gpu.name.lower(), gpu.product.lower()}:
+            return gpu
+    known = ", ".join(gpu_catalog())
+    raise SpecError(field, f"unknown GPU type {name!r}", f"use one of {known}")
+
+
+@cache
+def quantization_methods() -> dict[str, QuantMethod]:
+    raw = _read_json("quantization.json")["methods"]
+    return {
+        name: QuantMethod(
+            name=name,
+            bits=float(entry["bits"]),
+            group_size=int(entry["group_size"]),
+            scale_bytes=float(entry["scale_bytes"]),
+            scope=str(entry["scope"]),
+            min_compute_capability=float(entry["min_compute_capability"]),
+            startup_extra_gib=float(entry.get("startup_extra_gib", 0.0)),
+        )
+        for name, entry in raw.items()
+    }
+
+
+@cache
+def fp8_kv_min_compute_capability() -> float:
+    return float(_read_json("quantization.json")["fp8_kv_min_compute_capability"])
+
+
+@cache
+def _engine_table() -> tuple[tuple[EngineVersion, ...], ModelCoefficients]:
+    raw = _read_json("engine.json")
+    versions = []
+    for entry in raw["versions"]:
+        versions.append(
+            EngineVersion(
+                since=parse_version(entry["since"]),
+                gpu_memory_utilization=float(entry["gpu_memory_utilization"]),
+                block_size=int(entry["block_size"]),
+                cuda_graph_in_kv_budget=bool(entry["cuda_graph_in_kv_budget"]),
+                max_cudagraph_capture_size=int(entry["max_cudagraph_capture_size"]),
+                batch_defaults=tuple(
+                    BatchDefault(
+                        min_memory_gib=float(tier["min_memory_gib"]),
+                        exclude_name_contains=str(tier["exclude_name_contains"]),
+                        max_num_batched_tokens=int(tier["max_num_batched_tokens"]),
+                        max_num_seqs=int(tier["max_num_seqs"]),
+                    )
+                    for tier in entry["batch_defaults"]
+                ),
+            )
+        )
+    versions.sort(key=lambda v: v.since)
+    coefficients = {k: float(v) for k, v in raw["model"].items() if not k.startswith("_")}
+    return tuple(versions), ModelCoefficients(**coefficients)
+
+
+def engine_version(version: str) -> EngineVersion:
+    """The budgeting rules of a vLLM version (versions before 0.8, the V0 engine, are refused)."""
+    wanted = parse_version(version)
+    table, _ = _engine_table()
+    chosen = None
+    for entry in table:
+        if entry.since <= wanted:
+            chosen = entry
+    if chosen is None:
+        oldest = ".".join(str(p) for p in table[0].since)
+        raise SpecError(
+            "spec.engine.version",
+            f"vLLM {version} predates the V1 engine loadline sizes for",
+            f"use vLLM {oldest} or newer",
+        )
+    return chosen
+
+
+def coefficients() -> ModelCoefficients:
+    return _engine_table()[1]
+
+
+@dataclass(frozen=True)
+class CatalogModel:
+    id: str
+    aliases: tuple[str, ...]
+    source: str
+    parameters: int | None
+    config: dict[str, Any]
+
+
+@cache
+def model_catalog() -> dict[str, CatalogModel]:
+    """Bundled model configs, keyed by lower-cased repository id and alias."""
+    folder = resources.files("loadline.sizing").joinpath("data").joinpath("models")
+    catalog: dict[str, CatalogModel] = {}
+    for item in sorted(folder.iterdir(), key=lambda p: p.name):
+        if not item.name.endswith(".json"):
+            continue
+        raw = json.loads(item.read_text(encoding="utf-8"))
+        params = raw.get("parameters")
+        model = CatalogModel(
+            id=raw["id"],
+            aliases=tuple(raw.get("aliases", [])),
+            source=str(raw.get("source", "")),
+            parameters=int(params) if isinstance(params, int) else None,
+            config=dict(raw["config"]),
+        )
+        for key in (model.id, *model.aliases):
+            catalog[key.lower()] = model
+    return catalog
+
+
+def find_catalog_model(model_id: str) -> CatalogModel | None:
+    return model_catalog().get(model_id.strip().lower())

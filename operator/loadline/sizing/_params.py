@@ -1,0 +1,99 @@
+"""Count parameters by kind, because quantization treats the kinds differently.
+
+Embeddings and the LM head stay in the model dtype under every method vLLM ships; attention and
+dense MLP projections are "linear"; expert weights are what MoE-only methods (mxfp4, experts_int8)
+compress. Counting them apart is what lets one formula size bf16, fp8, w4a16 and mxfp4 alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadline.sizing._arch import Architecture
+
+
+@dataclass(frozen=True)
+class ParameterCounts:
+    embedding: int  # input embedding
+    lm_head: int  # output projection (0 when tied to the embedding)
+    attention: int  # q/k/v/o (or MLA) projections, all layers
+    dense_mlp: int  # MLPs of dense layers, and shared experts
+    experts: int  # routed expert weights, all layers
+    router: int  # expert gates
+    norms: int  # layer norms (always full precision)
+    vision: int  # multimodal encoder and projector
+
+    @property
+    def total(self) -> int:
+        return (
+            self.embedding
+            + self.lm_head
+            + self.attention
+            + self.dense_mlp
+            + self.experts
+            + self.router
+            + self.norms
+            + self.vision
+        )
+
+    @property
+    def linear(self) -> int:
+        """Weights in Linear layers of the decoder: what weight-quantization methods compress."""
+        return self.attention + self.dense_mlp + self.experts
+
+
+def _attention_per_layer(arch: Architecture) -> int:
+    hidden = arch.hidden_size
+    heads = arch.num_attention_heads
+    if arch.is_mla:
+        qk_head = arch.qk_nope_head_dim + arch.qk_rope_head_dim
+        kv_lora = arch.kv_lora_rank or 0
+        if arch.q_lora_rank:
+            q = hidden * arch.q_lora_rank + arch.q_lora_rank + arch.q_lora_rank * heads * qk_head
+        else:
+            q = hidden * heads * qk_head
+        kv_a = hidden * (kv_lora + arch.qk_rope_head_dim) + kv_lora
+        kv_b = kv_lora * heads * (arch.qk_nope_head_dim + arch.v_head_dim)
+        out = heads * arch.v_head_dim * hidden
+        return q + kv_a + kv_b + out
+    q = hidden * heads * arch.head_dim
+    kv = 2 * hidden * arch.num_kv_heads * arch.head_dim
+    out = heads * arch.head_dim * hidden
+    return q + kv + out
+
+
+def _mlp(hidden: int, intermediate: int, gated: bool) -> int:
+    return (3 if gated else 2) * hidden * intermediate
+
+
+def count_parameters(arch: Architecture) -> ParameterCounts:
+    hidden = arch.hidden_size
+    layers = arch.num_layers
+    embedding = arch.vocab_size * hidden
+    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * hidden
+    attention = layers * _attention_per_layer(arch)
+    if arch.is_moe:
+        dense_layers = arch.num_dense_layers
+        moe_layers = arch.num_moe_layers
+        dense_mlp = dense_layers * _mlp(hidden, arch.intermediate_size, arch.gated_mlp)
+        dense_mlp += moe_layers * _mlp(hidden, arch.shared_expert_intermediate_size, True)
+        experts = moe_layers * arch.num_experts * _mlp(hidden, arch.moe_intermediate_size, True)
+        router = moe_layers * hidden * arch.num_experts
+    else:
+        dense_mlp = layers * _mlp(hidden, arch.intermediate_size, arch.gated_mlp)
+        experts = 0
+        router = 0
+    norms = (2 * layers + 1) * hidden
+    vision = 0
+    if arch.vision is not None:
+        vision = arch.vision.parameters + arch.vision.hidden_size * hidden
+    return ParameterCounts(
+        embedding=embedding,
+        lm_head=lm_head,
+        attention=attention,
+        dense_mlp=dense_mlp,
+        experts=experts,
+        router=router,
+        norms=norms,
+        vision=vision,
+    )

@@ -1,0 +1,329 @@
+"""Pick the cheapest GPU type × count that serves a spec, and say why every other candidate lost.
+
+Candidates, per allowed GPU type, are GPU counts 1, 2, 4, 8 and whole multiples of the largest node
+(multi-node, pipeline parallel across nodes). Tensor parallelism stays inside a node and must divide
+the attention heads; what a node cannot hold goes to pipeline stages. A candidate is feasible when the
+engine starts (see :mod:`loadline.sizing._budget`) and its KV cache holds ``concurrency`` sequences
+of ``maxModelLen``. The cheapest feasible candidate per replica-hour wins; ties go to fewer GPUs,
+fewer nodes, then the larger KV cache.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from loadline.api import InferenceModelSpec
+from loadline.errors import NoFeasiblePlanError
+from loadline.sizing._budget import (
+    GIB,
+    EngineSettings,
+    MemoryBudget,
+    compute_budget,
+    kv_bytes_per_layer_token,
+)
+from loadline.sizing._data import (
+    GPUType,
+    find_gpu,
+    fp8_kv_min_compute_capability,
+    gpu_catalog,
+    quantization_methods,
+)
+from loadline.sizing._resolve import ResolvedModel, SpecInputs, engine_settings, resolve_inputs, resolve_model
+
+_TP_SIZES = (1, 2, 4, 8)
+_MAX_NODES = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One GPU layout for one replica, evaluated."""
+
+    gpu: GPUType
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    nodes: int
+    settings: EngineSettings | None
+    budget: MemoryBudget | None
+    rejection: str = ""
+
+    @property
+    def gpus(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+    @property
+    def price_per_hour(self) -> float:
+        return round(self.gpu.price_per_gpu_hour * self.gpus, 4)
+
+    @property
+    def label(self) -> str:
+        layout = f"TP{self.tensor_parallel_size}"
+        if self.pipeline_parallel_size > 1:
+            layout += f"×PP{self.pipeline_parallel_size}"
+        nodes = f", {self.nodes} nodes" if self.nodes > 1 else ""
+        return f"{self.gpu.name}x{self.gpus} ({layout}{nodes})"
+
+    @property
+    def feasible(self) -> bool:
+        return not self.rejection
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The chosen layout and everything that was considered."""
+
+    model: ResolvedModel
+    inputs: SpecInputs
+    chosen: Candidate
+    replicas: int
+    candidates: tuple[Candidate, ...]
+    fallback_from: str = ""
+
+    @property
+    def rejected(self) -> list[Candidate]:
+        return [c for c in self.candidates if c is not self.chosen and c.rejection]
+
+    @property
+    def settings(self) -> EngineSettings:
+        assert self.chosen.settings is not None
+        return self.chosen.settings
+
+    @property
+    def budget(self) -> MemoryBudget:
+        assert self.chosen.budget is not None
+        return self.chosen.budget
+
+    def summary(self) -> dict[str, Any]:
+        """The plan as ``status.plan`` (camelCase, matching :class:`loadline.api.PlanSummary`)."""
+        c, s, b = self.chosen, self.settings, self.budget
+        return {
+            "gpu": f"{c.gpu.name}x{c.gpus}",
+            "gpuType": c.gpu.name,
+            "gpuProduct": c.gpu.product,
+            "gpusPerReplica": c.gpus,
+            "tensorParallelSize": c.tensor_parallel_size,
+            "pipelineParallelSize": c.pipeline_parallel_size,
+            "nodesPerReplica": c.nodes,
+            "maxModelLen": s.max_model_len,
+            "maxNumSeqs": s.max_num_seqs,
+            "maxNumBatchedTokens": s.max_num_batched_tokens,
+            "gpuMemoryUtilization": s.gpu_memory_utilization,
+            "kvCacheTokens": b.kv_cache_tokens,
+            "maxConcurrency": round(b.max_concurrency, 2),
+            "memory": {
+                "totalGiB": round(b.total_gib, 2),
+                "weightsGiB": round(b.weights_gib, 2),
+                "activationGiB": round(b.activation_gib, 2),
+                "nonTorchGiB": round(b.non_torch_gib, 2),
+                "cudaGraphGiB": round(b.cuda_graph_gib, 2),
+                "kvCacheGiB": round(b.kv_cache_gib, 2),
+            },
+            "pricePerHour": round(c.price_per_hour * self.replicas, 2),
+            "fallbackFrom": self.fallback_from,
+            "engineVersion": self.inputs.version,
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "model": self.model.model_id,
+            "modelSource": self.model.source,
+            "replicas": self.replicas,
+            "plan": self.summary(),
+            "settings": {
+                "dtype": self.settings.dtype,
+                "quantization": self.settings.quantization,
+                "kvCacheDtype": self.settings.kv_cache_dtype,
+                "enforceEager": self.settings.enforce_eager,
+            },
+            "rejected": [{"candidate": c.label, "reason": c.rejection} for c in self.rejected],
+        }
+
+
+def _tp_options(arch_heads: int, kv_heads: int, node_gpus: int) -> list[int]:
+    options = []
+    for tp in _TP_SIZES:
+        if tp > node_gpus or arch_heads % tp:
+            continue
+        if kv_heads % tp and tp % kv_heads:
+            continue
+        options.append(tp)
+    return options
+
+
+def _layouts(
+    gpu: GPUType, heads: int, kv_heads: int, layers: int, max_gpus: int, multi_node: bool
+) -> list[tuple[int, int, int]]:
+    """(tp, pp, nodes) layouts in increasing GPU count, the best layout for each count."""
+    node = gpu.max_gpus_per_node
+    tps = _tp_options(heads, kv_heads, node)
+    counts = [n for n in (1, 2, 4, 8) if n <= node]
+    if multi_node:
+        counts += [node * k for k in range(2, _MAX_NODES + 1)]
+    layouts = []
+    for count in counts:
+        if count > max_gpus:
+            break
+        # Prefer the widest tensor parallelism that divides the count and fits one node.
+        fitting = [tp for tp in tps if count % tp == 0]
+        if not fitting:
+            continue
+        tp = max(fitting)
+        pp = count // tp
+        if pp > layers:
+            continue
+        nodes = -(-count // node)
+        if nodes > 1 and tp * pp != nodes * node:
+            continue
+        layouts.append((tp, pp, nodes))
+    return layouts
+
+
+def _support_problem(gpu: GPUType, inputs: SpecInputs) -> str:
+    if inputs.dtype == "bfloat16" and not gpu.bf16:
+        return (
+            f"{gpu.name} (compute capability {gpu.compute_capability}) has no bfloat16; "
+            "set dtype: float16 to use it"
+        )
+    method = quantization_methods()[inputs.quantization]
+    if gpu.compute_capability < method.min_compute_capability:
+        return (
+            f"{inputs.quantization} kernels need compute capability {method.min_compute_capability}, "
+            f"{gpu.name} has {gpu.compute_capability}"
+        )
+    if inputs.kv_cache_dtype.startswith("fp8") and gpu.compute_capability < fp8_kv_min_compute_capability():
+        return f"fp8 KV cache needs compute capability {fp8_kv_min_compute_capability()}"
+    return ""
+
+
+def _evaluate(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) -> Candidate:
+    arch = inputs.model.architecture
+    settings = engine_settings(inputs, gpu, tp, pp)
+    budget = compute_budget(arch, settings, gpu.memory_gib, exact_parameters=inputs.model.exact_parameters)
+    # The sampler warm-up scales with max-num-seqs; when the spec leaves it to us, lower it (never
+    # below the required concurrency) before giving up on the candidate.
+    seqs = settings.max_num_seqs
+    while (
+        inputs.max_num_seqs is None
+        and budget.startup_headroom_gib < budget.sampler_warmup_gib
+        and seqs // 2 >= max(inputs.concurrency, 1)
+        and seqs > 16
+    ):
+        seqs //= 2
+        settings = engine_settings(inputs, gpu, tp, pp, max_num_seqs=seqs)
+        budget = compute_budget(
+            arch, settings, gpu.memory_gib, exact_parameters=inputs.model.exact_parameters
+        )
+    rejection = "; ".join(budget.problems)
+    if not rejection and budget.max_concurrency < inputs.concurrency:
+        per_layer = kv_bytes_per_layer_token(arch, settings)
+        per_seq = budget.kv_bytes_per_token * inputs.max_model_len if per_layer else 0
+        missing = (inputs.concurrency - budget.max_concurrency) * per_seq / GIB
+        rejection = (
+            f"KV cache holds {budget.max_concurrency:.2f} sequences of {inputs.max_model_len} tokens, "
+            f"concurrency {inputs.concurrency} needs ~{missing:.2f} GiB more per GPU"
+        )
+    return Candidate(gpu, tp, pp, nodes, settings, budget, rejection)
+
+
+def _placeable(candidate: Candidate, replicas: int, free: Mapping[str, Sequence[int]] | None) -> bool:
+    """Whether ``replicas`` copies of the candidate fit the free GPUs per node of its type."""
+    if free is None:
+        return True
+    nodes = sorted(free.get(candidate.gpu.name, ()), reverse=True)
+    if candidate.nodes == 1:
+        return sum(n // candidate.gpus for n in nodes) >= max(replicas, 1)
+    per_node = candidate.gpus // candidate.nodes
+    return sum(1 for n in nodes if n >= per_node) >= candidate.nodes * max(replicas, 1)
+
+
+def plan_candidates(
+    inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int, multi_node: bool
+) -> list[Candidate]:
+    """Every layout considered, cheapest first. Evaluation of a type stops at its first feasible count."""
+    arch = inputs.model.architecture
+    out: list[Candidate] = []
+    for name in gpu_names:
+        gpu = find_gpu(name, "spec.gpu.types")
+        problem = _support_problem(gpu, inputs)
+        if problem:
+            out.append(Candidate(gpu, 1, 1, 1, None, None, problem))
+            continue
+        layouts = _layouts(
+            gpu, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, max_gpus, multi_node
+        )
+        if not layouts:
+            out.append(
+                Candidate(
+                    gpu, 1, 1, 1, None, None, f"no layout within {max_gpus} GPUs divides the attention heads"
+                )
+            )
+            continue
+        for tp, pp, nodes in layouts:
+            candidate = _evaluate(inputs, gpu, tp, pp, nodes)
+            out.append(candidate)
+            if candidate.feasible:
+                break
+    out.sort(key=lambda c: (c.price_per_hour, c.gpus, c.nodes))
+    return out
+
+
+def plan_inference_model(
+    spec: InferenceModelSpec,
+    *,
+    config_map_config: Mapping[str, Any] | None = None,
+    free_gpus: Mapping[str, Sequence[int]] | None = None,
+) -> Plan:
+    """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node) makes it capacity aware.
+
+    Raises :class:`NoFeasiblePlanError` with one line per rejected candidate when nothing fits.
+    """
+    model = resolve_model(spec, config_map_config)
+    inputs = resolve_inputs(spec, model)
+    names = list(spec.gpu.types) or list(gpu_catalog())
+    max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
+    candidates = plan_candidates(inputs, names, max_gpus, spec.gpu.allow_multi_node)
+    feasible = [c for c in candidates if c.feasible]
+    if not feasible:
+        raise NoFeasiblePlanError(
+            f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
+            f"concurrency {inputs.concurrency} (fix: allow more GPU types or GPUs, quantize, lower "
+            "maxModelLen or concurrency)",
+            [f"{c.label}: {c.rejection}" for c in candidates],
+        )
+    best = feasible[0]
+    chosen = best
+    fallback_from = ""
+    if free_gpus is not None:
+        placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
+        if placeable and placeable[0] is not best:
+            if not spec.gpu.allow_fallback:
+                raise NoFeasiblePlanError(
+                    f"spec.gpu.allowFallback: {best.label} is the cheapest plan but the cluster has no free "
+                    f"{best.gpu.name} GPUs for it (fix: add capacity or set spec.gpu.allowFallback: true)"
+                )
+            chosen, fallback_from = placeable[0], best.gpu.name
+        elif not placeable:
+            raise NoFeasiblePlanError(
+                f"spec: no free GPUs in the cluster for any feasible plan of {model.model_id} "
+                f"(cheapest: {best.label}; fix: add GPU nodes or lower replicas)",
+                [f"{c.label}: not enough free {c.gpu.name} GPUs" for c in feasible],
+            )
+    considered = tuple(c if c.rejection or c is chosen else _note_cost(c, chosen) for c in candidates)
+    return Plan(model, inputs, chosen, spec.replicas, considered, fallback_from)
+
+
+def _note_cost(candidate: Candidate, chosen: Candidate) -> Candidate:
+    more = candidate.price_per_hour - chosen.price_per_hour
+    reason = f"fits, but costs ${more:.2f}/h more per replica than {chosen.label}"
+    if more <= 0:
+        reason = f"fits, but {chosen.label} was preferred (fewer GPUs or free capacity)"
+    return Candidate(
+        candidate.gpu,
+        candidate.tensor_parallel_size,
+        candidate.pipeline_parallel_size,
+        candidate.nodes,
+        candidate.settings,
+        candidate.budget,
+        reason,
+    )
