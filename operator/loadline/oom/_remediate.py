@@ -170,7 +170,7 @@ def _kv(diagnosis: Diagnosis, incident: Incident) -> Remediation:
     if capacity is not None and (old is None or capacity < old):
         new = _round_len(capacity)
         why = f"the KV cache holds {capacity} tokens"
-    elif old is not None and metrics.prompt_tokens_max is not None and metrics.prompt_tokens_max < old:
+    elif metrics.prompt_tokens_max is not None and (old is None or metrics.prompt_tokens_max < old):
         new = _round_len(metrics.prompt_tokens_max * _PROMPT_MARGIN)
         why = f"the crash came with prompts of {metrics.prompt_tokens_max} tokens"
     elif old is not None:
@@ -203,8 +203,8 @@ def _kv(diagnosis: Diagnosis, incident: Incident) -> Remediation:
     return Remediation(
         action="lower_max_model_len",
         summary=(
-            f"Lower max_model_len from {old} to {new} ({why}): requests longer than that get a clear 400 "
-            "error from vLLM instead of crashing the server."
+            f"Lower max_model_len {f'from {old} ' if old is not None else ''}to {new} ({why}): requests "
+            "longer than that get a clear 400 error from vLLM instead of crashing the server."
         ),
         changes=(Change("config.max_model_len", old, new),),
         alternatives=tuple(alternatives),
