@@ -7,8 +7,11 @@ module is where those spellings meet; everything downstream sees one :class:`Arc
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
 from typing import Any
 
 from loadline.errors import ModelConfigError
@@ -116,12 +119,24 @@ def _need(cfg: Mapping[str, Any], field_prefix: str, *keys: str) -> int:
     return value
 
 
+@cache
+def _family_defaults() -> dict[str, dict[str, Any]]:
+    raw = json.loads(resources.files("loadline.sizing").joinpath("data/config_defaults.json").read_text())
+    return {str(k): dict(v) for k, v in raw["defaults"].items()}
+
+
+def with_defaults(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The config with transformers' defaults for its model_type under the keys it leaves out."""
+    defaults = _family_defaults().get(str(cfg.get("model_type", "")))
+    return {**defaults, **cfg} if defaults else cfg
+
+
 def _text_config(cfg: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
     for key in _TEXT_CONFIG_KEYS:
         nested = cfg.get(key)
         if isinstance(nested, Mapping) and ("hidden_size" in nested or "num_hidden_layers" in nested):
-            return nested, key
-    return cfg, ""
+            return with_defaults(nested), key
+    return with_defaults(cfg), ""
 
 
 def _layer_types(text: Mapping[str, Any], num_layers: int) -> tuple[tuple[str, ...], int | None]:
@@ -196,6 +211,7 @@ def _vision(cfg: Mapping[str, Any]) -> VisionTower | None:
     vision = cfg.get("vision_config")
     if not isinstance(vision, Mapping):
         return None
+    vision = with_defaults(vision)
     layers = _int(vision, "num_hidden_layers", "depth", "num_layers")
     hidden = _int(vision, "hidden_size", "embed_dim", "width")
     inter = _int(vision, "intermediate_size", "mlp_dim")
@@ -278,7 +294,8 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
         head_dim=head_dim,
         intermediate_size=intermediate,
         vocab_size=vocab,
-        tie_word_embeddings=bool(tie) if tie is not None else False,
+        # transformers' defaults when the key is absent: Gemma ties, the other families do not.
+        tie_word_embeddings=bool(tie) if tie is not None else model_type.startswith("gemma"),
         max_position_embeddings=max_pos,
         torch_dtype=str(dtype) if dtype else None,
         gated_mlp=gated,

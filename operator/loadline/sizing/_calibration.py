@@ -1,0 +1,136 @@
+"""Compare the sizer with real vLLM start-up logs (``shared/calibration/*.csv``).
+
+Each CSV row is one vLLM run with its inputs and the memory figures vLLM logged. We rebuild the same
+engine settings, size them with the bundled model config, and report the error per figure. The test
+suite asserts the medians; ``benchmarks/calibration_report.py`` prints the table for docs/sizing.md.
+"""
+
+from __future__ import annotations
+
+import csv
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from loadline.sizing._arch import parse_hf_config
+from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget
+from loadline.sizing._data import find_catalog_model
+from loadline.sizing._resolve import resolve_quantization
+
+
+@dataclass(frozen=True)
+class CalibrationRow:
+    record_id: str
+    model_id: str
+    layout: str
+    logged: dict[str, float]
+    predicted: MemoryBudget
+    vllm_failed: bool
+    note: str
+
+    def error(self, name: str) -> float | None:
+        """Relative error of one figure (``weights``, ``kv_cache``, ``kv_tokens``), or None if not logged."""
+        logged = self.logged.get(name)
+        if not logged:
+            return None
+        predicted = {
+            "weights": self.predicted.weights_gib,
+            "kv_cache": self.predicted.kv_cache_gib,
+            "kv_tokens": float(self.predicted.kv_cache_tokens),
+            "activation": self.predicted.activation_gib,
+            "cuda_graph": self.predicted.cuda_graph_gib,
+            "non_torch": self.predicted.non_torch_gib,
+        }[name]
+        return (predicted - logged) / logged
+
+
+def _float(text: str) -> float:
+    return float(text) if text.strip() else 0.0
+
+
+def calibrate(csv_path: Path) -> list[CalibrationRow]:
+    """Size every row of a calibration CSV. Raises KeyError naming a model missing from the catalog."""
+    rows = []
+    with csv_path.open(newline="") as handle:
+        for raw in csv.DictReader(handle):
+            entry = find_catalog_model(raw["config_key"])
+            if entry is None:
+                raise KeyError(f"{raw['record_id']}: {raw['config_key']} is not in the model catalog")
+            arch = parse_hf_config(entry.config)
+            method = raw["quantization"]
+            # vLLM prints the kernel it picked (gptq_marlin for a compressed-tensors w4a16 checkpoint);
+            # the checkpoint's own quantization_config says what the weights are.
+            quantization = resolve_quantization("none", arch) if arch.quantization else method
+            if quantization == "none" and method not in {"none", ""}:
+                quantization = method
+            settings = EngineSettings(
+                dtype=raw["dtype"],
+                quantization=quantization,
+                kv_cache_dtype=raw["kv_cache_dtype"],
+                tensor_parallel_size=int(raw["tensor_parallel_size"]),
+                pipeline_parallel_size=int(raw["pipeline_parallel_size"]),
+                gpu_memory_utilization=float(raw["gpu_memory_utilization"]),
+                max_model_len=int(raw["max_model_len"]),
+                max_num_seqs=int(raw["max_num_seqs"]),
+                max_num_batched_tokens=int(raw["max_num_batched_tokens"]),
+                enforce_eager=raw["enforce_eager"].strip().lower() == "true",
+                cuda_graph_in_kv_budget=False,
+                block_size=16,
+            )
+            budget = compute_budget(
+                arch, settings, float(raw["total_gpu_memory_gib"]), exact_parameters=entry.parameters
+            )
+            logged = {
+                "weights": _float(raw["weights_gib"]),
+                "kv_cache": _float(raw["kv_cache_gib"]),
+                "kv_tokens": _float(raw["kv_cache_tokens"]),
+                "activation": _float(raw["activation_peak_gib"]),
+                "cuda_graph": _float(raw["cuda_graph_gib"]),
+                "non_torch": _float(raw["non_torch_gib"]),
+            }
+            layout = f"TP{settings.tensor_parallel_size}PP{settings.pipeline_parallel_size}"
+            rows.append(
+                CalibrationRow(
+                    record_id=raw["record_id"],
+                    model_id=raw["model_id"],
+                    layout=f"{layout} {settings.dtype} q={method} kv={settings.kv_cache_dtype} "
+                    f"u={settings.gpu_memory_utilization}",
+                    logged=logged,
+                    predicted=budget,
+                    vllm_failed=raw["oom"].strip().lower() == "yes" or bool(raw["other_failure"].strip()),
+                    note=raw["oom_message"][:80],
+                )
+            )
+    return rows
+
+
+def median_abs_error(rows: list[CalibrationRow], name: str) -> float:
+    errors = [abs(e) for row in rows if (e := row.error(name)) is not None]
+    return statistics.median(errors)
+
+
+def format_table(rows: list[CalibrationRow]) -> str:
+    """A Markdown table: logged vs predicted per row, and the medians."""
+    head = (
+        "| row | model | layout | weights GiB (logged / ours) | KV GiB (logged / ours) | KV tokens err "
+        "| vLLM started | we say fits |\n|---|---|---|---|---|---|---|---|"
+    )
+    lines = [head]
+    for row in rows:
+        weights_err = (row.error("weights") or 0) * 100
+        kv_err = (row.error("kv_cache") or 0) * 100
+        tokens_err = (row.error("kv_tokens") or 0) * 100
+        lines.append(
+            f"| {row.record_id} | {row.model_id} | {row.layout} "
+            f"| {row.logged['weights']:.2f} / {row.predicted.weights_gib:.2f} ({weights_err:+.1f}%) "
+            f"| {row.logged['kv_cache']:.2f} / {row.predicted.kv_cache_gib:.2f} ({kv_err:+.1f}%) "
+            f"| {tokens_err:+.1f}% | {'no' if row.vllm_failed else 'yes'} "
+            f"| {'yes' if row.predicted.fits else 'no'} |"
+        )
+    lines.append("")
+    lines.append(
+        f"Median absolute error: weights {median_abs_error(rows, 'weights') * 100:.2f}%, "
+        f"KV cache {median_abs_error(rows, 'kv_cache') * 100:.2f}%, "
+        f"KV tokens {median_abs_error(rows, 'kv_tokens') * 100:.2f}% over {len(rows)} rows."
+    )
+    return "\n".join(lines)

@@ -1,0 +1,155 @@
+"""`loadline size`, `loadline plan` and `loadline crds` as scripts call them: exit codes and JSON shape."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from loadline.cli import main
+from tests.conftest import REPO, inference_model
+
+SIZE_FIELDS = {
+    "weights_gib",
+    "activation_gib",
+    "non_torch_gib",
+    "cuda_graph_gib",
+    "kv_cache_gib",
+    "kv_cache_tokens",
+    "max_concurrency",
+    "fits",
+}
+
+
+@pytest.fixture
+def config_file(tmp_path: Path, llama_8b_config: dict[str, Any]) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llama_8b_config))
+    return path
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_size_json_contract(capsys: pytest.CaptureFixture[str], config_file: Path) -> None:
+    code, out, _ = run(
+        capsys, "size", "--config", str(config_file), "--gpu", "H100-80GB", "--gpu-memory-utilization", "0.95",
+        "--max-model-len", "8192", "--max-num-seqs", "1024", "--max-num-batched-tokens", "8192", "--output", "json",
+    )  # fmt: skip
+    assert code == 0
+    result = json.loads(out)
+    assert set(result) >= SIZE_FIELDS
+    assert result["fits"] is True
+    # Calibration P01 (vLLM 0.19, H100): 14.99 GiB weights, 58.11 GiB KV, 476,016 tokens.
+    assert result["weights_gib"] == pytest.approx(14.99, rel=0.03)
+    assert result["kv_cache_gib"] == pytest.approx(58.11, rel=0.05)
+    assert result["kv_cache_tokens"] == pytest.approx(476_016, rel=0.05)
+    assert result["max_concurrency"] == pytest.approx(result["kv_cache_tokens"] / 8192, rel=0.01)
+
+
+def test_size_defaults_are_vllms_for_the_version_and_gpu(
+    capsys: pytest.CaptureFixture[str], config_file: Path
+) -> None:
+    code, out, _ = run(capsys, "size", "--config", str(config_file), "--gpu", "L4", "--max-model-len", "4096",
+                       "--output", "json")  # fmt: skip
+    result = json.loads(out)
+    assert code == 0
+    assert (result["gpu_memory_utilization"], result["max_num_seqs"], result["max_num_batched_tokens"]) == (
+        0.9,
+        256,
+        2048,
+    )
+
+
+def test_size_enforce_eager_and_gpu_memory_gib(capsys: pytest.CaptureFixture[str], config_file: Path) -> None:
+    code, out, _ = run(capsys, "size", "--config", str(config_file), "--gpu-memory-gib", "40", "--enforce-eager",
+                       "--max-model-len", "4096", "--output", "json")  # fmt: skip
+    assert code == 0
+    result = json.loads(out)
+    assert result["cuda_graph_gib"] == 0 and result["gpu_memory_gib"] == 40
+
+
+def test_size_weight_bits_for_a_method_whose_config_is_silent(
+    capsys: pytest.CaptureFixture[str], config_file: Path
+) -> None:
+    sizes = {}
+    for bits in ("4", "8"):
+        _, out, _ = run(capsys, "size", "--config", str(config_file), "--quantization", "bitsandbytes",
+                        "--weight-bits", bits, "--max-model-len", "4096", "--output", "json")  # fmt: skip
+        sizes[bits] = json.loads(out)["weights_gib"]
+    assert sizes["4"] < sizes["8"] < 14.99
+
+
+@pytest.mark.parametrize(
+    ("extra", "needle"),
+    [
+        (
+            ["--tensor-parallel-size", "3"],
+            "--tensor-parallel-size: 3 does not divide the model's 32 attention heads",
+        ),
+        (["--quantization", "int3"], "--quantization: unknown quantization 'int3'"),
+        (["--max-model-len", "1000000"], "--max-model-len: 1000000 is beyond the model's context window"),
+        (["--gpu", "RTX-9090"], "--gpu: unknown GPU type 'RTX-9090'"),
+        (["--vllm-version", "0.5.0"], "predates the V1 engine"),
+    ],
+)
+def test_size_bad_input_exits_2_naming_the_flag(
+    capsys: pytest.CaptureFixture[str], config_file: Path, extra: list[str], needle: str
+) -> None:
+    code, out, err = run(capsys, "size", "--config", str(config_file), *extra, "--output", "json")
+    assert code == 2
+    assert out == ""
+    assert needle in err
+    assert "fix:" in err
+
+
+def test_plan_json_and_table(capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        yaml.safe_dump(inference_model(maxModelLen=8192, concurrency=4, gpu={"types": ["L4", "H100-80GB"]}))
+    )
+    code, out, _ = run(capsys, "plan", str(path), "--output", "json")
+    assert code == 0
+    result = json.loads(out)
+    assert result["plan"]["gpu"] == "L4x1"
+    assert result["name"] == "team-a/chat"
+    assert {"candidate", "reason"} <= set(result["rejected"][0])
+    code, out, _ = run(capsys, "plan", str(path))
+    assert code == 0
+    assert "L4x1" in out and "KV cache" in out and "H100-80GB" in out
+
+
+def test_plan_no_gpu_fits_exits_2_with_each_rejection(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            inference_model(maxModelLen=131072, concurrency=64, gpu={"types": ["L4"], "maxGPUsPerReplica": 2})
+        )
+    )
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 2
+    assert "no GPU candidate can serve" in err and "fix:" in err
+    assert "L4x1" in err and "L4x2" in err and "GiB" in err
+
+
+def test_crds_command_prints_what_crds_holds(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(capsys, "crds")
+    assert code == 0
+    assert out == (REPO / "crds" / "loadline.dev_inferencemodels.yaml").read_text()
+
+
+def test_python_dash_m_entry_point() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-m", "loadline", "crds"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0 and "kind: CustomResourceDefinition" in proc.stdout

@@ -1,0 +1,146 @@
+"""The planner: cheapest feasible GPU layout, explained rejections, capacity-aware fallback."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from loadline.api import parse_inference_model
+from loadline.errors import NoFeasiblePlanError, SpecError
+from loadline.sizing import plan_inference_model
+from tests.conftest import LLAMA_8B, inference_model
+
+LLAMA_70B = LLAMA_8B | {
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+    "num_hidden_layers": 80,
+}
+LLAMA_405B = LLAMA_8B | {
+    "hidden_size": 16384,
+    "intermediate_size": 53248,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 126,
+}
+
+
+def plan(free_gpus: dict[str, list[int]] | None = None, config: dict[str, Any] | None = None, **spec: Any):  # type: ignore[no-untyped-def]
+    doc = inference_model(**spec)
+    if config is not None:
+        doc["spec"]["model"]["config"] = copy.deepcopy(config)
+    return plan_inference_model(parse_inference_model(doc).spec, free_gpus=free_gpus)
+
+
+def test_small_model_gets_the_cheapest_single_gpu() -> None:
+    result = plan(maxModelLen=8192, concurrency=4, gpu={"types": ["L4", "L40S", "A100-80GB", "H100-80GB"]})
+    assert result.chosen.gpu.name == "L4" and result.chosen.gpus == 1
+    assert result.budget.max_concurrency >= 4
+    summary = result.summary()
+    assert summary["gpu"] == "L4x1" and summary["gpuProduct"] == "NVIDIA-L4"
+    assert summary["maxNumSeqs"] == 256 and summary["maxNumBatchedTokens"] == 2048  # vLLM's L4 defaults
+
+
+def test_concurrency_decides_between_tiers() -> None:
+    small = plan(maxModelLen=32768, concurrency=1)
+    big = plan(maxModelLen=32768, concurrency=64)
+    assert small.chosen.price_per_hour < big.chosen.price_per_hour
+    assert big.budget.max_concurrency >= 64
+
+
+def test_every_rejection_says_why_with_the_shortfall_in_gib() -> None:
+    result = plan(
+        config=LLAMA_70B, maxModelLen=8192, concurrency=8, gpu={"types": ["L4", "L40S", "H100-80GB"]}
+    )
+    assert result.chosen.gpus >= 2
+    assert result.rejected
+    for candidate in result.rejected:
+        reason = candidate.rejection
+        assert "GiB" in reason or "costs $" in reason, reason
+    memory_rejections = [c for c in result.rejected if "short" in c.rejection]
+    assert any(c.gpu.name == "L4" and c.gpus == 1 for c in memory_rejections)
+
+
+def test_tensor_parallel_divides_the_attention_heads() -> None:
+    heads_28 = LLAMA_8B | {"num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584}
+    result = plan(config=heads_28, maxModelLen=8192, concurrency=600, gpu={"types": ["L4"]})
+    for candidate in result.candidates:
+        assert 28 % candidate.tensor_parallel_size == 0
+
+
+def test_model_too_big_for_one_node_goes_multi_node_with_pipeline_parallel() -> None:
+    result = plan(config=LLAMA_405B, maxModelLen=8192, concurrency=4, gpu={"types": ["H100-80GB"]})
+    assert result.chosen.nodes == 2
+    assert result.chosen.tensor_parallel_size == 8 and result.chosen.pipeline_parallel_size == 2
+    assert any("x8" in c.label and "short" in c.rejection for c in result.rejected)
+
+
+def test_multi_node_disallowed_means_no_plan_with_reasons() -> None:
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(config=LLAMA_405B, maxModelLen=8192, gpu={"types": ["H100-80GB"], "allowMultiNode": False})
+    assert caught.value.rejections
+    assert all("short" in line and "GiB" in line for line in caught.value.rejections)
+
+
+def test_gpu_without_bf16_is_rejected_for_bf16() -> None:
+    result = plan(dtype="bfloat16", maxModelLen=4096, gpu={"types": ["T4", "L4"]})
+    t4 = [c for c in result.candidates if c.gpu.name == "T4"]
+    assert t4 and "bfloat16" in t4[0].rejection
+    assert result.chosen.gpu.name == "L4"
+
+
+def test_max_model_len_beyond_the_model_is_a_spec_error() -> None:
+    with pytest.raises(SpecError) as caught:
+        plan(maxModelLen=262144)
+    assert caught.value.field == "spec.maxModelLen"
+    assert "131072" in str(caught.value)
+
+
+def test_unknown_gpu_type_is_named() -> None:
+    with pytest.raises(SpecError) as caught:
+        plan(gpu={"types": ["RTX-9090"]})
+    assert caught.value.field == "spec.gpu.types"
+    assert "H100-80GB" in str(caught.value)
+
+
+def test_absent_capacity_falls_back_to_the_next_feasible_type_and_says_so() -> None:
+    free = {"L4": [], "L40S": [4, 4], "H100-80GB": [8]}
+    result = plan(free_gpus=free, maxModelLen=8192, concurrency=8, gpu={"types": ["L4", "L40S", "H100-80GB"]})
+    assert result.chosen.gpu.name == "L40S"
+    assert result.fallback_from == "L4"
+    assert result.summary()["fallbackFrom"] == "L4"
+
+
+def test_fallback_refused_when_the_spec_forbids_it() -> None:
+    with pytest.raises(NoFeasiblePlanError, match="allowFallback"):
+        plan(
+            free_gpus={"L4": [0], "L40S": [4]},
+            maxModelLen=8192,
+            gpu={"types": ["L4", "L40S"], "allowFallback": False},
+        )
+
+
+def test_pinned_max_num_seqs_that_breaks_sampler_warmup_is_not_planned_as_fitting() -> None:
+    # 1024 dummy requests × a 256K vocabulary need ~2 GiB of float32 logits above the utilization line.
+    big_vocab = LLAMA_8B | {"vocab_size": 262144}
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(
+            config=big_vocab,
+            maxModelLen=8192,
+            engine={"gpuMemoryUtilization": 0.98, "maxNumSeqs": 1024},
+            gpu={"types": ["H100-80GB"], "maxGPUsPerReplica": 1},
+        )
+    assert "sampler warm-up" in caught.value.rejections[0]
+
+
+def test_planner_lowers_its_own_max_num_seqs_to_pass_sampler_warmup() -> None:
+    big_vocab = LLAMA_8B | {"vocab_size": 262144}
+    result = plan(
+        config=big_vocab,
+        maxModelLen=8192,
+        engine={"gpuMemoryUtilization": 0.98},
+        gpu={"types": ["H100-80GB"], "maxGPUsPerReplica": 1},
+    )
+    assert result.settings.max_num_seqs < 1024
+    assert result.budget.fits
