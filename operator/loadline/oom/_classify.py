@@ -197,7 +197,10 @@ def _score_timing(s: _Score, incident: Incident, runtime: bool, gpu_signal: bool
     util = incident.config.gpu_memory_utilization
     if gpu_signal and util is not None and util >= t.threshold("high_util"):
         s.add("high_util", util=util)
+    # Time since Ready is what matters; a pod that never restarted its engine has uptime close to it.
     since = incident.seconds_since_ready
+    if since is None and incident.ever_ready:
+        since = incident.uptime_seconds
     if runtime and since is not None:
         hours = since / 3600
         if hours >= t.threshold("very_long_uptime_hours"):
@@ -226,6 +229,8 @@ def _score_metrics(s: _Score, incident: Incident, runtime: bool, growing: tuple[
             s.add("kv_full", kv=_pct(m.kv_cache_usage))
         elif m.kv_cache_usage >= t.threshold("kv_high"):
             s.add("kv_high", kv=_pct(m.kv_cache_usage))
+    if m.preemptions:
+        s.add("preempting", count=m.preemptions)
     if growing[0]:
         s.add("prompts_growing", growth=growing[1])
     rate = m.gpu_memory_growth_gib_per_hour
@@ -279,11 +284,13 @@ def _decide(s: _Score) -> tuple[OomClass, float, list[str]]:
     s2 = max(0.0, min(1.0, s.scores[second]))
     confidence = max(0.0, min(t.threshold("max_confidence"), s1 - 0.5 * s2))
     notes: list[str] = []
-    if s1 < t.threshold("decide_min_score") or confidence < t.threshold("decide_min_confidence"):
+    # Two strong, close candidates: the incident holds contradicting evidence, so do not pick one.
+    split = s2 >= t.threshold("decide_min_score") and s1 - s2 < t.threshold("split_margin")
+    if split or s1 < t.threshold("decide_min_score") or confidence < t.threshold("decide_min_confidence"):
         low = round(min(t.threshold("unknown_max_confidence"), max(0.0, confidence)), 2)
         if s1 <= 0:
             notes.append("No signal points to a cause.")
-        elif s2 > 0 and s1 - s2 < 0.3:
+        elif s2 > 0 and s1 - s2 < t.threshold("split_margin"):
             notes.append(f"The evidence is split between {top.value} and {second.value}; it does not decide.")
         else:
             notes.append(f"The evidence is too thin to decide (best guess: {top.value}).")

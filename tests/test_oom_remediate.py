@@ -1,0 +1,235 @@
+"""Remediation proposals: one step, exact new values computed from the config, old values kept."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadline.oom import (
+    Change,
+    Diagnosis,
+    Incident,
+    OomClass,
+    Remediation,
+    classify,
+    parse_incident,
+    propose_remediation,
+)
+
+GIB = 1024**3
+SAMPLER = "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests."
+RUNTIME_OOM = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.15 GiB."
+
+
+def make(**fields: Any) -> Incident:
+    data: dict[str, Any] = {"reason": "Error", "exit_code": 1}
+    data.update(fields)
+    return parse_incident(data)
+
+
+def propose(incident: Incident) -> tuple[Diagnosis, Remediation]:
+    diagnosis = classify(incident)
+    return diagnosis, propose_remediation(diagnosis, incident)
+
+
+def forced(cls: OomClass, incident: Incident, **extra: Any) -> Remediation:
+    """A proposal for a given class, to test the proposer apart from the classifier."""
+    return propose_remediation(
+        Diagnosis(oom_class=cls, confidence=0.9, evidence=("test",), **extra), incident
+    )
+
+
+def test_sampler_warmup_halves_max_num_seqs_one_step() -> None:
+    incident = make(
+        message=SAMPLER,
+        config={"max_num_seqs": 1024, "gpu_memory_utilization": 0.95, "max_num_batched_tokens": 8192},
+    )
+    d, r = propose(incident)
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert r.action == "lower_max_num_seqs"
+    assert r.changes == (Change("config.max_num_seqs", 1024, 512),)
+    # The other knobs are offered, each one step, never applied together.
+    alternatives = {o.action: o.changes for o in r.alternatives}
+    assert alternatives["lower_gpu_memory_utilization"] == (
+        Change("config.gpu_memory_utilization", 0.95, 0.9),
+    )
+    assert alternatives["lower_max_num_batched_tokens"] == (
+        Change("config.max_num_batched_tokens", 8192, 4096),
+    )
+
+
+def test_sampler_warmup_without_config_uses_the_message_count() -> None:
+    _, r = propose(make(message=SAMPLER))
+    assert r.changes == (Change("config.max_num_seqs", 1024, 512),)
+
+
+def test_graph_capture_lowers_gpu_memory_utilization() -> None:
+    incident = make(
+        message="RuntimeError: CUDA error: out of memory",
+        log_tail="self.cuda_graph.capture_end()",
+        config={"gpu_memory_utilization": 0.98, "max_num_seqs": 1},
+    )
+    _, r = propose(incident)
+    assert r.action == "lower_gpu_memory_utilization"
+    assert r.changes == (Change("config.gpu_memory_utilization", 0.98, 0.93),)
+    # max_num_seqs is already 1: not offered.
+    assert all(o.action != "lower_max_num_seqs" for o in r.alternatives)
+
+
+def test_profiling_oom_lowers_batched_tokens_first() -> None:
+    incident = make(
+        message="torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 4.00 GiB.",
+        log_tail='Loading model weights took 15.2 GB\n  File "worker.py", line 9, in determine_num_available_blocks\n'
+        '  File "model_runner.py", line 3, in profile_run',
+        config={"max_num_batched_tokens": 16384, "gpu_memory_utilization": 0.9},
+        plan={"weights_gib": 15.2, "gpu_memory_gib": 44.4},
+    )
+    d, r = propose(incident)
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert r.changes == (Change("config.max_num_batched_tokens", 16384, 8192),)
+
+
+def test_batch_utilization_unknown_steps_from_vllm_default() -> None:
+    r = forced(OomClass.BATCH_MISCONFIGURATION, make(message=RUNTIME_OOM))
+    assert r.changes == (Change("config.gpu_memory_utilization", None, 0.85),)
+
+
+def test_batch_knobs_at_their_floor_ask_a_person() -> None:
+    incident = make(
+        config={"gpu_memory_utilization": 0.5, "max_num_seqs": 1, "max_num_batched_tokens": 2048},
+    )
+    r = forced(OomClass.BATCH_MISCONFIGURATION, incident)
+    assert r.action == "none"
+    assert r.changes == ()
+
+
+def test_kv_refusal_lowers_max_model_len_to_what_fits() -> None:
+    incident = make(
+        message="ValueError: The model's max seq len (32768) is larger than the maximum number of tokens that "
+        "can be stored in KV cache (7344)."
+    )
+    _, r = propose(incident)
+    assert r.action == "lower_max_model_len"
+    assert r.changes == (Change("config.max_model_len", 32768, 7168),)
+    assert "400" in r.summary
+
+
+def test_kv_v1_refusal_without_estimate_scales_by_memory() -> None:
+    incident = make(
+        message="ValueError: To serve at least one request with the models's max seq len (32768), (0.95 GiB KV "
+        "cache is needed, which is larger than the available KV cache memory (0.93 GiB).",
+        config={"max_model_len": 32768},
+    )
+    _, r = propose(incident)
+    # floor(32768 * 0.93 / 0.95) = 32078 tokens -> 32000 (a multiple of 256).
+    assert r.changes == (Change("config.max_model_len", 32768, 32000),)
+
+
+def test_kv_runtime_crash_uses_the_prompt_length() -> None:
+    incident = make(
+        message=RUNTIME_OOM,
+        ever_ready=True,
+        config={"max_model_len": 32768},
+        metrics={"prompt_tokens_max": 31000, "kv_cache_usage": 0.99},
+    )
+    _, r = propose(incident)
+    # 31000 x 0.9 = 27900 -> 27648.
+    assert r.changes == (Change("config.max_model_len", 32768, 27648),)
+    assert [o.action for o in r.alternatives] == ["enable_kv_offload", "move_up_tier"]
+
+
+def test_kv_planned_capacity_and_offload_size() -> None:
+    incident = make(
+        config={"max_model_len": 131072, "gpu_memory_utilization": 0.9, "tensor_parallel_size": 1},
+        plan={"weights_gib": 15, "gpu_memory_gib": 79.19, "kv_cache_tokens": 90000},
+    )
+    r = forced(OomClass.KV_CACHE_OVERFLOW, incident, kv_capacity_tokens=90000)
+    assert r.changes == (Change("config.max_model_len", 131072, 89856),)
+    offload = next(o for o in r.alternatives if o.action == "enable_kv_offload")
+    # The GPU KV pool: 79.19 x 0.9 - 15 = 56.271 -> 56.3 GiB.
+    assert offload.changes == (Change("config.kv_offload_cpu_gib", None, 56.3),)
+
+
+def test_kv_without_any_length_falls_back_to_offload() -> None:
+    r = forced(OomClass.KV_CACHE_OVERFLOW, make())
+    assert r.action == "enable_kv_offload"
+
+
+def test_fragmentation_turns_on_expandable_segments_and_restarts() -> None:
+    r = forced(OomClass.FRAGMENTATION, make())
+    assert r.action == "restart_with_expandable_segments"
+    assert r.changes == (Change("env.PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True"),)
+    assert r.restart is True
+
+
+def test_fragmentation_with_expandable_segments_on_only_restarts() -> None:
+    r = forced(OomClass.FRAGMENTATION, make(config={"expandable_segments": True}))
+    assert r.action == "restart"
+    assert r.changes == ()
+    assert r.restart is True
+
+
+def test_host_memory_raises_the_limit_by_at_least_20_percent() -> None:
+    incident = make(reason="OOMKilled", exit_code=137, config={"memory_limit_bytes": 16 * GIB})
+    _, r = propose(incident)
+    assert r.action == "raise_memory_limit"
+    # 16 GiB x 1.2 = 19.2 GiB -> 20 GiB.
+    assert r.changes == (Change("config.memory_limit_bytes", 16 * GIB, 20 * GIB),)
+    assert r.changes[0].new is not None and int(r.changes[0].new) >= 1.2 * 16 * GIB
+
+
+def test_host_memory_with_offload_dominating_the_limit_shrinks_offload_first() -> None:
+    incident = make(
+        reason="OOMKilled", exit_code=137, config={"memory_limit_bytes": 64 * GIB, "kv_offload_cpu_gib": 48}
+    )
+    _, r = propose(incident)
+    assert r.action == "shrink_kv_offload"
+    assert r.changes == (Change("config.kv_offload_cpu_gib", 48.0, 24.0),)
+    assert r.alternatives[0].changes == (Change("config.memory_limit_bytes", 64 * GIB, 77 * GIB),)
+
+
+def test_host_memory_without_a_known_limit_asks_a_person() -> None:
+    _, r = propose(make(reason="OOMKilled", exit_code=137))
+    assert r.action == "raise_memory_limit"
+    assert r.changes == ()
+    assert any("limits.memory" in item for item in r.look_at)
+
+
+def test_model_exceeds_vram_replans_tensor_parallel() -> None:
+    incident = make(
+        config={"tensor_parallel_size": 1},
+        plan={"weights_gib": 134, "gpu_memory_gib": 79.33, "quantization_allowed": True},
+    )
+    r = forced(OomClass.MODEL_EXCEEDS_VRAM, incident)
+    assert r.action == "replan"
+    # 134/2 = 67 GiB > 0.7 x 79.33 = 55.5; 134/4 = 33.5 fits.
+    assert r.changes == (Change("config.tensor_parallel_size", 1, 4),)
+    bigger = next(o for o in r.alternatives if o.action == "bigger_gpu")
+    assert bigger.changes == (Change("plan.gpu_memory_gib", 79.33, 191.5),)
+    assert any(o.action == "quantize" for o in r.alternatives)
+
+
+def test_model_exceeds_vram_offers_quantization_only_when_allowed() -> None:
+    incident = make(plan={"weights_gib": 134, "gpu_memory_gib": 79.33})
+    r = forced(OomClass.MODEL_EXCEEDS_VRAM, incident)
+    assert all(o.action != "quantize" for o in r.alternatives)
+
+
+def test_unknown_proposes_nothing_and_says_what_to_look_at() -> None:
+    text = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.63 GiB (GPU 0; 44.56 GiB total "
+        "capacity; 27.91 GiB already allocated; 565.31 MiB free; 27.93 GiB reserved in total by PyTorch)"
+    )
+    d, r = propose(make(message=text))
+    assert d.oom_class is OomClass.UNKNOWN
+    assert r.action == "none"
+    assert r.changes == ()
+    assert any("nvidia-smi" in item for item in r.look_at)
+    assert any("kubectl logs --previous" in item for item in r.look_at)
+
+
+def test_to_dict_carries_field_old_and_new() -> None:
+    _, r = propose(make(message=SAMPLER, config={"max_num_seqs": 256}))
+    data = r.to_dict()
+    assert data["action"] == "lower_max_num_seqs"
+    assert data["changes"] == [{"field": "config.max_num_seqs", "old": 256, "new": 128}]
+    assert set(data) == {"action", "summary", "changes", "restart", "alternatives", "look_at"}
