@@ -64,7 +64,8 @@ def test_every_rejection_says_why_with_the_shortfall_in_gib() -> None:
 
 def test_tensor_parallel_divides_the_attention_heads() -> None:
     heads_28 = LLAMA_8B | {"num_attention_heads": 28, "num_key_value_heads": 4, "hidden_size": 3584}
-    result = plan(config=heads_28, maxModelLen=8192, concurrency=600, gpu={"types": ["L4"]})
+    result = plan(config=heads_28, maxModelLen=32768, concurrency=300, gpu={"types": ["L4", "A100-80GB"]})
+    assert result.chosen.gpus > 1
     for candidate in result.candidates:
         assert 28 % candidate.tensor_parallel_size == 0
 

@@ -15,6 +15,7 @@ from typing import Any
 from loadline.api import load_inference_models
 from loadline.errors import SpecError
 from loadline.sizing import (
+    Candidate,
     EngineSettings,
     Plan,
     check_max_model_len,
@@ -152,8 +153,17 @@ def _plan_table(name: str, plan: Plan) -> str:
     if plan.fallback_from:
         lines.append(f"  fallback: {plan.fallback_from} had no free capacity")
     if plan.rejected:
-        lines.append("  other candidates:")
-        lines.extend(f"    - {c.label}: {c.rejection}" for c in plan.rejected)
+        # One line per GPU type: its largest layout tried (the closest miss); JSON lists them all.
+        closest: dict[str, Candidate] = {}
+        for candidate in plan.rejected:
+            best = closest.get(candidate.gpu.name)
+            if best is None or candidate.gpus >= best.gpus:
+                closest[candidate.gpu.name] = candidate
+        hidden = len(plan.rejected) - len(closest)
+        lines.append("  other candidates (largest layout tried per GPU type):")
+        lines.extend(f"    - {c.label}: {c.rejection}" for c in closest.values())
+        if hidden:
+            lines.append(f"    ({hidden} smaller layouts also rejected; --output json lists every one)")
     return "\n".join(lines)
 
 

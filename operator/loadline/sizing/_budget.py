@@ -291,7 +291,7 @@ def compute_budget(
             f"KV cache holds {kv_tokens} tokens, less than one sequence of max-model-len {length} "
             f"(short {(needed - kv_positive) / GIB:.2f} GiB per GPU)"
         )
-    if headroom < warmup:
+    if kv > 0 and headroom < warmup:
         problems.append(
             f"only {headroom / GIB:.2f} GiB stay free above gpu-memory-utilization "
             f"{settings.gpu_memory_utilization:.2f} after CUDA graphs; sampler warm-up with max-num-seqs "

@@ -39,6 +39,7 @@ class GPUType:
     memory_gib: float
     gpus_per_node: tuple[int, ...]
     interconnect: str
+    multi_node: bool
     compute_capability: float
     bf16: bool
     fp8: bool
@@ -122,6 +123,7 @@ def gpu_catalog() -> dict[str, GPUType]:
             memory_gib=float(entry["memory_gib"]),
             gpus_per_node=tuple(int(n) for n in entry["gpus_per_node"]),
             interconnect=entry["interconnect"],
+            multi_node=bool(entry.get("multi_node", False)),
             compute_capability=float(entry["compute_capability"]),
             bf16=bool(entry["bf16"]),
             fp8=bool(entry["fp8"]),

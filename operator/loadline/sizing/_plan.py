@@ -249,8 +249,9 @@ def plan_candidates(
         if problem:
             out.append(Candidate(gpu, 1, 1, 1, None, None, problem))
             continue
+        spans_nodes = multi_node and gpu.multi_node
         layouts = _layouts(
-            gpu, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, max_gpus, multi_node
+            gpu, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, max_gpus, spans_nodes
         )
         if not layouts:
             out.append(
@@ -264,6 +265,19 @@ def plan_candidates(
             out.append(candidate)
             if candidate.feasible:
                 break
+        else:
+            if multi_node and not gpu.multi_node and out[-1].gpus == gpu.max_gpus_per_node:
+                last = out[-1]
+                out[-1] = Candidate(
+                    gpu,
+                    last.tensor_parallel_size,
+                    last.pipeline_parallel_size,
+                    last.nodes,
+                    last.settings,
+                    last.budget,
+                    f"{last.rejection}; {gpu.name} nodes have no RDMA fabric, so loadline does not "
+                    "span them across nodes",
+                )
     out.sort(key=lambda c: (c.price_per_hour, c.gpus, c.nodes))
     return out
 
