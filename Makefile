@@ -47,3 +47,14 @@ demo: venv
 
 clean:
 	rm -rf $(VENV) .e2e
+
+# ---- local control plane (e2e/, docs/control-plane.md) ----
+cluster-up: venv
+	PYTHON=$(PY) e2e/cluster-up.sh
+
+cluster-down:
+	e2e/cluster-down.sh
+
+e2e: venv
+	PYTHON=$(PY) e2e/cluster-up.sh
+	$(VENV)/bin/pytest e2e

@@ -193,7 +193,9 @@ def render_fleet(pools: list[Pool]) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--fleet", type=Path, default=Path(os.environ.get("LOADLINE_FLEET", DEFAULT_FLEET)))
     parser.add_argument("--scale", type=float, default=float(os.environ.get("LOADLINE_FLEET_SCALE", "1")))
     parser.add_argument("--names", action="store_true", help="print node names only")

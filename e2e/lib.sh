@@ -1,4 +1,5 @@
 # shellcheck shell=bash
+# shellcheck disable=SC2034 # the variables are used by the scripts that source this file
 # Shared settings for the e2e control-plane scripts. Source it; do not run it.
 #
 # Every component is pinned here and built into a cache outside the repository:

@@ -323,3 +323,15 @@ def test_preemptions_count_for_kv_pressure() -> None:
         dict(with_preemptions.scores)[OomClass.KV_CACHE_OVERFLOW]
         > dict(without.scores)[OomClass.KV_CACHE_OVERFLOW]
     )
+
+
+def test_every_signal_in_the_code_is_in_the_data_and_back() -> None:
+    """A typo in a signal id would only fail on the incident that fires it; check them all at once."""
+    import re
+    from pathlib import Path
+
+    import loadline.oom._classify as module
+    from loadline.oom._signals import tables
+
+    used = set(re.findall(r'\.add\(\s*"(\w+)"', Path(module.__file__).read_text(encoding="utf-8")))
+    assert used == set(tables().signals)

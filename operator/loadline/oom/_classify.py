@@ -190,9 +190,9 @@ def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
 
 def _score_timing(s: _Score, incident: Incident, runtime: bool, gpu_signal: bool) -> None:
     t = s.t
-    if incident.ever_ready or runtime:
+    if gpu_signal and (incident.ever_ready or runtime):
         s.add("served")
-    elif incident.ever_ready is False:
+    elif gpu_signal and incident.ever_ready is False:
         s.add("never_ready")
     util = incident.config.gpu_memory_utilization
     if gpu_signal and util is not None and util >= t.threshold("high_util"):
@@ -289,7 +289,7 @@ def _decide(s: _Score) -> tuple[OomClass, float, list[str]]:
     if split or s1 < t.threshold("decide_min_score") or confidence < t.threshold("decide_min_confidence"):
         low = round(min(t.threshold("unknown_max_confidence"), max(0.0, confidence)), 2)
         if s1 <= 0:
-            notes.append("No signal points to a cause.")
+            notes.append("None of the evidence points to a cause.")
         elif s2 > 0 and s1 - s2 < t.threshold("split_margin"):
             notes.append(f"The evidence is split between {top.value} and {second.value}; it does not decide.")
         else:
