@@ -7,7 +7,7 @@ except the annotation keys the test corpus carries (``source``, ``expected_class
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -35,7 +35,7 @@ class _Metrics(_Strict):
     kv_cache_usage: float | None = Field(default=None, ge=0.0, le=1.0)
     requests_running: int | None = Field(default=None, ge=0)
     gpu_memory_growth_gib_per_hour: float | None = None
-    prompt_tokens_recent: list[int] = Field(default_factory=list)
+    prompt_tokens_recent: list[Annotated[int, Field(ge=0)]] = Field(default_factory=list)
     prompt_tokens_growing: bool | None = None
     preemptions: int | None = Field(default=None, ge=0)
 
