@@ -335,3 +335,16 @@ def test_every_signal_in_the_code_is_in_the_data_and_back() -> None:
 
     used = set(re.findall(r'\.add\(\s*"(\w+)"', Path(module.__file__).read_text(encoding="utf-8")))
     assert used == set(tables().signals)
+
+
+def test_a_finished_graph_capture_is_not_blamed() -> None:
+    log = (
+        "Capturing CUDA graph shapes: 100%|##########| 67/67\n"
+        "INFO gpu_model_runner.py:1341] Graph capturing finished in 17 secs, took 2.02 GiB\n"
+        "INFO api_server.py:957] Starting vLLM API server on http://0.0.0.0:8000\n"
+    )
+    d = classify(make(message=RUNTIME_OOM, log_tail=log))
+    assert "graph_capture_oom" not in d.signals
+    # Reaching "Starting vLLM API server" means start-up was over: a runtime crash.
+    assert "runtime_gpu_oom" in d.signals
+    assert "served" in d.signals

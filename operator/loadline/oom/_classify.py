@@ -85,7 +85,8 @@ def _read_text(text: str, t: Tables) -> _Facts:
     if m:
         f.sampler_warmup = True
         f.warmup = int(m.group(1)) if m.group(1) else None
-    f.graph_capture = bool(p["graph_capture"].search(text))
+    # A finished capture in the log means a later out-of-memory happened after it, not during it.
+    f.graph_capture = bool(p["graph_capture"].search(text)) and not p["graph_capture_done"].search(text)
     f.profiling = bool(p["profiling"].search(text))
     f.no_cache_blocks = bool(p["no_cache_blocks"].search(text))
     m = p["max_len_kv_v0"].search(text)
