@@ -5,6 +5,7 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
+from loadline.sizing._capacity import free_gpus_by_type
 from loadline.sizing._data import (
     CatalogModel,
     GPUType,
@@ -47,6 +48,7 @@ __all__ = [
     "engine_version",
     "find_catalog_model",
     "find_gpu",
+    "free_gpus_by_type",
     "gpu_catalog",
     "model_catalog",
     "parse_hf_config",

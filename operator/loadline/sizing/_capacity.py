@@ -1,0 +1,89 @@
+"""Free GPUs in a cluster, from Node and Pod objects as plain dicts.
+
+The planner takes ``{gpu type: [free GPUs on each node]}``; this module derives it from what the API
+server returns, so the operator's capacity awareness is a pure function that tests feed with fixtures.
+A node counts when it carries ``nvidia.com/gpu.product`` with a value the GPU catalog knows, is Ready
+and schedulable; its free GPUs are allocatable ``nvidia.com/gpu`` minus the requests of the pods bound
+to it that still hold resources. Pods of the InferenceModel being planned can be left out, since its
+own GPUs become free when it is re-planned.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from loadline.sizing._data import gpu_catalog
+
+GPU_RESOURCE = "nvidia.com/gpu"
+PRODUCT_LABEL = "nvidia.com/gpu.product"
+
+
+def _catalog_name(product: str) -> str | None:
+    wanted = product.lower()
+    for gpu in gpu_catalog().values():
+        if gpu.product.lower() == wanted or gpu.name.lower() == wanted:
+            return gpu.name
+    return None
+
+
+def _quantity(value: Any) -> int:
+    try:
+        return int(str(value))
+    except ValueError:
+        return 0
+
+
+def _node_ready(node: Mapping[str, Any]) -> bool:
+    if node.get("spec", {}).get("unschedulable"):
+        return False
+    for cond in node.get("status", {}).get("conditions", []) or []:
+        if cond.get("type") == "Ready":
+            return bool(cond.get("status") == "True")
+    return False
+
+
+def _pod_gpu_request(pod: Mapping[str, Any]) -> int:
+    total = 0
+    for container in pod.get("spec", {}).get("containers", []) or []:
+        resources = container.get("resources", {}) or {}
+        requested = (resources.get("requests") or {}).get(GPU_RESOURCE)
+        limited = (resources.get("limits") or {}).get(GPU_RESOURCE)
+        total += _quantity(requested if requested is not None else limited or 0)
+    return total
+
+
+def _holds_resources(pod: Mapping[str, Any]) -> bool:
+    return pod.get("status", {}).get("phase") not in {"Succeeded", "Failed"}
+
+
+def _owned_by(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
+    pod_labels = pod.get("metadata", {}).get("labels", {}) or {}
+    return bool(labels) and all(pod_labels.get(k) == v for k, v in labels.items())
+
+
+def free_gpus_by_type(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    ignore_pods_labelled: Mapping[str, str] | None = None,
+) -> dict[str, list[int]]:
+    """``{catalog GPU name: [free GPUs per node, largest first]}`` for the Ready GPU nodes."""
+    used: dict[str, int] = {}
+    for pod in pods:
+        node_name = pod.get("spec", {}).get("nodeName")
+        if not node_name or not _holds_resources(pod):
+            continue
+        if ignore_pods_labelled and _owned_by(pod, ignore_pods_labelled):
+            continue
+        used[node_name] = used.get(node_name, 0) + _pod_gpu_request(pod)
+    free: dict[str, list[int]] = {}
+    for node in nodes:
+        meta = node.get("metadata", {})
+        product = (meta.get("labels") or {}).get(PRODUCT_LABEL)
+        name = _catalog_name(product) if product else None
+        if name is None or not _node_ready(node):
+            continue
+        allocatable = _quantity((node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
+        free.setdefault(name, []).append(max(allocatable - used.get(meta.get("name", ""), 0), 0))
+    return {name: sorted(counts, reverse=True) for name, counts in free.items()}
