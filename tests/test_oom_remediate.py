@@ -233,3 +233,30 @@ def test_to_dict_carries_field_old_and_new() -> None:
     assert data["action"] == "lower_max_num_seqs"
     assert data["changes"] == [{"field": "config.max_num_seqs", "old": 256, "new": 128}]
     assert set(data) == {"action", "summary", "changes", "restart", "alternatives", "look_at"}
+
+
+def test_kv_full_of_short_requests_does_not_cut_max_model_len() -> None:
+    incident = make(
+        message=RUNTIME_OOM,
+        ever_ready=True,
+        config={"max_model_len": 32768},
+        metrics={"prompt_tokens_max": 2000, "kv_cache_usage": 0.99, "preemptions": 40},
+    )
+    d, r = propose(incident)
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert r.action == "enable_kv_offload"
+    assert all(c.field != "config.max_model_len" for c in r.changes)
+
+
+def test_kv_caller_side_growth_lowers_under_the_crash_length() -> None:
+    incident = make(
+        message=RUNTIME_OOM,
+        ever_ready=True,
+        config={"max_model_len": 131072},
+        metrics={"prompt_tokens_recent": [4000, 9000, 16000, 24000]},
+    )
+    d, r = propose(incident)
+    assert d.caller_side is True
+    # The longest recent prompt (24000) stands in for prompt_tokens_max: 24000 x 0.9 = 21600 -> 21504.
+    assert r.changes == (Change("config.max_model_len", 131072, 21504),)
+    assert "400" in r.summary

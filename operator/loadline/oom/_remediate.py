@@ -28,8 +28,11 @@ _LEN_STEP = 256
 _WEIGHTS_SHARE = 0.7
 # A raised memory limit is at least this much bigger, rounded up to a whole GiB.
 _MEMORY_FACTOR = 1.2
-# A crash at prompt length P proposes a limit under P by this margin.
+# A crash at prompt length P proposes a limit under P by this margin...
 _PROMPT_MARGIN = 0.9
+# ...but only when P was long for the limit (or grew on the caller's side): a KV cache full of many
+# short requests is not cured by a lower max_model_len.
+_LONG_PROMPT = 0.75
 
 
 def _round_len(tokens: float) -> int:
@@ -165,17 +168,21 @@ def _kv(diagnosis: Diagnosis, incident: Incident) -> Remediation:
     config, metrics = incident.config, incident.metrics
     old = config.max_model_len if config.max_model_len is not None else diagnosis.logged_max_model_len
     capacity = diagnosis.kv_capacity_tokens
+    prompt = metrics.prompt_tokens_max
+    if prompt is None and metrics.prompt_tokens_recent:
+        prompt = max(metrics.prompt_tokens_recent)
     new: int | None = None
     why = ""
     if capacity is not None and (old is None or capacity < old):
         new = _round_len(capacity)
         why = f"the KV cache holds {capacity} tokens"
-    elif metrics.prompt_tokens_max is not None and (old is None or metrics.prompt_tokens_max < old):
-        new = _round_len(metrics.prompt_tokens_max * _PROMPT_MARGIN)
-        why = f"the crash came with prompts of {metrics.prompt_tokens_max} tokens"
-    elif old is not None:
+    elif prompt is not None and (old is None or diagnosis.caller_side or prompt >= _LONG_PROMPT * old):
+        new = _round_len(min(prompt, old or prompt) * _PROMPT_MARGIN)
+        why = f"the crash came with prompts of {prompt} tokens"
+    elif old is not None and prompt is None:
         new = _round_len(old * 0.75)
         why = "one step down (a quarter) from the current limit"
+    # Otherwise the prompts were short: a lower limit would not have helped, offload or a tier might.
 
     alternatives: list[Option] = []
     if not config.kv_offload_cpu_gib:
