@@ -348,3 +348,14 @@ def test_a_finished_graph_capture_is_not_blamed() -> None:
     # Reaching "Starting vLLM API server" means start-up was over: a runtime crash.
     assert "runtime_gpu_oom" in d.signals
     assert "served" in d.signals
+
+
+def test_kv_capacity_is_read_from_the_startup_log() -> None:
+    log = (
+        "INFO  [kv_cache_utils.py]  GPU KV cache size: 150,745 tokens, Maximum concurrency for 124,000 tokens"
+    )
+    d = classify(make(message=RUNTIME_OOM, log_tail=log))
+    assert d.kv_capacity_tokens == 150745
+    # The plan's figure is used only when the log does not say.
+    d = classify(make(message=RUNTIME_OOM, plan={"kv_cache_tokens": 90000}))
+    assert d.kv_capacity_tokens == 90000

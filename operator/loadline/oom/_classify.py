@@ -102,6 +102,11 @@ def _read_text(text: str, t: Tables) -> _Facts:
         elif needed > 0:
             # KV memory grows linearly with length, so what fits is the same share of max_model_len.
             f.kv_capacity = math.floor(f.max_len * available / needed)
+    if f.kv_capacity is None:
+        # vLLM V1 logs the KV capacity at start-up ("GPU KV cache size: 150,745 tokens").
+        m = p["kv_cache_size"].search(text)
+        if m:
+            f.kv_capacity = int(m.group(1).replace(",", ""))
     f.load_failed = bool(p["load_failed"].search(text))
     f.load_phase = bool(p["load_phase"].search(text))
     f.weights_loaded = bool(p["weights_loaded"].search(text))
