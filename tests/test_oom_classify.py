@@ -359,3 +359,14 @@ def test_kv_capacity_is_read_from_the_startup_log() -> None:
     # The plan's figure is used only when the log does not say.
     d = classify(make(message=RUNTIME_OOM, plan={"kv_cache_tokens": 90000}))
     assert d.kv_capacity_tokens == 90000
+
+
+def test_every_pattern_in_the_data_is_read() -> None:
+    import re
+    from pathlib import Path
+
+    import loadline.oom._classify as module
+    from loadline.oom._signals import tables
+
+    used = set(re.findall(r'p\["(\w+)"\]', Path(module.__file__).read_text(encoding="utf-8")))
+    assert used == set(tables().patterns)

@@ -34,7 +34,6 @@ class _Facts:
     """What the text says, found once."""
 
     gpu_oom: bool = False
-    cuda_error: bool = False
     warmup: int | None = None
     sampler_warmup: bool = False
     graph_capture: bool = False
@@ -80,7 +79,6 @@ def _read_text(text: str, t: Tables) -> _Facts:
     p = t.patterns
     f = _Facts()
     f.gpu_oom = bool(p["gpu_oom"].search(text))
-    f.cuda_error = bool(p["cuda_error_oom"].search(text))
     m = p["sampler_warmup"].search(text)
     if m:
         f.sampler_warmup = True
@@ -137,7 +135,9 @@ def _prompt_growth(incident: Incident, t: Tables) -> tuple[bool, str]:
     return False, ""
 
 
-def _score_text(s: _Score, f: _Facts, incident: Incident, runtime: bool, before_load_done: bool) -> None:
+def _score_text(
+    s: _Score, f: _Facts, incident: Incident, runtime: bool, before_load_done: bool, gpu: bool
+) -> None:
     reason = incident.reason.strip().lower()
     host = False
     if reason == "oomkilled":
@@ -155,7 +155,6 @@ def _score_text(s: _Score, f: _Facts, incident: Incident, runtime: bool, before_
     if host and f.offload_flags:
         s.add("offload_flags")
 
-    gpu = f.gpu_oom or f.sampler_warmup or f.no_cache_blocks or f.max_len is not None or f.load_failed
     if gpu and not host:
         s.add("gpu_only")
     if f.sampler_warmup:
@@ -338,7 +337,7 @@ def classify(incident: Incident) -> Diagnosis:
             figures=figures,
         )
 
-    _score_text(s, facts, incident, runtime, before_load_done)
+    _score_text(s, facts, incident, runtime, before_load_done, gpu_signal)
     _score_plan(s, incident, gpu_signal)
     _score_timing(s, incident, runtime, gpu_signal)
     _score_metrics(s, incident, runtime, growing)
