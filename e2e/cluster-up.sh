@@ -92,8 +92,8 @@ apply_fleet() {
     # shellcheck disable=SC2086 # one node a word
     kubectl delete --wait=false ${stale} >/dev/null
   fi
-  wait_for "the simulated GPU nodes to become Ready" "${READY_TIMEOUT}" \
-    kubectl wait --for=condition=Ready node -l loadline.dev/e2e-fleet=true --timeout=1s
+  kubectl wait --for=condition=Ready node -l loadline.dev/e2e-fleet=true --timeout="${READY_TIMEOUT}s" >/dev/null ||
+    die "the simulated GPU nodes did not become Ready in ${READY_TIMEOUT}s; logs: ${CLUSTER_DIR}/logs/"
 }
 
 control_plane_ready() {
@@ -124,7 +124,9 @@ fi
 
 install -m 0600 "${CLUSTER_DIR}/kubeconfig.yaml" "${KUBECONFIG_PATH}"
 wait_for "kube-apiserver /readyz" "${READY_TIMEOUT}" apiserver_ready
+log "kube-apiserver is ready"
 wait_for "kube-scheduler and kube-controller-manager" "${READY_TIMEOUT}" control_plane_ready
+log "kube-scheduler and kube-controller-manager are running"
 apply_fleet
 
 log "cluster ${CLUSTER_NAME} is up in $(($(date +%s) - START))s: $("${KUBECTL}" version --client=false --kubeconfig "${KUBECONFIG_PATH}" -o json 2>/dev/null |

@@ -1,0 +1,102 @@
+"""Fixtures for the e2e tests against the local control plane (see docs/control-plane.md).
+
+The session brings the cluster up with e2e/cluster-up.sh when it is not
+already serving. If that fails the tests FAIL with the reason (a missing tool,
+a build error, a timeout): an e2e run never turns into a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from kube import E2E_DIR, KUBECONFIG, STATE_DIR, Kubectl, KubectlError, wait_for
+
+CLUSTER_UP_TIMEOUT = float(os.environ.get("LOADLINE_CLUSTER_UP_TIMEOUT", "3600"))
+
+
+def _bring_cluster_up() -> None:
+    STATE_DIR.mkdir(exist_ok=True)
+    log = STATE_DIR / "cluster-up.log"
+    env = {**os.environ, "PYTHON": sys.executable}
+    try:
+        with log.open("w") as out:
+            proc = subprocess.run(
+                ["bash", str(E2E_DIR / "cluster-up.sh")],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+                timeout=CLUSTER_UP_TIMEOUT,
+                check=False,
+            )
+    except subprocess.TimeoutExpired:
+        pytest.fail(
+            f"e2e/cluster-up.sh did not finish in {CLUSTER_UP_TIMEOUT:.0f}s; see {log}", pytrace=False
+        )
+    if proc.returncode != 0:
+        tail = "\n".join(log.read_text().splitlines()[-25:])
+        pytest.fail(
+            f"the local control plane could not be brought up (e2e/cluster-up.sh exited {proc.returncode}).\n"
+            f"Last lines of {log}:\n{tail}",
+            pytrace=False,
+        )
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> Path:
+    """Path of a kubeconfig for a serving local cluster (brought up when needed)."""
+    if not Kubectl(KUBECONFIG).ready():
+        _bring_cluster_up()
+    if not Kubectl(KUBECONFIG).ready():
+        pytest.fail(
+            f"cluster-up finished but the API server does not answer /readyz via {KUBECONFIG}", pytrace=False
+        )
+    return KUBECONFIG
+
+
+@pytest.fixture(scope="session")
+def kubectl(kubeconfig: Path) -> Kubectl:
+    """kubectl bound to the e2e cluster: ``kubectl("get", "nodes")`` returns stdout; ``.json()`` decodes."""
+    return Kubectl(kubeconfig)
+
+
+def _namespace_name(test_name: str) -> str:
+    slug = re.sub(r"[^a-z0-9]+", "-", test_name.lower()).strip("-")[:40].strip("-")
+    return f"e2e-{slug}-{uuid.uuid4().hex[:6]}"
+
+
+def _delete_inference_models(kubectl: Kubectl, namespace: str) -> None:
+    proc = kubectl.run(
+        "delete", "inferencemodels.loadline.dev", "--all", "-n", namespace, "--ignore-not-found",
+        "--wait=true", "--timeout=60s", check=False, timeout=90,
+    )  # fmt: skip
+    if proc.returncode != 0 and "the server doesn't have a resource type" not in proc.stderr:
+        raise KubectlError(
+            ["delete", "inferencemodels.loadline.dev"], proc.returncode, proc.stdout, proc.stderr
+        )
+
+
+@pytest.fixture
+def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace for one test; afterwards its InferenceModels are deleted first
+    (so finalizers run while their children still exist), then the namespace."""
+    name = _namespace_name(request.node.name)
+    kubectl("create", "namespace", name)
+    try:
+        # Pods can only be created once the serviceaccount controller made "default".
+        wait_for(
+            lambda: kubectl.run("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+            timeout=30,
+            what=f"serviceaccount default in namespace {name}",
+        )
+        yield name
+    finally:
+        _delete_inference_models(kubectl, name)
+        kubectl("delete", "namespace", name, "--wait=false")
