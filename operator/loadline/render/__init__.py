@@ -1,0 +1,43 @@
+"""Rendering: an InferenceModel and its plan → the Kubernetes manifests that serve it with vLLM.
+
+Pure functions only. :func:`render_manifests` returns plain dicts (Deployment or LeaderWorkerSet,
+Service, PodDisruptionBudget); :func:`manifests_yaml` prints them as a YAML stream. vLLM flags are
+chosen per version from the data table ``render/data/vllm_flags.json`` (see :func:`flag_table`).
+"""
+
+from loadline.render._args import PORT, VllmCommand, vllm_command
+from loadline.render._flags import (
+    FlagSpec,
+    FlagTable,
+    Launcher,
+    canonical_flag,
+    check_extra_args,
+    flag_table,
+    resolve_version,
+    version_text,
+)
+from loadline.render._render import ANNOTATION_NOTES, ANNOTATION_PLAN, ANNOTATION_VERSION, render_manifests
+from loadline.render._resources import PodResources, pod_resources, weights_total_gib
+from loadline.render._stream import manifests_yaml
+
+__all__ = [
+    "ANNOTATION_NOTES",
+    "ANNOTATION_PLAN",
+    "ANNOTATION_VERSION",
+    "PORT",
+    "FlagSpec",
+    "FlagTable",
+    "Launcher",
+    "PodResources",
+    "VllmCommand",
+    "canonical_flag",
+    "check_extra_args",
+    "flag_table",
+    "manifests_yaml",
+    "pod_resources",
+    "render_manifests",
+    "resolve_version",
+    "version_text",
+    "vllm_command",
+    "weights_total_gib",
+]

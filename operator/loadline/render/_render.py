@@ -1,0 +1,324 @@
+"""From an InferenceModel and its plan to the Kubernetes objects that serve it.
+
+The function is pure: no cluster, no clock, no randomness; the same inputs give the same objects, which
+is what lets GitOps users commit ``loadline render`` output and the operator diff what it applies.
+All values are computed here as plain data; the templates only place them (see ``_template``).
+
+Choices a reviewer should know:
+
+* One replica on one node → ``Deployment``. One replica over several nodes → ``LeaderWorkerSet``
+  (group size = nodes): the leader runs the Ray head and ``vllm serve`` with the Ray executor, the
+  workers join its Ray cluster. Plus a ``Service`` (port 8000, named ``http``; leaders only) and a
+  ``PodDisruptionBudget`` (``maxUnavailable: 1``, which never blocks a drain outright, even at one
+  replica, and with multi-node replicas bounds drains to one broken group at a time).
+* The container runs as UID 1000 (``runAsNonRoot``; the vLLM image defaults to root), so ``HOME``,
+  ``HF_HOME`` and the caches point into the writable ``/data`` emptyDir and ``USER`` is set (torch's
+  compile cache asks ``getpass.getuser()``, which fails for a UID without a passwd entry).
+* Environment: loadline's defaults first, then ``spec.engine.env``. A user variable with the name of
+  a default replaces it in place (never a duplicate name); setting either of ``PYTORCH_CUDA_ALLOC_CONF``
+  and ``PYTORCH_ALLOC_CONF`` (its newer name, which newer torch reads first) drops both defaults, so
+  the user's value is the one torch sees. ``HF_TOKEN`` may only come from
+  ``spec.model.tokenSecretRef`` (a ``secretKeyRef``), never as a literal.
+* CR labels are copied onto the rendered objects (loadline's own keys win); CR annotations are not
+  (they often carry tool state such as ``kubectl.kubernetes.io/last-applied-configuration``).
+* When ``metadata.uid`` is known (objects read from the cluster), the children get an owner reference
+  to the InferenceModel, so deleting it garbage-collects them.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from functools import cache
+from typing import Any
+
+from loadline.api import API_VERSION, KIND, InferenceModel
+from loadline.errors import RenderError
+from loadline.render._args import PORT, vllm_command
+from loadline.render._flags import Version, flag_table, resolve_version, version_text
+from loadline.render._resources import STARTUP_PERIOD_SECONDS, PodResources, pod_resources
+from loadline.render._template import environment, render_object
+from loadline.sizing import Plan
+
+__all__ = ["ANNOTATION_NOTES", "ANNOTATION_PLAN", "ANNOTATION_VERSION", "render_manifests"]
+
+ANNOTATION_PLAN = "loadline.dev/plan"
+ANNOTATION_VERSION = "loadline.dev/vllm-version"
+ANNOTATION_NOTES = "loadline.dev/render-notes"
+LABEL_ROLE = "loadline.dev/role"
+LABEL_MODEL = "loadline.dev/inferencemodel"
+
+UID = 1000
+DATA_DIR = "/data"
+CONTAINER = "vllm"
+TERMINATION_GRACE_SECONDS = 60
+
+# A Service name is a DNS-1035 label; the children share the CR's name, so it must be one too.
+_DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+
+
+def _metadata_strings(obj: InferenceModel) -> tuple[str, str | None]:
+    meta = obj.metadata
+    name = meta.get("name")
+    if not isinstance(name, str) or not name:
+        raise RenderError("metadata.name", "is required to name the rendered objects", "set metadata.name")
+    if len(name) > 63 or not _DNS_1035.match(name):
+        raise RenderError(
+            "metadata.name",
+            f"{name!r} cannot name a Service (a DNS-1035 label: at most 63 lower-case letters, digits "
+            "and '-', starting with a letter)",
+            "rename the InferenceModel, e.g. llama-70b",
+        )
+    namespace = meta.get("namespace")
+    if namespace is not None and (
+        not isinstance(namespace, str) or len(namespace) > 63 or not _DNS_1123_LABEL.match(namespace)
+    ):
+        raise RenderError(
+            "metadata.namespace", f"{namespace!r} is not a namespace name", "use a DNS-1123 label"
+        )
+    return name, namespace
+
+
+def _string_map(value: Any, field: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise RenderError(field, "must map strings to strings", f"fix {field}")
+    return dict(value)
+
+
+def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
+    spec = obj.spec
+    defaults: list[dict[str, Any]] = [
+        {"name": "HOME", "value": DATA_DIR},
+        {"name": "USER", "value": "vllm"},
+        {"name": "HF_HOME", "value": f"{DATA_DIR}/huggingface"},
+        {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
+        {"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"},
+    ]
+    user: dict[str, int] = {}
+    for index, var in enumerate(spec.engine.env):
+        field = f"spec.engine.env[{index}]"
+        if var.name in user:
+            raise RenderError(
+                field,
+                f"{var.name} is already set by spec.engine.env[{user[var.name]}]",
+                "keep one entry per variable",
+            )
+        if var.name in {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}:
+            raise RenderError(
+                field,
+                f"{var.name} would put a secret in the manifest in clear text",
+                "store it in a Secret and set spec.model.tokenSecretRef",
+            )
+        user[var.name] = index
+    if any(name in user for name in _ALLOC_CONF):
+        defaults = [var for var in defaults if var["name"] not in _ALLOC_CONF]
+    env = [var for var in defaults if var["name"] not in user]
+    overridden = [var["name"] for var in defaults if var["name"] in user]
+    if overridden:
+        notes.append(f"spec.engine.env overrides loadline's defaults for {', '.join(overridden)}")
+    ref = spec.model.token_secret_ref
+    if ref is not None:
+        env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    env.extend({"name": var.name, "value": var.value} for var in spec.engine.env)
+    return env
+
+
+def _plan_annotation(plan: Plan, version: Version) -> str:
+    s = plan.summary()
+    keys = (
+        "gpu",
+        "gpuProduct",
+        "gpusPerReplica",
+        "tensorParallelSize",
+        "pipelineParallelSize",
+        "nodesPerReplica",
+        "maxModelLen",
+        "maxNumSeqs",
+        "maxNumBatchedTokens",
+        "gpuMemoryUtilization",
+        "kvCacheTokens",
+    )
+    summary = {key: s[key] for key in keys}
+    summary["vllmVersion"] = version_text(version)
+    return json.dumps(summary, separators=(",", ":"))
+
+
+def _image(obj: InferenceModel, version_string: str) -> str:
+    if obj.spec.engine.image:
+        return obj.spec.engine.image
+    tag = version_string.strip().removeprefix("v")
+    return f"vllm/vllm-openai:v{tag}"
+
+
+@cache
+def _leader_script() -> str:
+    return environment().get_template("leader.sh.j2").render().strip() + "\n"
+
+
+def _pod(
+    *,
+    labels: dict[str, str],
+    image: str,
+    command: list[str],
+    args: list[str],
+    env: list[dict[str, Any]],
+    res: PodResources,
+    gpu_product: str,
+    serves: bool,
+) -> dict[str, Any]:
+    requests = {
+        "cpu": str(res.cpu),
+        "memory": f"{res.memory_gib}Gi",
+        "ephemeral-storage": f"{res.cache_gib}Gi",
+        "nvidia.com/gpu": str(res.gpus),
+    }
+    limits = {"memory": f"{res.memory_gib}Gi", "nvidia.com/gpu": str(res.gpus)}
+    return {
+        "labels": labels,
+        "annotations": {"kubectl.kubernetes.io/default-container": CONTAINER},
+        "termination_grace_seconds": TERMINATION_GRACE_SECONDS,
+        "uid": UID,
+        "gpu_product": gpu_product,
+        "container": CONTAINER,
+        "image": image,
+        "command": command,
+        "args": args,
+        "env": env,
+        "serves": serves,
+        "port": PORT,
+        "startup_period": STARTUP_PERIOD_SECONDS,
+        "startup_failure_threshold": res.startup_failure_threshold,
+        "requests": requests,
+        "limits": limits,
+        "data_dir": DATA_DIR,
+        "shm_size": f"{res.shm_gib}Gi",
+        "cache_size": f"{res.cache_gib}Gi",
+    }
+
+
+def render_manifests(
+    obj: InferenceModel, plan: Plan, *, vllm_version: str | None = None
+) -> list[dict[str, Any]]:
+    """The objects serving ``obj`` as ``plan`` says: workload, Service, PodDisruptionBudget.
+
+    ``vllm_version`` overrides ``spec.engine.version`` (flags and the default image follow it).
+    Raises :class:`loadline.errors.RenderError` naming the field at fault and the fix.
+    """
+    name, namespace = _metadata_strings(obj)
+    version_string = vllm_version if vllm_version is not None else obj.spec.engine.version
+    field = "--vllm-version" if vllm_version is not None else "spec.engine.version"
+    version = resolve_version(version_string, field)
+    table = flag_table()
+    notes: list[str] = []
+    if version > table.newest:
+        notes.append(
+            f"vLLM {version_text(version)} is newer than loadline's flag table (newest "
+            f"{version_text(table.newest)}); flags were checked as for {version_text(table.newest)}"
+        )
+
+    command = vllm_command(obj, plan, version)
+    notes.extend(command.notes)
+    env = _env(obj, notes)
+    res = pod_resources(obj, plan)
+    chosen = plan.chosen
+    multi_node = chosen.nodes > 1
+
+    selector = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    labels = {
+        **_string_map(obj.metadata.get("labels"), "metadata.labels"),
+        **selector,
+        "app.kubernetes.io/managed-by": "loadline",
+        LABEL_MODEL: name,
+    }
+    annotations = {ANNOTATION_PLAN: _plan_annotation(plan, version), ANNOTATION_VERSION: version_string}
+    if notes:
+        annotations[ANNOTATION_NOTES] = "\n".join(notes)
+    meta: dict[str, Any] = {"name": name}
+    if namespace is not None:
+        meta["namespace"] = namespace
+    meta["labels"] = labels
+    meta["annotations"] = annotations
+    uid = obj.metadata.get("uid")
+    if isinstance(uid, str) and uid:
+        meta["ownerReferences"] = [
+            {
+                "apiVersion": API_VERSION,
+                "kind": KIND,
+                "name": name,
+                "uid": uid,
+                "controller": True,
+                "blockOwnerDeletion": True,
+            }
+        ]
+    small_meta = {key: value for key, value in meta.items() if key != "annotations"}
+    image = _image(obj, version_string)
+    pod_labels = {**selector, LABEL_MODEL: name}
+
+    objects: list[dict[str, Any]] = []
+    if not multi_node:
+        server = _pod(
+            labels={**pod_labels, LABEL_ROLE: "server"},
+            command=command.launcher,
+            args=command.args,
+            serves=True,
+            image=image,
+            env=env,
+            res=res,
+            gpu_product=chosen.gpu.product,
+        )
+        objects.append(
+            render_object(
+                "deployment.yaml.j2",
+                {"meta": meta, "replicas": plan.replicas, "selector": selector, "server": server},
+            )
+        )
+        service_role = "server"
+    else:
+        leader = _pod(
+            labels={**pod_labels, LABEL_ROLE: "leader"},
+            command=["/bin/sh", "-c", _leader_script(), "loadline-leader"],
+            args=[*command.launcher, *command.args],
+            serves=True,
+            image=image,
+            env=env,
+            res=res,
+            gpu_product=chosen.gpu.product,
+        )
+        worker = _pod(
+            labels={**pod_labels, LABEL_ROLE: "worker"},
+            command=["ray", "start"],
+            args=["--address=$(LWS_LEADER_ADDRESS):6379", "--block", "--disable-usage-stats"],
+            serves=False,
+            image=image,
+            env=env,
+            res=res,
+            gpu_product=chosen.gpu.product,
+        )
+        objects.append(
+            render_object(
+                "leaderworkerset.yaml.j2",
+                {
+                    "meta": meta,
+                    "replicas": plan.replicas,
+                    "group_size": chosen.nodes,
+                    "leader": leader,
+                    "worker": worker,
+                },
+            )
+        )
+        service_role = "leader"
+    objects.append(
+        render_object(
+            "service.yaml.j2",
+            {"meta": small_meta, "selector": {**selector, LABEL_ROLE: service_role}, "port": PORT},
+        )
+    )
+    objects.append(render_object("poddisruptionbudget.yaml.j2", {"meta": small_meta, "selector": selector}))
+    return objects

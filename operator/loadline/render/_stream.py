@@ -1,0 +1,49 @@
+"""Manifests as a YAML stream, the way ``helm template`` prints them, for GitOps repositories.
+
+Each document starts with a comment naming the object and where it came from; the render notes (for
+example "this vLLM version cannot offload KV cache to CPU") are repeated as comments so that a reviewer
+of the committed YAML sees them without decoding annotations. Values are dumped by PyYAML, which quotes
+every string that needs it, so the stream parses back to exactly the objects rendered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import yaml
+
+
+class _Dumper(yaml.SafeDumper):
+    """SafeDumper that prints multi-line strings (the leader's shell script) as literal blocks."""
+
+
+def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
+    # PyYAML falls back to a quoted style by itself when a literal block cannot hold the value exactly.
+    style = "|" if "\n" in value else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def _comment(text: str) -> str:
+    return "\n".join(f"# {line}".rstrip() for line in text.splitlines() or [""])
+
+
+def manifests_yaml(objects: Sequence[dict[str, Any]], source: str = "") -> str:
+    """The objects as one YAML stream (``---`` separated), each with a header comment."""
+    docs = []
+    for obj in objects:
+        meta = obj.get("metadata", {})
+        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        header = [f"{obj.get('kind', '?')} {where}{meta.get('name', '?')}"]
+        if source:
+            header.append(f"Source: {source}")
+        notes = (meta.get("annotations") or {}).get("loadline.dev/render-notes", "")
+        header.extend(f"Note: {line}" for line in str(notes).splitlines() if line)
+        body = yaml.dump(
+            obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100
+        )
+        docs.append("---\n" + "\n".join(_comment(line) for line in header) + "\n" + body)
+    return "".join(docs)
