@@ -1,0 +1,649 @@
+"""The vLLM manifest renderer: structure, version gating of flags, extraArgs errors, env, resources,
+multi-node LeaderWorkerSet, and that no CR string can change the YAML structure.
+
+Models are given inline (spec.model.config) so these tests do not depend on the model catalog.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+import yaml
+
+from loadline.api import InferenceModel, parse_inference_model
+from loadline.errors import RenderError
+from loadline.render import (
+    ANNOTATION_NOTES,
+    ANNOTATION_PLAN,
+    canonical_flag,
+    flag_table,
+    manifests_yaml,
+    render_manifests,
+    version_text,
+)
+from loadline.render._template import environment, quote
+from loadline.sizing import plan_inference_model
+
+LLAMA_8B = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "num_attention_heads": 32,
+    "num_hidden_layers": 32,
+    "num_key_value_heads": 8,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 500000.0,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+LLAMA_405B = {
+    **LLAMA_8B,
+    "hidden_size": 16384,
+    "intermediate_size": 53248,
+    "num_attention_heads": 128,
+    "num_hidden_layers": 126,
+}
+AWQ_8B = {
+    **LLAMA_8B,
+    "torch_dtype": "float16",
+    "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+}
+
+ALL_RELEASES = [version_text(v) for v in flag_table().releases]
+
+
+def make_obj(spec: dict[str, Any] | None = None, metadata: dict[str, Any] | None = None) -> InferenceModel:
+    base: dict[str, Any] = {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "config": LLAMA_8B},
+        "maxModelLen": 8192,
+        "concurrency": 4,
+        "engine": {"version": "0.19.0"},
+        "gpu": {"types": ["L40S"]},
+    }
+    for key, value in (spec or {}).items():
+        if isinstance(value, dict) and isinstance(base.get(key), dict):
+            base[key] = {**base[key], **value}
+        else:
+            base[key] = value
+    return parse_inference_model(
+        {
+            "apiVersion": "loadline.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": metadata if metadata is not None else {"name": "chat", "namespace": "team-a"},
+            "spec": base,
+        }
+    )
+
+
+def render(obj: InferenceModel, version: str | None = None) -> list[dict[str, Any]]:
+    return render_manifests(obj, plan_inference_model(obj.spec), vllm_version=version)
+
+
+def by_kind(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {o["kind"]: o for o in objects}
+
+
+def pod_spec(objects: list[dict[str, Any]], role: str = "leader") -> dict[str, Any]:
+    kinds = by_kind(objects)
+    if "Deployment" in kinds:
+        spec: dict[str, Any] = kinds["Deployment"]["spec"]["template"]["spec"]
+        return spec
+    template = kinds["LeaderWorkerSet"]["spec"]["leaderWorkerTemplate"][f"{role}Template"]
+    lws_spec: dict[str, Any] = template["spec"]
+    return lws_spec
+
+
+def container(objects: list[dict[str, Any]], role: str = "leader") -> dict[str, Any]:
+    c: dict[str, Any] = pod_spec(objects, role)["containers"][0]
+    return c
+
+
+def argv(objects: list[dict[str, Any]]) -> list[str]:
+    c = container(objects)
+    return [*c["command"], *c["args"]]
+
+
+def flag_value(args: list[str], flag: str) -> str | None:
+    if flag not in args:
+        return None
+    return args[args.index(flag) + 1]
+
+
+# ---- structure of a single-node replica ----
+
+
+def test_single_node_renders_deployment_service_and_pdb() -> None:
+    objects = render(make_obj())
+    assert [o["kind"] for o in objects] == ["Deployment", "Service", "PodDisruptionBudget"]
+    labels = objects[0]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/name"] == "vllm"
+    assert labels["app.kubernetes.io/instance"] == "chat"
+    assert labels["app.kubernetes.io/managed-by"] == "loadline"
+    assert labels["loadline.dev/inferencemodel"] == "chat"
+    for obj in objects:
+        assert obj["metadata"]["name"] == "chat"
+        assert obj["metadata"]["namespace"] == "team-a"
+    service = by_kind(objects)["Service"]
+    assert service["spec"]["ports"] == [
+        {"name": "http", "port": 8000, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"}
+    ]
+    pdb = by_kind(objects)["PodDisruptionBudget"]
+    assert pdb["spec"]["maxUnavailable"] == 1
+    template_labels = objects[0]["spec"]["template"]["metadata"]["labels"]
+    assert all(template_labels[k] == v for k, v in service["spec"]["selector"].items())
+    assert all(template_labels[k] == v for k, v in pdb["spec"]["selector"]["matchLabels"].items())
+
+
+def test_plan_summary_annotation() -> None:
+    obj = make_obj()
+    plan = plan_inference_model(obj.spec)
+    objects = render_manifests(obj, plan)
+    summary = yaml.safe_load(objects[0]["metadata"]["annotations"][ANNOTATION_PLAN])
+    assert summary["gpu"] == plan.summary()["gpu"]
+    assert summary["tensorParallelSize"] == plan.chosen.tensor_parallel_size
+    assert summary["pipelineParallelSize"] == 1
+    assert summary["vllmVersion"] == "0.19.0"
+
+
+def test_vllm_command_carries_the_plan() -> None:
+    obj = make_obj({"kvCacheDtype": "fp8", "engine": {"enforceEager": True}})
+    plan = plan_inference_model(obj.spec)
+    args = argv(render_manifests(obj, plan))
+    s = plan.settings
+    assert args[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-8B-Instruct"]
+    assert flag_value(args, "--max-model-len") == str(s.max_model_len)
+    assert flag_value(args, "--max-num-seqs") == str(s.max_num_seqs)
+    assert flag_value(args, "--max-num-batched-tokens") == str(s.max_num_batched_tokens)
+    assert flag_value(args, "--gpu-memory-utilization") == format(s.gpu_memory_utilization, "g")
+    assert flag_value(args, "--tensor-parallel-size") == str(plan.chosen.tensor_parallel_size)
+    assert flag_value(args, "--dtype") == "bfloat16"
+    assert flag_value(args, "--kv-cache-dtype") == "fp8"
+    assert flag_value(args, "--port") == "8000"
+    assert flag_value(args, "--host") == "0.0.0.0"
+    assert "--enforce-eager" in args
+    assert "--pipeline-parallel-size" not in args
+    assert "--quantization" not in args
+    assert "--served-model-name" not in args
+
+
+def test_optional_model_flags() -> None:
+    obj = make_obj({"model": {"servedName": "chat", "revision": "a1b2c3"}})
+    args = argv(render(obj))
+    assert flag_value(args, "--served-model-name") == "chat"
+    assert flag_value(args, "--revision") == "a1b2c3"
+    assert "--kv-cache-dtype" not in args
+
+
+def test_quantization_only_when_the_spec_names_a_method() -> None:
+    checkpoint = make_obj({"model": {"config": AWQ_8B}})
+    assert "--quantization" not in argv(render(checkpoint))
+    explicit = make_obj({"model": {"config": AWQ_8B}, "quantization": "awq_marlin"})
+    assert flag_value(argv(render(explicit)), "--quantization") == "awq_marlin"
+
+
+def test_pod_hardening_and_gpu_placement() -> None:
+    obj = make_obj()
+    plan = plan_inference_model(obj.spec)
+    objects = render_manifests(obj, plan)
+    spec = pod_spec(objects)
+    c = container(objects)
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["runAsUser"] == 1000
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert c["securityContext"]["allowPrivilegeEscalation"] is False
+    assert c["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+    assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    gpus = str(plan.chosen.gpus)
+    assert c["resources"]["requests"]["nvidia.com/gpu"] == gpus
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == gpus
+    assert c["resources"]["requests"]["memory"] == c["resources"]["limits"]["memory"]
+    term = spec["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["nodeSelectorTerms"][0]["matchExpressions"] == [
+        {"key": "nvidia.com/gpu.product", "operator": "In", "values": [plan.chosen.gpu.product]}
+    ]
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["dshm"]["emptyDir"]["medium"] == "Memory"
+    assert volumes["dshm"]["emptyDir"]["sizeLimit"].endswith("Gi")
+    mounts = {m["mountPath"] for m in c["volumeMounts"]}
+    assert {"/dev/shm", "/data"} <= mounts
+    env = {e["name"]: e for e in c["env"]}
+    assert env["PYTORCH_CUDA_ALLOC_CONF"]["value"] == "expandable_segments:True"
+    assert env["PYTORCH_ALLOC_CONF"]["value"] == "expandable_segments:True"
+    assert env["HOME"]["value"] == "/data"
+    assert env["HF_HOME"]["value"].startswith("/data")
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+
+
+def test_startup_probe_scales_with_weights() -> None:
+    small = container(render(make_obj()))["startupProbe"]
+    big_obj = make_obj({"model": {"config": LLAMA_405B}, "gpu": {"types": ["H100-80GB"]}, "concurrency": 1})
+    big = container(render(big_obj))["startupProbe"]
+    small_budget = small["failureThreshold"] * small["periodSeconds"]
+    big_budget = big["failureThreshold"] * big["periodSeconds"]
+    assert small_budget >= 600
+    # ~750 GiB at 50 MB/s is over four hours.
+    assert big_budget >= 4 * 3600
+    assert big_budget > small_budget
+
+
+def test_host_resources_default_rule_and_overrides() -> None:
+    obj = make_obj()
+    plan = plan_inference_model(obj.spec)
+    res = container(render_manifests(obj, plan))["resources"]
+    weights = plan.budget.weights_gib * plan.chosen.gpus
+    memory = int(res["requests"]["memory"].removesuffix("Gi"))
+    assert memory >= max(16, weights + 4)
+    assert "cpu" not in res["limits"]  # no CPU limit: throttling the engine's busy loop costs latency
+    offload = make_obj({"kvOffload": {"cpuGiB": 32}})
+    res_offload = container(render(offload))["resources"]
+    assert int(res_offload["requests"]["memory"].removesuffix("Gi")) >= memory + 32
+    fixed = make_obj({"resources": {"memoryGiB": 48, "cpu": 6}})
+    res_fixed = container(render(fixed))["resources"]
+    assert res_fixed["requests"]["memory"] == "48Gi"
+    assert res_fixed["limits"]["memory"] == "48Gi"
+    assert res_fixed["requests"]["cpu"] == "6"
+
+
+def test_image_follows_version_unless_set() -> None:
+    assert container(render(make_obj()))["image"] == "vllm/vllm-openai:v0.19.0"
+    assert container(render(make_obj(), "0.12.0"))["image"] == "vllm/vllm-openai:v0.12.0"
+    custom = make_obj({"engine": {"image": "registry.example/vllm:patched"}})
+    assert container(render(custom, "0.12.0"))["image"] == "registry.example/vllm:patched"
+
+
+def test_owner_reference_when_uid_known() -> None:
+    obj = make_obj(metadata={"name": "chat", "namespace": "ns", "uid": "1234-abcd"})
+    for o in render(obj):
+        ref = o["metadata"]["ownerReferences"][0]
+        assert ref["kind"] == "InferenceModel"
+        assert ref["uid"] == "1234-abcd"
+        assert ref["controller"] is True
+    assert "ownerReferences" not in render(make_obj())[0]["metadata"]
+
+
+@pytest.mark.parametrize(
+    ("metadata", "field"),
+    [
+        ({}, "metadata.name"),
+        ({"name": "Chat.Model"}, "metadata.name"),
+        ({"name": "9lives"}, "metadata.name"),
+        ({"name": "ok", "namespace": "Bad_NS"}, "metadata.namespace"),
+    ],
+)
+def test_bad_names_are_render_errors(metadata: dict[str, Any], field: str) -> None:
+    with pytest.raises(RenderError) as err:
+        render(make_obj(metadata=metadata))
+    assert err.value.field == field
+    assert err.value.fix
+
+
+# ---- environment ----
+
+
+def test_hf_token_only_from_secret_ref() -> None:
+    obj = make_obj({"model": {"tokenSecretRef": {"name": "hf", "key": "token"}}})
+    env = {e["name"]: e for e in container(render(obj))["env"]}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf", "key": "token"}},
+    }
+    literal = make_obj({"engine": {"env": [{"name": "HF_TOKEN", "value": "hf_secret"}]}})
+    with pytest.raises(RenderError) as err:
+        render(literal)
+    assert err.value.field == "spec.engine.env[0]"
+    assert "tokenSecretRef" in err.value.fix
+
+
+def test_user_env_overrides_defaults_without_duplicates() -> None:
+    obj = make_obj(
+        {"engine": {"env": [{"name": "HF_HOME", "value": "/models"}, {"name": "FOO", "value": "1"}]}}
+    )
+    objects = render(obj)
+    env = container(objects)["env"]
+    names = [e["name"] for e in env]
+    assert len(names) == len(set(names))
+    assert {"name": "HF_HOME", "value": "/models"} in env
+    assert names[-2:] == ["HF_HOME", "FOO"]  # user variables come last, in their order
+    assert "HF_HOME" in objects[0]["metadata"]["annotations"][ANNOTATION_NOTES]
+
+
+def test_either_alloc_conf_name_replaces_both_defaults() -> None:
+    obj = make_obj(
+        {"engine": {"env": [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:512"}]}}
+    )
+    env = container(render(obj))["env"]
+    alloc = [e for e in env if e["name"] in {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}]
+    assert alloc == [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:512"}]
+
+
+def test_duplicate_user_env_is_an_error() -> None:
+    obj = make_obj({"engine": {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}})
+    with pytest.raises(RenderError) as err:
+        render(obj)
+    assert err.value.field == "spec.engine.env[1]"
+
+
+# ---- version gating ----
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_cpu_kv_offload_flags_follow_the_version(version: str) -> None:
+    obj = make_obj({"kvOffload": {"cpuGiB": 16}})
+    objects = render(obj, version)
+    args = argv(objects)
+    v = tuple(int(p) for p in version.split("."))
+    notes = objects[0]["metadata"]["annotations"].get(ANNOTATION_NOTES, "")
+    if v >= (0, 12, 0):
+        assert flag_value(args, "--kv-offloading-size") == "16"
+        assert flag_value(args, "--kv-offloading-backend") == "native"
+        assert "--swap-space" not in args
+    else:
+        assert "--kv-offloading-size" not in args
+        assert flag_value(args, "--swap-space") == "16"  # GiB per GPU: one GPU here
+        assert "V1 engine offloads no KV cache" in notes
+    if v >= (0, 18, 0):
+        assert "--swap-space" not in args
+
+
+def test_swap_space_is_per_gpu() -> None:
+    obj = make_obj(
+        {"model": {"config": LLAMA_405B}, "gpu": {"types": ["H100-80GB"]}, "kvOffload": {"cpuGiB": 64}}
+    )
+    plan = plan_inference_model(obj.spec)
+    args = argv(render_manifests(obj, plan, vllm_version="0.11.0"))
+    assert float(flag_value(args, "--swap-space") or 0) == pytest.approx(64 / plan.chosen.gpus)
+
+
+@pytest.mark.parametrize("version", ALL_RELEASES)
+def test_no_rendered_flag_is_missing_from_its_version(version: str) -> None:
+    obj = make_obj(
+        {
+            "kvOffload": {"cpuGiB": 8},
+            "kvCacheDtype": "fp8",
+            "model": {"servedName": "chat", "revision": "main"},
+            "engine": {"enforceEager": True},
+        }
+    )
+    table = flag_table()
+    v = tuple(int(p) for p in version.split("."))
+    for token in argv(render(obj, version)):
+        if token.startswith("--"):
+            assert table.has(token, v), f"{token} rendered for {version}"
+    for name, entry in table.flags.items():
+        if not entry.present_in(v):
+            assert name not in argv(render(obj, version))
+
+
+def test_removed_flags_are_never_rendered_by_loadline() -> None:
+    for version in ALL_RELEASES:
+        args = argv(render(make_obj(), version))
+        for flag in ("--disable-log-requests", "--preemption-mode", "--num-scheduler-steps"):
+            assert flag not in args
+
+
+def test_versions_before_v1_are_refused() -> None:
+    with pytest.raises(RenderError) as err:
+        render(make_obj(), "0.7.3")
+    assert err.value.field == "--vllm-version"
+    assert "0.8.0" in err.value.fix
+
+
+def test_version_newer_than_table_renders_with_a_note() -> None:
+    objects = render(make_obj(), "0.99.0")
+    assert "newer than loadline's flag table" in objects[0]["metadata"]["annotations"][ANNOTATION_NOTES]
+    assert container(objects)["image"] == "vllm/vllm-openai:v0.99.0"
+
+
+# ---- extraArgs ----
+
+
+@pytest.mark.parametrize(
+    ("extra", "version", "index", "words"),
+    [
+        (["--enable-prefix-caching", "--disable-log-requests"], "0.17.0", 1, "removed in vLLM 0.17.0"),
+        (["--preemption-mode", "recompute"], "0.11.0", 0, "removed in vLLM 0.11.0"),
+        (["--preemption-mode=swap"], "0.19.0", 0, "removed in vLLM 0.11.0"),
+        (["--num-scheduler-steps", "8"], "0.12.0", 0, "removed"),
+        (["--enable-reasoning"], "0.10.0", 0, "removed in vLLM 0.10.0"),
+        (["--no-enable-log-requests"], "0.9.0", 0, "added in vLLM 0.10.2"),
+        (["--structured-outputs-config.backend", "xgrammar"], "0.10.0", 0, "added in vLLM 0.11.0"),
+        (["--guided-decoding-backend", "xgrammar"], "0.12.0", 0, "removed in vLLM 0.11.0"),
+    ],
+)
+def test_extra_args_the_version_lacks_are_errors(
+    extra: list[str], version: str, index: int, words: str
+) -> None:
+    obj = make_obj({"engine": {"extraArgs": extra}})
+    with pytest.raises(RenderError) as err:
+        render(obj, version)
+    assert err.value.field == f"spec.engine.extraArgs[{index}]"
+    assert words in err.value.problem
+    assert err.value.fix.startswith("remove")
+
+
+@pytest.mark.parametrize(
+    ("extra", "version"),
+    [
+        (["--disable-log-requests"], "0.16.0"),
+        (["--preemption-mode", "recompute"], "0.10.2"),
+        (["--enable-log-requests"], "0.19.0"),
+        (["--no-enable-log-requests"], "0.19.0"),
+        (["--structured-outputs-config.backend", "xgrammar"], "0.19.0"),
+        (["--some-future-flag", "x"], "0.30.0"),
+    ],
+)
+def test_extra_args_the_version_has_are_appended(extra: list[str], version: str) -> None:
+    args = argv(render(make_obj({"engine": {"extraArgs": extra}}), version))
+    assert args[-len(extra) :] == extra
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        ["--max-model-len", "4096"],
+        ["--max_model_len=4096"],
+        ["-tp", "2"],
+        ["--tensor-parallel-size=2"],
+        ["--swap-space", "4"],
+        ["--kv-offloading-size", "4"],
+        ["--port", "9000"],
+        ["--hf-token", "hf_x"],
+        ["--no-enforce-eager"],
+    ],
+)
+def test_extra_args_may_not_override_what_loadline_renders(extra: list[str]) -> None:
+    with pytest.raises(RenderError) as err:
+        render(make_obj({"engine": {"extraArgs": extra}}))
+    assert err.value.field == "spec.engine.extraArgs[0]"
+    assert "set by loadline" in err.value.problem
+    assert "instead" in err.value.fix
+
+
+def test_canonical_flag_names() -> None:
+    aliases = flag_table().aliases
+    assert canonical_flag("--max_model_len", aliases) == "--max-model-len"
+    assert canonical_flag("--compilation-config.level", aliases) == "--compilation-config"
+    assert canonical_flag("-tp", aliases) == "--tensor-parallel-size"
+
+
+def test_flag_table_is_well_formed() -> None:
+    table = flag_table()
+    assert table.oldest == (0, 8, 0)
+    assert table.newest == max(table.releases)
+    for required in ("0.8.0", "0.10.0", "0.11.0", "0.12.0", "0.17.0", "0.19.0"):
+        assert tuple(int(p) for p in required.split(".")) in table.releases
+    for entry in table.flags.values():
+        assert entry.source
+        if entry.since and entry.until:
+            assert entry.since < entry.until
+    assert table.flags["--swap-space"].until == (0, 18, 0)
+    assert table.flags["--kv-offloading-size"].since == (0, 12, 0)
+    assert table.flags["--disable-log-requests"].until == (0, 17, 0)
+    assert table.flags["--preemption-mode"].until == (0, 11, 0)
+
+
+# ---- multi-node ----
+
+
+def multi_node_obj(**extra: Any) -> InferenceModel:
+    return make_obj(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-405B", "config": LLAMA_405B},
+            "gpu": {"types": ["H100-80GB"], "allowMultiNode": True},
+            "concurrency": 1,
+            **extra,
+        },
+        metadata={"name": "llama-405b", "namespace": "research"},
+    )
+
+
+def test_multi_node_renders_a_leaderworkerset_with_ray() -> None:
+    obj = multi_node_obj(replicas=2)
+    plan = plan_inference_model(obj.spec)
+    assert plan.chosen.nodes == 2
+    objects = render_manifests(obj, plan)
+    assert [o["kind"] for o in objects] == ["LeaderWorkerSet", "Service", "PodDisruptionBudget"]
+    lws = objects[0]
+    assert lws["apiVersion"] == "leaderworkerset.x-k8s.io/v1"
+    assert lws["spec"]["replicas"] == 2
+    template = lws["spec"]["leaderWorkerTemplate"]
+    assert template["size"] == 2
+    assert template["restartPolicy"] == "RecreateGroupOnPodRestart"
+
+    leader = container(objects, "leader")
+    assert leader["command"][:2] == ["/bin/sh", "-c"]
+    script = leader["command"][2]
+    assert "ray start --head --port=6379" in script
+    assert script.rstrip().endswith('exec "$@"')
+    args = leader["args"]
+    assert args[:3] == ["vllm", "serve", "meta-llama/Llama-3.1-405B"]
+    assert flag_value(args, "--tensor-parallel-size") == str(plan.chosen.tensor_parallel_size)
+    assert flag_value(args, "--pipeline-parallel-size") == str(plan.chosen.pipeline_parallel_size)
+    assert flag_value(args, "--distributed-executor-backend") == "ray"
+    assert "startupProbe" in leader
+
+    worker = container(objects, "worker")
+    assert worker["command"] == ["ray", "start"]
+    assert "--address=$(LWS_LEADER_ADDRESS):6379" in worker["args"]
+    assert "--block" in worker["args"]
+    assert "startupProbe" not in worker and "ports" not in worker
+    per_pod = str(plan.chosen.gpus // plan.chosen.nodes)
+    for c in (leader, worker):
+        assert c["resources"]["requests"]["nvidia.com/gpu"] == per_pod
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == per_pod
+        assert c["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert worker["env"] == leader["env"]
+
+    service = by_kind(objects)["Service"]
+    assert service["spec"]["selector"]["loadline.dev/role"] == "leader"
+    assert template["leaderTemplate"]["metadata"]["labels"]["loadline.dev/role"] == "leader"
+
+
+def test_single_node_never_uses_ray() -> None:
+    assert "--distributed-executor-backend" not in argv(render(make_obj()))
+
+
+# ---- no CR string changes the structure ----
+
+HOSTILE = [
+    "line1\nline2",
+    "key: value",
+    "{a: b}",
+    "- item",
+    "---",
+    "...",
+    "'single' \"double\"",
+    "# not a comment",
+    "&anchor *alias !!python/object:os.system",
+    "  leading and trailing  ",
+    "tab\there",
+    "| block",
+    "> folded",
+    "% directive",
+    "@at `back`",
+    "null",
+    "true",
+    "0x1F",
+    "1e3",
+    "~",
+    "emoji 🦙 and nel \x85 and ls \u2028 and bom \ufeff",
+    "{{ jinja }} {% raw %}",
+    "$(HF_TOKEN) ${HOME}",
+    "\\ backslash \\n",
+    "",
+]
+
+
+def _shape(node: Any) -> Any:
+    """The structure of a parsed object with every string replaced: what hostile input must not alter."""
+    if isinstance(node, dict):
+        return {k if not isinstance(k, str) else "k": _shape(v) for k, v in sorted(node.items())}
+    if isinstance(node, list):
+        return [_shape(v) for v in node]
+    if isinstance(node, str):
+        return "s"
+    return node
+
+
+def _hostile_obj(value: str, index: int) -> InferenceModel:
+    return make_obj(
+        {
+            "engine": {
+                "image": f"registry.example/vllm:{index}{value}",
+                "extraArgs": ["--chat-template", value, f"--override-generation-config={value}"],
+                "env": [{"name": "USER_TEXT", "value": value}],
+            }
+        },
+        metadata={
+            "name": "chat",
+            "namespace": "team-a",
+            "labels": {"team": value, f"x{index}/{value}": "v"},
+            "annotations": {"note": value},
+        },
+    )
+
+
+def _hostile_shape(objects: list[dict[str, Any]]) -> Any:
+    # Label keys come from the CR; compare the label map by size only.
+    shaped = copy.deepcopy(objects)
+    for obj in shaped:
+        obj["metadata"]["labels"] = len(obj["metadata"]["labels"])
+    return _shape(shaped)
+
+
+@pytest.mark.parametrize("index", range(len(HOSTILE)))
+def test_hostile_strings_cannot_change_the_manifest_structure(index: int) -> None:
+    value = HOSTILE[index]
+    benign = render(_hostile_obj("plain", index))
+    hostile_obj = _hostile_obj(value, index)
+    objects = render(hostile_obj)
+    assert _hostile_shape(objects) == _hostile_shape(benign)
+
+    c = container(objects)
+    assert c["image"] == f"registry.example/vllm:{index}{value}"
+    assert c["args"][-3:] == ["--chat-template", value, f"--override-generation-config={value}"]
+    assert {"name": "USER_TEXT", "value": value} in c["env"]
+    for obj in objects:
+        assert obj["metadata"]["labels"]["team"] == value
+        assert obj["metadata"]["labels"][f"x{index}/{value}"] == "v"
+        assert "note" not in obj["metadata"].get("annotations", {})
+
+    # The printed stream parses back to exactly the same objects.
+    stream = manifests_yaml(objects, source=value)
+    assert list(yaml.safe_load_all(stream)) == objects
+
+
+def test_every_template_value_must_be_quoted() -> None:
+    env = environment()
+    with pytest.raises(TypeError, match="without the q filter"):
+        env.from_string("a: {{ x }}").render(x="b: c")
+    assert env.from_string("a: {{ x | q }}").render(x="b: c") == 'a: "b: c"'
+    assert quote("\u2028") == '"\\u2028"'
