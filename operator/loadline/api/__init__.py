@@ -1,6 +1,13 @@
 """The loadline.dev/v1alpha1 API: pydantic models of the CRDs, their loader and the CRD generator."""
 
-from loadline.api._crd import all_crds, build_inferencemodel_crd, openapi_schema, render_crds_yaml, write_crds
+from loadline.api._crd import (
+    all_crds,
+    build_inferencemodel_crd,
+    build_peering_crd,
+    openapi_schema,
+    render_crds_yaml,
+    write_crds,
+)
 from loadline.api._load import (
     load_inference_models,
     parse_inference_model,
@@ -55,6 +62,7 @@ __all__ = [
     "Resources",
     "all_crds",
     "build_inferencemodel_crd",
+    "build_peering_crd",
     "load_inference_models",
     "openapi_schema",
     "parse_inference_model",

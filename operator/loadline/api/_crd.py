@@ -161,9 +161,47 @@ def build_inferencemodel_crd() -> dict[str, Any]:
     }
 
 
+def build_peering_crd(scope: str) -> dict[str, Any]:
+    """kopf's peering resources (group kopf.dev), through which operator replicas elect one active.
+
+    The schema is ours, written from kopf's documented contract: a free-form ``status`` in which each
+    replica writes its identity, priority and lifetime.
+    """
+    kind = "ClusterKopfPeering" if scope == "Cluster" else "KopfPeering"
+    plural = kind.lower() + "s"
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.kopf.dev", "labels": {"app.kubernetes.io/part-of": "loadline"}},
+        "spec": {
+            "group": "kopf.dev",
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "description": "Operator replicas announce themselves here; the highest "
+                            "priority replica handles resources, the others wait.",
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                            "properties": {
+                                "status": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+                            },
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
 def all_crds() -> list[dict[str, Any]]:
-    """Every CRD loadline owns, in a stable order."""
-    return [build_inferencemodel_crd()]
+    """Every CRD loadline installs, in a stable order."""
+    return [build_inferencemodel_crd(), build_peering_crd("Cluster"), build_peering_crd("Namespaced")]
 
 
 class _Dumper(yaml.SafeDumper):

@@ -1,0 +1,161 @@
+"""Pure builders of what the operator writes: status patches, conditions, owner references.
+
+Nothing here imports kopf or a Kubernetes client; handlers pass plain dicts in and get plain dicts out,
+so every decision is unit-tested. A builder never changes ``lastTransitionTime`` of a condition whose
+status did not change: that is what keeps a resync of an unchanged object from writing anything.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+Status = dict[str, Any]
+
+PLANNED, DEPLOYED, READY = "Planned", "Deployed", "Ready"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+def build_condition(
+    kind: str, ok: bool | None, reason: str, message: str, generation: int | None
+) -> dict[str, Any]:
+    status = "Unknown" if ok is None else ("True" if ok else "False")
+    cond: dict[str, Any] = {"type": kind, "status": status, "reason": reason, "message": message}
+    if generation is not None:
+        cond["observedGeneration"] = generation
+    return cond
+
+
+def merge_conditions(
+    previous: Iterable[Mapping[str, Any]], updates: Iterable[Mapping[str, Any]], now: str
+) -> list[dict[str, Any]]:
+    """Conditions after ``updates``; a condition keeps its transition time while its status holds."""
+    merged: dict[str, dict[str, Any]] = {str(c.get("type")): dict(c) for c in previous}
+    for update in updates:
+        old = merged.get(str(update["type"]))
+        new = dict(update)
+        if old is not None and old.get("status") == new["status"] and old.get("lastTransitionTime"):
+            new["lastTransitionTime"] = old["lastTransitionTime"]
+        else:
+            new["lastTransitionTime"] = now
+        merged[str(update["type"])] = new
+    order = {PLANNED: 0, DEPLOYED: 1, READY: 2}
+    return sorted(merged.values(), key=lambda c: (order.get(str(c.get("type")), 9), str(c.get("type"))))
+
+
+def build_owner_reference(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An owner reference that lets the garbage collector delete children with their InferenceModel."""
+    meta = body["metadata"]
+    return {
+        "apiVersion": body["apiVersion"],
+        "kind": body["kind"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def with_owner(manifest: Mapping[str, Any], owner: Mapping[str, Any], namespace: str) -> dict[str, Any]:
+    child = dict(manifest)
+    meta = dict(child.get("metadata", {}))
+    meta["ownerReferences"] = [dict(owner)]
+    meta["namespace"] = namespace
+    child["metadata"] = meta
+    return child
+
+
+def readiness_from_workload(workload: Mapping[str, Any] | None) -> tuple[bool, str]:
+    """(ready, message) from a Deployment's or LeaderWorkerSet's status."""
+    if not workload:
+        return False, "workload not created yet"
+    spec = workload.get("spec", {}) or {}
+    status = workload.get("status", {}) or {}
+    wanted = int(spec.get("replicas", 1) or 0)
+    generation = workload.get("metadata", {}).get("generation")
+    observed = status.get("observedGeneration")
+    ready = int(status.get("readyReplicas", 0) or 0)
+    updated = int(status.get("updatedReplicas", 0) or 0)
+    available = int(status.get("availableReplicas", ready) or 0)
+    if generation is not None and observed is not None and observed < generation:
+        return False, f"rolling out generation {generation}"
+    if wanted == 0:
+        return True, "scaled to 0 replicas"
+    if available >= wanted and updated >= wanted:
+        return True, f"{available}/{wanted} replicas available"
+    return False, f"{available}/{wanted} replicas available, {updated} updated"
+
+
+def build_deployed_status(
+    previous: Mapping[str, Any],
+    *,
+    plan_summary: Mapping[str, Any],
+    generation: int | None,
+    ready: bool,
+    ready_message: str,
+    now: str,
+    message: str,
+) -> Status:
+    """Status after a successful plan and apply."""
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [],
+        [
+            build_condition(PLANNED, True, "Planned", message, generation),
+            build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
+            build_condition(READY, ready, "Available" if ready else "Progressing", ready_message, generation),
+        ],
+        now,
+    )
+    return {
+        "phase": "Ready" if ready else "Deploying",
+        "message": message if ready else f"{message}; {ready_message}",
+        "observedGeneration": generation,
+        "plan": dict(plan_summary),
+        "conditions": conditions,
+    }
+
+
+def build_failed_status(
+    previous: Mapping[str, Any],
+    *,
+    reason: str,
+    message: str,
+    generation: int | None,
+    now: str,
+    phase: str = "Failed",
+) -> Status:
+    """Status when the spec cannot be planned (Failed) or waits on the cluster (Pending)."""
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [],
+        [build_condition(PLANNED, False, reason, message, generation)],
+        now,
+    )
+    return {"phase": phase, "message": message, "observedGeneration": generation, "conditions": conditions}
+
+
+def build_readiness_status(
+    previous: Mapping[str, Any], *, ready: bool, message: str, now: str
+) -> Status | None:
+    """Status change when a child workload's availability changes; None when nothing changes."""
+    phase = previous.get("phase")
+    if phase not in {"Deploying", "Ready"}:
+        return None  # Failed/Pending/Degraded are decided elsewhere
+    new_phase = "Ready" if ready else "Deploying"
+    generation = previous.get("observedGeneration")
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [],
+        [build_condition(READY, ready, "Available" if ready else "Progressing", message, generation)],
+        now,
+    )
+    if new_phase == phase and conditions == previous.get("conditions"):
+        return None
+    return {"phase": new_phase, "conditions": conditions}
+
+
+def status_changes(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> Status:
+    """Only the top-level status fields that differ: an empty dict means there is nothing to write."""
+    return {key: value for key, value in desired.items() if previous.get(key) != value}

@@ -1,0 +1,103 @@
+"""The Kubernetes API as the handlers use it: server-side apply, reads of nodes, pods and ConfigMaps.
+
+A thin wrapper over the official client's dynamic client, returning plain dicts. It is the only module
+besides the kopf registrations that talks to the API server.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from kubernetes.dynamic import DynamicClient
+from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
+
+_lock = threading.Lock()
+_client: DynamicClient | None = None
+
+
+def dynamic() -> DynamicClient:
+    """One discovery-backed client per process (in-cluster config, else KUBECONFIG)."""
+    global _client
+    with _lock:
+        if _client is None:
+            try:
+                config.load_incluster_config()  # type: ignore[no-untyped-call]
+            except config.ConfigException:
+                config.load_kube_config()  # type: ignore[no-untyped-call]
+            _client = DynamicClient(client.ApiClient())  # type: ignore[no-untyped-call]
+        return _client
+
+
+def _resource(api_version: str, kind: str) -> Any:
+    return dynamic().resources.get(api_version=api_version, kind=kind)
+
+
+def get(api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+    try:
+        obj = _resource(api_version, kind).get(name=name, namespace=namespace)
+    except NotFoundError:
+        return None
+    result: dict[str, Any] = obj.to_dict()
+    return result
+
+
+def has_kind(api_version: str, kind: str) -> bool:
+    try:
+        _resource(api_version, kind)
+    except ResourceNotFoundError:
+        return False
+    return True
+
+
+def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
+    """Server-side apply one object; returns it and whether the API server changed anything."""
+    meta = manifest["metadata"]
+    resource = _resource(manifest["apiVersion"], manifest["kind"])
+    namespace = meta.get("namespace")
+    before = get(manifest["apiVersion"], manifest["kind"], namespace, meta["name"])
+    applied = resource.server_side_apply(
+        body=dict(manifest),
+        name=meta["name"],
+        namespace=namespace,
+        field_manager=field_manager,
+        force_conflicts=True,
+    )
+    result: dict[str, Any] = applied.to_dict()
+    before_version = (before or {}).get("metadata", {}).get("resourceVersion")
+    return result, before_version != result["metadata"]["resourceVersion"]
+
+
+def list_objects(
+    api_version: str, kind: str, namespace: str | None = None, **selectors: str
+) -> list[dict[str, Any]]:
+    items = _resource(api_version, kind).get(namespace=namespace, **selectors).items
+    return [item.to_dict() for item in items]
+
+
+def delete(api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+    try:
+        _resource(api_version, kind).delete(name=name, namespace=namespace)
+    except (NotFoundError, ApiException) as exc:
+        if isinstance(exc, NotFoundError) or getattr(exc, "status", None) == 404:
+            return False
+        raise
+    return True
+
+
+def patch_status(obj: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Merge-patch the status subresource of ``obj`` (guarded by its resourceVersion)."""
+    meta = obj["metadata"]
+    resource = _resource(obj["apiVersion"], obj["kind"])
+    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": dict(changes)}
+    result = resource.status.patch(
+        body=body,
+        name=meta["name"],
+        namespace=meta.get("namespace"),
+        content_type="application/merge-patch+json",
+    )
+    patched: dict[str, Any] = result.to_dict()
+    return patched

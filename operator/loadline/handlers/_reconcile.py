@@ -1,0 +1,204 @@
+"""Create, update and resume of an InferenceModel: resolve → plan → render → apply → status.
+
+One function per event shape, all the same flow, because kopf calls create/update/resume for the same
+reason: make the children match the spec. Each step's failure is classified once:
+
+- a spec that can never work (bad field, no GPU type fits, flag the vLLM version lacks) → status Failed,
+  a Warning Event, and ``kopf.PermanentError`` (no retries until the spec changes);
+- the world is not ready (ConfigMap missing, no free GPUs, API errors) → status Pending, an Event, and
+  ``kopf.TemporaryError(delay=…)`` so kopf retries with back-off.
+
+Events and status are written only when something changed, so a resync of an unchanged object makes no
+write at all.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from loadline.api import InferenceModel, parse_inference_model
+from loadline.errors import LoadlineError, NoFeasiblePlanError, SpecError
+from loadline.handlers import _build, _kube
+from loadline.handlers._settings import OperatorSettings
+from loadline.render import render_manifests
+from loadline.sizing import Plan, free_gpus_by_type, plan_inference_model
+
+INSTANCE_LABEL = "loadline.dev/inferencemodel"
+
+
+def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | None:
+    ref = obj.spec.model.config_map_ref
+    if ref is None:
+        return None
+    cm = _kube.get("v1", "ConfigMap", namespace, ref.name)
+    if cm is None:
+        raise kopf.TemporaryError(f"ConfigMap {ref.name} not found", delay=30)
+    text = (cm.get("data") or {}).get(ref.key)
+    if text is None:
+        raise SpecError(
+            "spec.model.configMapRef.key",
+            f"ConfigMap {ref.name} has no key {ref.key!r}",
+            f"add the model's config.json under {ref.key!r} or point key at the right one",
+        )
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SpecError(
+            "spec.model.configMapRef",
+            f"ConfigMap {ref.name} key {ref.key} is not JSON: {exc}",
+            "fix its JSON",
+        ) from None
+    if not isinstance(parsed, dict):
+        raise SpecError("spec.model.configMapRef", "config.json is not a JSON object", "fix its JSON")
+    return parsed
+
+
+def _free_gpus(name: str, namespace: str) -> dict[str, list[int]]:
+    nodes = _kube.list_objects("v1", "Node")
+    # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
+    pods = [
+        pod
+        for pod in _kube.list_objects("v1", "Pod")
+        if not (
+            pod.get("metadata", {}).get("namespace") == namespace
+            and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
+        )
+    ]
+    return free_gpus_by_type(nodes, pods)
+
+
+def _workload(manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
+    for manifest in manifests:
+        if manifest.get("kind") in {"Deployment", "LeaderWorkerSet"}:
+            return manifest
+    return None
+
+
+def _plan_message(plan: Plan) -> str:
+    s = plan.summary()
+    text = (
+        f"{s['gpu']} per replica (TP {s['tensorParallelSize']}, PP {s['pipelineParallelSize']}), "
+        f"KV cache {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}"
+    )
+    if plan.fallback_from:
+        text += f"; {plan.fallback_from} had no free capacity"
+    return text
+
+
+def _event(obj: Mapping[str, Any], *, warning: bool, reason: str, message: str) -> None:
+    """Post a Kubernetes Event about ``obj`` (what `kubectl describe` shows)."""
+    kopf.event(cast(Any, obj), type="Warning" if warning else "Normal", reason=reason, message=message)
+
+
+def _fail(
+    body: Mapping[str, Any], patch: kopf.Patch, *, reason: str, message: str, phase: str, warn: bool = True
+) -> None:
+    previous = dict(body.get("status") or {})
+    status = _build.build_failed_status(
+        previous,
+        reason=reason,
+        message=message,
+        generation=body["metadata"].get("generation"),
+        now=_build.now_iso(),
+        phase=phase,
+    )
+    changes = _build.status_changes(previous, status)
+    if changes:
+        patch.status.update(changes)
+        _event(body, warning=warn, reason=reason, message=message)
+
+
+def reconcile(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+) -> None:
+    """Bring an InferenceModel's children to what its spec asks for."""
+    raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    try:
+        obj = parse_inference_model({**raw, "metadata": dict(meta)})
+        config = _config_map_config(obj, namespace)
+        free = _free_gpus(name, namespace) if settings.capacity_aware else None
+        plan = plan_inference_model(obj.spec, config_map_config=config, free_gpus=free)
+        manifests = render_manifests(obj, plan)
+    except NoFeasiblePlanError as exc:
+        lines = "; ".join(exc.rejections[:6])
+        message = f"{exc}" + (f" — {lines}" if lines else "")
+        capacity = "no free GPUs" in str(exc) or "allowFallback" in str(exc)
+        _fail(body, patch, reason="NoCapacity" if capacity else "NoFeasiblePlan", message=message[:2000],
+              phase="Pending" if capacity else "Failed")  # fmt: skip
+        if capacity:
+            raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
+        raise kopf.PermanentError(str(exc)) from None
+    except SpecError as exc:
+        _fail(body, patch, reason="InvalidSpec", message=str(exc), phase="Failed")
+        raise kopf.PermanentError(str(exc)) from None
+    except kopf.TemporaryError as exc:
+        _fail(body, patch, reason="Waiting", message=str(exc), phase="Pending", warn=False)
+        raise
+    except LoadlineError as exc:
+        _fail(body, patch, reason="Error", message=str(exc), phase="Failed")
+        raise kopf.PermanentError(str(exc)) from None
+
+    owner = _build.build_owner_reference(body)
+    changed_children = []
+    applied_workload: dict[str, Any] | None = None
+    for manifest in manifests:
+        child = _build.with_owner(manifest, owner, namespace)
+        result, changed = _kube.apply(child, settings.field_manager)
+        if changed:
+            changed_children.append(f"{child['kind']}/{child['metadata']['name']}")
+        if child is not None and child["kind"] in {"Deployment", "LeaderWorkerSet"}:
+            applied_workload = result
+    ready, ready_message = _build.readiness_from_workload(applied_workload or _workload(manifests))
+    previous = dict(body.get("status") or {})
+    message = _plan_message(plan)
+    status = _build.build_deployed_status(
+        previous,
+        plan_summary=plan.summary(),
+        generation=meta.get("generation"),
+        ready=ready,
+        ready_message=ready_message,
+        now=_build.now_iso(),
+        message=message,
+    )
+    changes = _build.status_changes(previous, status)
+    if changes:
+        patch.status.update(changes)
+    if previous.get("plan") != status["plan"]:
+        _event(body, warning=False, reason="Planned", message=message)
+        if plan.fallback_from:
+            fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
+            _event(body, warning=True, reason="GPUFallback", message=fallback)
+    if changed_children:
+        _event(body, warning=False, reason="Applied", message="applied " + ", ".join(changed_children))
+        logger.info("applied %s", ", ".join(changed_children))
+
+
+def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> None:
+    """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status."""
+    meta = body.get("metadata", {})
+    owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == "InferenceModel"]
+    if not owners:
+        return
+    parent = _kube.get("loadline.dev/v1alpha1", "InferenceModel", meta.get("namespace"), owners[0]["name"])
+    if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
+        return
+    ready, message = _build.readiness_from_workload(dict(body))
+    changes = _build.build_readiness_status(
+        parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
+    )
+    if changes is None:
+        return
+    _kube.patch_status(parent, changes)
+    if changes.get("phase") != (parent.get("status") or {}).get("phase"):
+        _event(parent, warning=False, reason="Ready" if ready else "Progressing", message=message)
+        logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)

@@ -1,0 +1,48 @@
+"""Every kopf registration of loadline, in one place. Each handler is a thin call into the core."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import kopf
+
+from loadline.api import GROUP, PLURAL, VERSION
+from loadline.handlers import _reconcile
+from loadline.handlers._settings import OperatorSettings
+
+SETTINGS = OperatorSettings()
+MANAGED = {"app.kubernetes.io/managed-by": "loadline"}
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    prefix = SETTINGS.prefix
+    settings.persistence.finalizer = f"{prefix}/finalizer"
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
+        prefix=prefix, key="last-handled-configuration"
+    )
+    settings.watching.server_timeout = SETTINGS.watch_server_timeout
+    settings.watching.client_timeout = SETTINGS.watch_client_timeout
+    settings.peering.name = SETTINGS.peering_name
+    settings.peering.priority = SETTINGS.priority
+    settings.peering.standalone = SETTINGS.standalone
+    # Only our explicit Events reach `kubectl describe`; kopf's own INFO chatter would be a write per
+    # handler run, which an idle resync must not make.
+    settings.posting.level = logging.WARNING
+    settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL)
+@kopf.on.create(GROUP, VERSION, PLURAL)
+@kopf.on.update(GROUP, VERSION, PLURAL)
+def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+    _reconcile.reconcile(body, patch, logger, SETTINGS)
+
+
+@kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
+def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    _reconcile.on_workload_event(body, logger)

@@ -1,0 +1,44 @@
+"""The operator's settings: one documented object, read from ``LOADLINE_*`` environment variables.
+
+The Helm chart sets these as env on the operator Deployment; `loadline run` flags override them.
+"""
+
+from __future__ import annotations
+
+from pydantic import Field
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+
+class OperatorSettings(BaseSettings):
+    """Everything an operator deployment may tune, from env ``LOADLINE_<FIELD>`` (``LOADLINE_NAMESPACES``)."""
+
+    model_config = SettingsConfigDict(env_prefix="LOADLINE_", extra="ignore")
+
+    namespaces: str = Field(
+        default="", description="Comma-separated namespaces to watch; empty: the whole cluster."
+    )
+    prefix: str = Field(
+        default="loadline.dev",
+        description="Prefix of the finalizer and of the annotations in which the operator keeps state.",
+    )
+    field_manager: str = Field(default="loadline", description="Server-side apply field manager.")
+    watch_server_timeout: int = Field(default=300, ge=10, description="Seconds the API server keeps a watch.")
+    watch_client_timeout: int = Field(
+        default=330, ge=10, description="Seconds before the client gives up a watch."
+    )
+    peering_name: str = Field(default="loadline", description="Peering object shared by operator replicas.")
+    standalone: bool = Field(
+        default=False,
+        description="Run without peering (one replica only, or tests); else one replica is active.",
+    )
+    priority: int = Field(default=0, description="Peering priority of this replica (highest active wins).")
+    capacity_aware: bool = Field(
+        default=True,
+        description="Plan with the cluster's free GPUs (fall back to the next GPU type when full).",
+    )
+    retry_delay_seconds: int = Field(default=30, ge=1, description="Back-off when waiting on the cluster.")
+    liveness_port: int = Field(default=8080, ge=0, description="Port of /healthz (0: off).")
+
+    @property
+    def namespace_list(self) -> list[str]:
+        return [item.strip() for item in self.namespaces.split(",") if item.strip()]

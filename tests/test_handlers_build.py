@@ -1,0 +1,92 @@
+"""Pure status and ownership builders the operator writes with (no kopf, no cluster)."""
+
+from __future__ import annotations
+
+from loadline.handlers._build import (
+    build_deployed_status,
+    build_failed_status,
+    build_owner_reference,
+    build_readiness_status,
+    merge_conditions,
+    readiness_from_workload,
+    status_changes,
+    with_owner,
+)
+
+BODY = {
+    "apiVersion": "loadline.dev/v1alpha1",
+    "kind": "InferenceModel",
+    "metadata": {"name": "chat", "namespace": "team-a", "uid": "1234", "generation": 3},
+}
+PLAN = {"gpu": "L4x1", "maxConcurrency": 4.2}
+
+
+def deployed(previous: dict[str, object], ready: bool, now: str) -> dict[str, object]:
+    return build_deployed_status(
+        previous, plan_summary=PLAN, generation=3, ready=ready, ready_message="1/1 replicas available", now=now,
+        message="L4x1 per replica",
+    )  # fmt: skip
+
+
+def test_resync_of_an_unchanged_object_changes_nothing() -> None:
+    first = deployed({}, True, "2026-01-01T00:00:00Z")
+    again = deployed(first, True, "2026-01-01T01:00:00Z")
+    assert status_changes(first, again) == {}
+
+
+def test_transition_time_moves_only_when_the_status_flips() -> None:
+    old = merge_conditions(
+        [], [{"type": "Ready", "status": "False", "reason": "Progressing", "message": ""}], "t1"
+    )
+    same = merge_conditions(
+        old, [{"type": "Ready", "status": "False", "reason": "Progressing", "message": "x"}], "t2"
+    )
+    flipped = merge_conditions(
+        same, [{"type": "Ready", "status": "True", "reason": "Available", "message": ""}], "t3"
+    )
+    assert same[0]["lastTransitionTime"] == "t1"
+    assert flipped[0]["lastTransitionTime"] == "t3"
+
+
+def test_deployed_status_phases_and_conditions() -> None:
+    status = deployed({}, False, "t")
+    assert status["phase"] == "Deploying" and status["observedGeneration"] == 3 and status["plan"] == PLAN
+    kinds = {c["type"]: c["status"] for c in status["conditions"]}  # type: ignore[union-attr,index]
+    assert kinds == {"Planned": "True", "Deployed": "True", "Ready": "False"}
+    assert deployed(status, True, "t2")["phase"] == "Ready"
+
+
+def test_failed_status_keeps_the_reason_and_names_the_field() -> None:
+    status = build_failed_status(
+        {}, reason="InvalidSpec", message="spec.maxModelLen: too long", generation=2, now="t"
+    )
+    assert status["phase"] == "Failed"
+    assert status["conditions"][0]["reason"] == "InvalidSpec"
+    assert "spec.maxModelLen" in status["message"]
+
+
+def test_readiness_follows_the_workload() -> None:
+    rolling = {"metadata": {"generation": 2}, "spec": {"replicas": 2}, "status": {"observedGeneration": 1}}
+    assert readiness_from_workload(rolling) == (False, "rolling out generation 2")
+    half = {"metadata": {"generation": 2}, "spec": {"replicas": 2},
+            "status": {"observedGeneration": 2, "readyReplicas": 1, "availableReplicas": 1, "updatedReplicas": 2}}  # fmt: skip
+    assert readiness_from_workload(half)[0] is False
+    full = {**half, "status": {**half["status"], "availableReplicas": 2, "readyReplicas": 2}}
+    assert readiness_from_workload(full) == (True, "2/2 replicas available")
+
+
+def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_failed() -> None:
+    ready = deployed({}, True, "t")
+    assert build_readiness_status(ready, ready=True, message="1/1 replicas available", now="t2") is None
+    change = build_readiness_status(ready, ready=False, message="0/1 replicas available", now="t2")
+    assert change is not None and change["phase"] == "Deploying"
+    failed = {"phase": "Failed", "conditions": []}
+    assert build_readiness_status(failed, ready=True, message="", now="t") is None
+
+
+def test_children_are_owned_for_garbage_collection() -> None:
+    owner = build_owner_reference(BODY)
+    assert owner == {"apiVersion": "loadline.dev/v1alpha1", "kind": "InferenceModel", "name": "chat",
+                     "uid": "1234", "controller": True, "blockOwnerDeletion": True}  # fmt: skip
+    child = with_owner({"kind": "Service", "metadata": {"name": "chat"}}, owner, "team-a")
+    assert child["metadata"]["ownerReferences"] == [owner] and child["metadata"]["namespace"] == "team-a"
