@@ -38,6 +38,7 @@ test: lint typecheck unit e2e
 
 crds: venv
 	$(VENV)/bin/loadline crds --split crds/
+	$(VENV)/bin/loadline crds --split charts/loadline/crds/
 
 bench: venv
 	$(PY) benchmarks/plan_1000.py

@@ -48,6 +48,12 @@ def test_crds_directory_is_exactly_the_generated_output() -> None:
         assert path.read_text().split("---\n", 1)[1] in generated, f"{path} is stale: run `make crds`"
 
 
+def test_helm_chart_ships_the_same_crds() -> None:
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        chart_copy = REPO / "charts" / "loadline" / "crds" / path.name
+        assert chart_copy.read_text() == path.read_text(), f"{chart_copy} is stale: run `make crds`"
+
+
 def test_issue_example_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "chat.yaml"
     path.write_text(ISSUE_EXAMPLE)
