@@ -108,7 +108,7 @@ write_config
 if [[ -d "${CLUSTER_DIR}" ]]; then
   if ! apiserver_ready; then
     log "cluster ${CLUSTER_NAME} exists but is not serving; starting it"
-    kwokctl start cluster >&2 || {
+    kwokctl start cluster >"${STATE_DIR}/kwokctl.log" 2>&1 || {
       log "start failed; recreating the cluster"
       "${LOADLINE_E2E_DIR}/cluster-down.sh"
     }
@@ -118,8 +118,11 @@ fi
 if [[ ! -d "${CLUSTER_DIR}" ]]; then
   check_no_downloads
   log "creating cluster ${CLUSTER_NAME} (workdir ${CLUSTER_DIR})"
-  kwokctl create cluster --kubeconfig "" --timeout 5m >&2 ||
-    die "kwokctl create cluster failed; logs: ${CLUSTER_DIR}/logs/"
+  # --kubeconfig "": do not add a context to ~/.kube/config; .e2e/kubeconfig is ours.
+  if ! kwokctl create cluster --kubeconfig "" --timeout 5m >"${STATE_DIR}/kwokctl.log" 2>&1; then
+    tail -n 20 "${STATE_DIR}/kwokctl.log" >&2
+    die "kwokctl create cluster failed; see ${STATE_DIR}/kwokctl.log and ${CLUSTER_DIR}/logs/"
+  fi
 fi
 
 install -m 0600 "${CLUSTER_DIR}/kubeconfig.yaml" "${KUBECONFIG_PATH}"
@@ -129,6 +132,7 @@ wait_for "kube-scheduler and kube-controller-manager" "${READY_TIMEOUT}" control
 log "kube-scheduler and kube-controller-manager are running"
 apply_fleet
 
-log "cluster ${CLUSTER_NAME} is up in $(($(date +%s) - START))s: $("${KUBECTL}" version --client=false --kubeconfig "${KUBECONFIG_PATH}" -o json 2>/dev/null |
-  sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | tail -1), $(kubectl get nodes --no-headers | wc -l) GPU nodes"
+server_version=$(kubectl get --raw /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p')
+log "cluster ${CLUSTER_NAME} is up in $(($(date +%s) - START))s: Kubernetes ${server_version}," \
+  "$(kubectl get nodes -l loadline.dev/e2e-fleet=true --no-headers | wc -l) simulated GPU nodes"
 echo "export KUBECONFIG=${KUBECONFIG_PATH}"
