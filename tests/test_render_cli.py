@@ -92,7 +92,7 @@ def test_extra_arg_the_version_lacks_exits_2(tmp_path: Path, capsys: pytest.Capt
     assert main(["render", str(path), "--vllm-version", "0.16.0"]) == 0
 
 
-@pytest.mark.parametrize("version", ["0.7.3", "latest"])
+@pytest.mark.parametrize("version", ["0.7.3", "latest", "0.12.0; rm -rf /", "0.12.0\nkind: Secret"])
 def test_bad_vllm_version_exits_2(tmp_path: Path, capsys: pytest.CaptureFixture[str], version: str) -> None:
     path = _write(tmp_path, [_cr("chat")])
     assert main(["render", str(path), "--vllm-version", version]) == 2

@@ -23,6 +23,8 @@ Version = tuple[int, int, int]
 # A token that looks like a flag: "-x" or "--name", optionally "=value". Anything else ("- item", "---",
 # a bare value) is a value of the preceding flag.
 _FLAG_RE = re.compile(r"^(--?[A-Za-z0-9][A-Za-z0-9._-]*)(=.*)?$", re.DOTALL)
+# The shape spec.engine.version allows (an optional "v" for the CLI); the version also names the image tag.
+_VERSION_RE = re.compile(r"^v?[0-9]+\.[0-9]+(\.[0-9]+)?([.+-][0-9A-Za-z.+-]*)?$")
 
 
 def _version_text(version: Version) -> str:
@@ -161,6 +163,8 @@ def flag_table() -> FlagTable:
 def resolve_version(text: str, field: str) -> Version:
     """Parse and range-check the vLLM version manifests are rendered for."""
     table = flag_table()
+    if len(text) > 40 or not _VERSION_RE.match(text):
+        raise RenderError(field, f"{text!r} is not a vLLM version", "write it like 0.19.0")
     try:
         version = parse_version(text)
     except SpecError:  # parse_version names spec.engine.version; re-aim the error at our field
