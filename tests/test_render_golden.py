@@ -23,9 +23,16 @@ import yaml
 
 from loadline.api import InferenceModel, load_inference_models, parse_inference_model
 from loadline.render import manifests_yaml, render_manifests
-from loadline.sizing import Plan, find_gpu, plan_inference_model, resolve_inputs, resolve_model
-from loadline.sizing._budget import EngineSettings, MemoryBudget
-from loadline.sizing._plan import Candidate
+from loadline.sizing import (
+    Candidate,
+    EngineSettings,
+    MemoryBudget,
+    Plan,
+    find_gpu,
+    plan_inference_model,
+    resolve_inputs,
+    resolve_model,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "render"
