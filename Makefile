@@ -44,7 +44,8 @@ bench: venv
 	$(PY) benchmarks/plan_1000.py
 
 demo: venv
-	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; done
+	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; \
+	  echo "== loadline render $$f"; $(VENV)/bin/loadline render $$f || exit 1; done
 
 clean:
 	rm -rf $(VENV) .e2e
