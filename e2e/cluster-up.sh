@@ -72,14 +72,36 @@ apiserver_ready() {
   [[ -f "${KUBECONFIG_PATH}" ]] && kubectl get --raw /readyz >/dev/null 2>&1
 }
 
+# Fail fast, with its log, when a component kwokctl started has exited.
+check_components_alive() {
+  local pidfile name pid
+  for pidfile in "${CLUSTER_DIR}"/pids/*.pid; do
+    [[ -f "${pidfile}" ]] || continue
+    name=$(basename "${pidfile}" .pid)
+    pid=$(<"${pidfile}")
+    if ! kill -0 "${pid}" 2>/dev/null; then
+      tail -n 15 "${CLUSTER_DIR}/logs/${name}.log" >&2 || true
+      die "${name} (pid ${pid}) exited; see ${CLUSTER_DIR}/logs/${name}.log"
+    fi
+  done
+}
+
 wait_for() {
   local what=$1 timeout=$2 i
   shift 2
   for ((i = 0; i < timeout; i++)); do
     if "$@" >/dev/null 2>&1; then return 0; fi
+    check_components_alive
     sleep 1
   done
   die "timed out after ${timeout}s waiting for ${what}; logs: ${CLUSTER_DIR}/logs/"
+}
+
+fleet_ready() {
+  local statuses
+  statuses=$(kubectl get nodes -l loadline.dev/e2e-fleet=true \
+    -o jsonpath='{range .items[*]}{.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}') || return 1
+  [[ -n "${statuses}" ]] && ! grep -qv '^True$' <<<"${statuses}"
 }
 
 apply_fleet() {
@@ -92,8 +114,7 @@ apply_fleet() {
     # shellcheck disable=SC2086 # one node a word
     kubectl delete --wait=false ${stale} >/dev/null
   fi
-  kubectl wait --for=condition=Ready node -l loadline.dev/e2e-fleet=true --timeout="${READY_TIMEOUT}s" >/dev/null ||
-    die "the simulated GPU nodes did not become Ready in ${READY_TIMEOUT}s; logs: ${CLUSTER_DIR}/logs/"
+  wait_for "the simulated GPU nodes to become Ready" "${READY_TIMEOUT}" fleet_ready
 }
 
 control_plane_ready() {
@@ -105,9 +126,11 @@ control_plane_ready() {
 
 write_config
 
+components_alive() { (check_components_alive) 2>/dev/null; }
+
 if [[ -d "${CLUSTER_DIR}" ]]; then
-  if ! apiserver_ready; then
-    log "cluster ${CLUSTER_NAME} exists but is not serving; starting it"
+  if ! apiserver_ready || ! components_alive; then
+    log "cluster ${CLUSTER_NAME} exists but is not (fully) running; starting it"
     kwokctl start cluster >"${STATE_DIR}/kwokctl.log" 2>&1 || {
       log "start failed; recreating the cluster"
       "${LOADLINE_E2E_DIR}/cluster-down.sh"

@@ -12,7 +12,22 @@ set -euo pipefail
 # shellcheck source=e2e/lib.sh
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-[[ -n "${GO}" ]] || die "no Go toolchain found: install Go >= 1.26 (looked for 'go' on PATH and /usr/local/go/bin/go)"
+# k8s.io/kubernetes v1.36 and kwok v0.8 need Go >= 1.26.
+go_ok() {
+  local v
+  v=$("$1" env GOVERSION 2>/dev/null) || return 1
+  v=${v#go}
+  local major=${v%%.*} rest=${v#*.}
+  local minor=${rest%%.*}
+  ((major > 1 || (major == 1 && minor >= 26)))
+}
+if [[ -z "${GO}" ]] || ! go_ok "${GO}"; then
+  if [[ -x /usr/local/go/bin/go ]] && go_ok /usr/local/go/bin/go; then
+    GO=/usr/local/go/bin/go
+  else
+    die "no Go >= 1.26 found (tried '${GO:-go}' and /usr/local/go/bin/go): install Go >= 1.26 (e.g. into /usr/local/go) or set GO=/path/to/go"
+  fi
+fi
 
 export CGO_ENABLED=0
 export GOFLAGS="-mod=mod -buildvcs=false"
@@ -27,10 +42,10 @@ timed() {
   start=$(date +%s)
   "$@"
   end=$(date +%s)
-  SUMMARY+=("$(printf '%-12s built in %4ss' "${label}" "$((end - start))")")
+  SUMMARY+=("$(printf '%-12s took     %4ss' "${label}" "$((end - start))")")
 }
 
-skip() { SUMMARY+=("$(printf '%-12s cached    (%s)' "$1" "$2")"); }
+skip() { SUMMARY+=("$(printf '%-12s present  (%s)' "$1" "$2")"); }
 
 check_disk() {
   local need_gb=$1 avail_kb
