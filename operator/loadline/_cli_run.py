@@ -25,7 +25,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         namespaces=namespaces,
         standalone=settings.standalone,
         priority=settings.priority,
-        peering_name=settings.peering_name,
+        # A peering name makes peering mandatory in kopf (it pauses until the peering CRD exists).
+        peering_name=None if settings.standalone else settings.peering_name,
         liveness_endpoint=liveness,
     )
     return 0

@@ -202,3 +202,25 @@ def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> 
     if changes.get("phase") != (parent.get("status") or {}).get("phase"):
         _event(parent, warning=False, reason="Ready" if ready else "Progressing", message=message)
         logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
+
+
+def check_readiness(body: kopf.Body, patch: kopf.Patch) -> None:
+    """Level-triggered check while Deploying: catches availability that no child event reported.
+
+    The child's events can arrive before the parent's first status is written (KWOK and small models
+    become available within a second); this timer closes that race without a write when idle.
+    """
+    status = dict(body.get("status") or {})
+    plan = status.get("plan") or {}
+    multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
+    api_version, kind = (
+        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet") if multi_node else ("apps/v1", "Deployment")
+    )
+    meta = body["metadata"]
+    workload = _kube.get(api_version, kind, meta["namespace"], meta["name"])
+    ready, message = _build.readiness_from_workload(workload)
+    changes = _build.build_readiness_status(status, ready=ready, message=message, now=_build.now_iso())
+    if changes:
+        patch.status.update(changes)
+        if changes.get("phase") == "Ready":
+            _event(body, warning=False, reason="Ready", message=message)

@@ -28,6 +28,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.name = SETTINGS.peering_name
     settings.peering.priority = SETTINGS.priority
     settings.peering.standalone = SETTINGS.standalone
+    settings.peering.mandatory = not SETTINGS.standalone
     # Only our explicit Events reach `kubectl describe`; kopf's own INFO chatter would be a write per
     # handler run, which an idle resync must not make.
     settings.posting.level = logging.WARNING
@@ -39,6 +40,15 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.on.update(GROUP, VERSION, PLURAL)
 def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
     _reconcile.reconcile(body, patch, logger, SETTINGS)
+
+
+def _deploying(status: kopf.Status, **_: Any) -> bool:
+    return bool(status.get("phase") == "Deploying")
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
+def readiness(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
+    _reconcile.check_readiness(body, patch)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
