@@ -126,15 +126,18 @@ control_plane_ready() {
 
 write_config
 
+RESTARTED=0
 components_alive() { (check_components_alive) 2>/dev/null; }
 
 if [[ -d "${CLUSTER_DIR}" ]]; then
   if ! apiserver_ready || ! components_alive; then
     log "cluster ${CLUSTER_NAME} exists but is not (fully) running; starting it"
-    kwokctl start cluster >"${STATE_DIR}/kwokctl.log" 2>&1 || {
+    if kwokctl start cluster >"${STATE_DIR}/kwokctl.log" 2>&1; then
+      RESTARTED=1
+    else
       log "start failed; recreating the cluster"
       "${LOADLINE_E2E_DIR}/cluster-down.sh"
-    }
+    fi
   fi
 fi
 
@@ -153,6 +156,18 @@ wait_for "kube-apiserver /readyz" "${READY_TIMEOUT}" apiserver_ready
 log "kube-apiserver is ready"
 wait_for "kube-scheduler and kube-controller-manager" "${READY_TIMEOUT}" control_plane_ready
 log "kube-scheduler and kube-controller-manager are running"
+if ((RESTARTED)); then
+  # A restarted KWOK controller has a new identity and leaves alone every node
+  # whose lease the old one still holds (up to 200 s), and it only retries
+  # every 50 s. Hand the leases over now: stop it, delete the node leases and
+  # start it again, so it finds none and takes every node at once.
+  pid=$(<"${CLUSTER_DIR}/pids/kwok-controller.pid")
+  kill "${pid}" 2>/dev/null || true
+  for ((i = 0; i < 20; i++)); do kill -0 "${pid}" 2>/dev/null || break; sleep 0.5; done
+  kubectl delete lease -n kube-node-lease --all >/dev/null
+  kwokctl start cluster >>"${STATE_DIR}/kwokctl.log" 2>&1 || die "kwokctl start cluster failed; see ${STATE_DIR}/kwokctl.log"
+  log "restarted the KWOK controller and handed it the node leases"
+fi
 apply_fleet
 
 server_version=$(kubectl get --raw /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p')

@@ -35,13 +35,24 @@ export GOTOOLCHAIN=local
 
 SUMMARY=()
 
+CURRENT=""
+on_exit() {
+  local status=$?
+  if ((status != 0)) && [[ -n "${CURRENT}" ]]; then
+    printf 'error: installing %s failed (exit %s); see the messages above\n' "${CURRENT}" "${status}" >&2
+  fi
+}
+trap on_exit EXIT
+
 # Run "$@" and record how long it took under the label $1 (dropped from the command).
 timed() {
   local label=$1 start end
   shift
+  CURRENT=${label}
   start=$(date +%s)
   "$@"
   end=$(date +%s)
+  CURRENT=""
   SUMMARY+=("$(printf '%-12s took     %4ss' "${label}" "$((end - start))")")
 }
 

@@ -23,7 +23,7 @@ HELM_BIN="${LOADLINE_CACHE}/bin/helm-${HELM_VERSION}"
 
 CLUSTER_NAME="${LOADLINE_CLUSTER_NAME:-loadline-e2e}"
 STATE_DIR="${LOADLINE_REPO}/.e2e"
-KUBECONFIG_PATH="${STATE_DIR}/kubeconfig"
+KUBECONFIG_PATH="${LOADLINE_KUBECONFIG:-${STATE_DIR}/kubeconfig}"
 # kwokctl keeps the cluster's files (pki, etcd data, logs) under KWOK_WORKDIR.
 export KWOK_WORKDIR="${KWOK_WORKDIR:-${STATE_DIR}/kwok}"
 
