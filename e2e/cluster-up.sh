@@ -66,6 +66,10 @@ check_no_downloads() {
   fi
   grep -qE '^# Download ' <<<"${plan}" ||
     die "kwokctl --dry-run printed no binary plan; its output format changed:"$'\n'"${plan}"
+  # kubectl is fetched only when the cluster starts (to poll /version), so the
+  # dry run does not show it: check the configured artifact instead.
+  kwokctl get artifacts 2>/dev/null | grep -qx "${K8S_BIN}/kubectl" ||
+    die "kwokctl would not use the cached kubectl (${K8S_BIN}/kubectl); fix e2e/cluster-up.sh"
 }
 
 apiserver_ready() {
@@ -131,8 +135,11 @@ components_alive() { (check_components_alive) 2>/dev/null; }
 
 if [[ -d "${CLUSTER_DIR}" ]]; then
   if ! apiserver_ready || ! components_alive; then
-    log "cluster ${CLUSTER_NAME} exists but is not (fully) running; starting it"
-    if kwokctl start cluster >"${STATE_DIR}/kwokctl.log" 2>&1; then
+    log "cluster ${CLUSTER_NAME} exists but is not (fully) running; restarting it"
+    # Stop whatever is left of it first, so every component starts fresh.
+    kwokctl stop cluster >"${STATE_DIR}/kwokctl.log" 2>&1 || true
+    stop_cluster_processes "${CLUSTER_DIR}"
+    if kwokctl start cluster >>"${STATE_DIR}/kwokctl.log" 2>&1; then
       RESTARTED=1
     else
       log "start failed; recreating the cluster"

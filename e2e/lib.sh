@@ -38,3 +38,23 @@ fi
 
 log() { printf '[%s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+# Stop exactly the processes kwokctl recorded for a cluster (its pids/*.pid):
+# SIGTERM, up to 10 s to exit, then SIGKILL. Used when kwokctl cannot stop them
+# itself and to make sure nothing of an old run is left before a restart.
+stop_cluster_processes() {
+  local dir=$1 pidfile pid i alive
+  local pids=()
+  for pidfile in "${dir}"/pids/*.pid; do
+    [[ -f "${pidfile}" ]] || continue
+    pid=$(<"${pidfile}")
+    [[ "${pid}" =~ ^[0-9]+$ ]] && kill "${pid}" 2>/dev/null && pids+=("${pid}")
+  done
+  for ((i = 0; i < 20 && ${#pids[@]} > 0; i++)); do
+    sleep 0.5
+    alive=()
+    for pid in "${pids[@]}"; do kill -0 "${pid}" 2>/dev/null && alive+=("${pid}"); done
+    pids=("${alive[@]}")
+  done
+  for pid in "${pids[@]}"; do kill -9 "${pid}" 2>/dev/null || true; done
+}
