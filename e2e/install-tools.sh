@@ -179,10 +179,11 @@ install_prometheus() {
   fi
   log "prometheus: installing the Debian package"
   DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  # The package's postinst would start a system service; policy-rc.d keeps it stopped.
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet prometheus 2>/dev/null; then
-    systemctl stop prometheus || true
+  # Only the binaries are wanted: on a systemd machine the package enables and
+  # starts a service listening on all interfaces; turn it off.
+  if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled --quiet prometheus 2>/dev/null; then
+    systemctl disable --now prometheus >/dev/null 2>&1 || true
   fi
 }
 

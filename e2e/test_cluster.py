@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import socket
 import subprocess
 import sys
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -207,3 +210,44 @@ def test_crash_helper_refuses_a_pod_that_is_not_running(kubectl: Kubectl, namesp
     kubectl.apply(gpu_pod("waiting", 8, "NVIDIA-L4"), namespace)  # unschedulable: stays Pending
     with pytest.raises(ValueError, match="is Pending, not Running"):
         crash_container(kubectl, "waiting", namespace, "cuda-oom")
+
+
+def _listening_addresses(pid: int) -> set[str]:
+    """host:port of every TCP socket the process listens on (from /proc, no ss needed)."""
+    inodes = set()
+    for fd in Path(f"/proc/{pid}/fd").iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[len("socket:[") : -1])
+    found = set()
+    for table, family in (("/proc/net/tcp", socket.AF_INET), ("/proc/net/tcp6", socket.AF_INET6)):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            local, state, inode = fields[1], fields[3], fields[9]
+            if state != "0A" or inode not in inodes:  # 0A: LISTEN
+                continue
+            host_hex, port_hex = local.split(":")
+            raw = bytes.fromhex(host_hex)
+            # /proc prints the address as native-endian 32-bit words.
+            raw = b"".join(raw[i : i + 4][::-1] for i in range(0, len(raw), 4))
+            found.add(f"{socket.inet_ntop(family, raw)}:{int(port_hex, 16)}")
+    return found
+
+
+def test_every_component_listens_on_loopback_only(kubectl: Kubectl) -> None:
+    pid_dir = Path(lib_var("KWOK_WORKDIR")) / "clusters" / lib_var("CLUSTER_NAME") / "pids"
+    pid_files = sorted(pid_dir.glob("*.pid"))
+    assert {p.stem for p in pid_files} == {
+        "etcd",
+        "kube-apiserver",
+        "kube-controller-manager",
+        "kube-scheduler",
+        "kwok-controller",
+    }
+    for pid_file in pid_files:
+        addresses = _listening_addresses(int(pid_file.read_text()))
+        assert addresses, f"{pid_file.stem} listens on nothing"
+        assert all(a.startswith(("127.0.0.1:", "::1:")) for a in addresses), (pid_file.stem, addresses)
