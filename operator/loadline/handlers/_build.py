@@ -112,7 +112,9 @@ def build_deployed_status(
     )
     return {
         "phase": "Ready" if ready else "Deploying",
-        "message": message if ready else f"{message}; {ready_message}",
+        # The readiness detail lives in the Ready condition only, so that the readiness timer and a
+        # later resync agree on the message and a resync writes nothing.
+        "message": message,
         "observedGeneration": generation,
         "plan": dict(plan_summary),
         "conditions": conditions,

@@ -1,0 +1,273 @@
+"""The operator (`loadline run`) against the real control plane: apply → planned, deployed, Ready.
+
+One operator process serves the whole module (started from the CLI as a platform team would run
+it, with the e2e kubeconfig); each test works in its own namespace.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube import REPO, STATE_DIR, Kubectl, wait_for
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+LOADLINE = Path(sys.executable).parent / "loadline"
+
+
+def start_operator(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "LOADLINE_LIVENESS_PORT": "0",
+        "LOADLINE_RETRY_DELAY_SECONDS": "3",
+    }
+    out = log.open("ab")
+    return subprocess.Popen(
+        [str(LOADLINE), "run", "--standalone"], stdout=out, stderr=subprocess.STDOUT, env=env
+    )
+
+
+def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+@pytest.fixture(scope="module")
+def operator(kubeconfig: Path, kubectl: Kubectl) -> Iterator[Path]:
+    """A running `loadline run --standalone` with the CRDs installed; yields its log path."""
+    kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
+    log = STATE_DIR / "operator-e2e.log"
+    log.write_text("")
+    proc = start_operator(kubeconfig, log)
+    try:
+        yield log
+    finally:
+        stop_operator(proc)
+
+
+def example(path: Path, namespace: str) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def model(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = kubectl.json("get", "inferencemodel", name, "-n", namespace)
+    return result
+
+
+def wait_phase(
+    kubectl: Kubectl, namespace: str, name: str, phase: str, timeout: float = 60
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = model(kubectl, namespace, name)
+        return obj if (obj.get("status") or {}).get("phase") == phase else None
+
+    try:
+        return wait_for(check, timeout=timeout, what=f"{namespace}/{name} phase {phase}")
+    except Exception:
+        status = model(kubectl, namespace, name).get("status") or {}
+        raise AssertionError(f"{name} did not reach {phase}: status {json.dumps(status)[:1500]}") from None
+
+
+def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"loadline.dev/inferencemodel={name}")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def node_products(kubectl: Kubectl) -> dict[str, str]:
+    nodes = kubectl.json("get", "nodes")["items"]
+    return {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product", "") for n in nodes}
+
+
+@pytest.mark.parametrize("path", [p for p in EXAMPLES if "multinode" not in p.name], ids=lambda p: p.stem)
+def test_example_reaches_ready_on_the_planned_gpu(
+    operator: Path, kubectl: Kubectl, namespace: str, path: Path
+) -> None:
+    doc = example(path, namespace)
+    name = doc["metadata"]["name"]
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, name, "Ready")
+    plan = obj["status"]["plan"]
+    conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+    assert conditions == {"Planned": "True", "Deployed": "True", "Ready": "True"}
+    assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
+    pods = pods_of(kubectl, namespace, name)
+    assert len(pods) == doc["spec"].get("replicas", 1)
+    products = node_products(kubectl)
+    for pod in pods:
+        assert pod["status"]["phase"] == "Running"
+        assert products[pod["spec"]["nodeName"]] == plan["gpuProduct"], (
+            "pod runs on a node of the planned GPU"
+        )
+        limits = pod["spec"]["containers"][0]["resources"]["limits"]
+        assert int(limits["nvidia.com/gpu"]) == plan["gpusPerReplica"]
+    events = kubectl.json(
+        "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
+    )["items"]
+    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "InferenceModel"}
+    assert {"Planned", "Applied"} <= reasons
+
+
+def test_spec_change_rolls_out_a_new_plan(operator: Path, kubectl: Kubectl, namespace: str) -> None:
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    kubectl.apply(doc, namespace)
+    first = wait_phase(kubectl, namespace, "chat", "Ready")
+    assert first["status"]["plan"]["gpu"] == "L4x1"
+    kubectl(
+        "patch",
+        "inferencemodel",
+        "chat",
+        "-n",
+        namespace,
+        "--type=merge",
+        "-p",
+        '{"spec": {"concurrency": 16}}',
+    )
+
+    def replanned() -> dict[str, Any] | None:
+        obj = model(kubectl, namespace, "chat")
+        status = obj.get("status") or {}
+        done = (
+            status.get("observedGeneration") == obj["metadata"]["generation"]
+            and status.get("phase") == "Ready"
+        )
+        return obj if done else None
+
+    second = wait_for(replanned, timeout=60, what="re-plan after the spec change")
+    assert second["status"]["plan"]["gpusPerReplica"] > 1
+    assert second["status"]["plan"]["maxConcurrency"] >= 16
+
+    def rolled() -> list[dict[str, Any]] | None:
+        pods = pods_of(kubectl, namespace, "chat")
+        gpus = [int(p["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"]) for p in pods]
+        running = all(p["status"].get("phase") == "Running" for p in pods)
+        return pods if pods and running and gpus == [second["status"]["plan"]["gpusPerReplica"]] else None
+
+    wait_for(rolled, timeout=60, what="pods of the new plan")
+
+
+def test_delete_leaves_nothing_behind(operator: Path, kubectl: Kubectl, namespace: str) -> None:
+    kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    kinds = "deployments,services,poddisruptionbudgets,pods"
+    assert kubectl.json("get", kinds, "-n", namespace)["items"]
+    kubectl("delete", "inferencemodel", "chat", "-n", namespace, "--wait=true", "--timeout=60s")
+
+    def gone() -> bool | None:
+        left = kubectl.json("get", kinds, "-n", namespace)["items"]
+        return True if not left else None
+
+    wait_for(gone, timeout=60, what="garbage collection of the children")
+
+
+def _versions(kubectl: Kubectl, namespace: str) -> dict[str, str]:
+    items = kubectl.json(
+        "get", "inferencemodels,deployments,services,poddisruptionbudgets,replicasets", "-n", namespace
+    )
+    return {f"{i['kind']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in items["items"]}
+
+
+def test_resync_of_unchanged_models_writes_nothing(
+    kubeconfig: Path, kubectl: Kubectl, namespace: str, operator: Path
+) -> None:
+    kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    time.sleep(3)  # let the Deployment's own status settle
+    before = _versions(kubectl, namespace)
+    events_before = len(kubectl.json("get", "events", "-n", namespace)["items"])
+    # A second operator process resumes every object (as after a restart or a failover).
+    log = STATE_DIR / "operator-e2e-resync.log"
+    log.write_text("")
+    proc = start_operator(kubeconfig, log)
+    try:
+        wait_for(
+            lambda: "Resuming is processed" in log.read_text() or None, timeout=30, what="the resume pass"
+        )
+        time.sleep(3)
+    finally:
+        stop_operator(proc)
+    assert _versions(kubectl, namespace) == before
+    assert len(kubectl.json("get", "events", "-n", namespace)["items"]) == events_before
+
+
+def test_impossible_model_fails_with_reason(operator: Path, kubectl: Kubectl, namespace: str) -> None:
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["metadata"]["name"] = "impossible"
+    doc["spec"]["model"]["name"] = "meta-llama/Llama-3.1-405B"
+    doc["spec"]["maxModelLen"] = 131072
+    doc["spec"]["concurrency"] = 64
+    doc["spec"]["gpu"] = {"types": ["L4"]}
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, "impossible", "Failed")
+    planned = next(c for c in obj["status"]["conditions"] if c["type"] == "Planned")
+    assert planned["status"] == "False" and planned["reason"] == "NoFeasiblePlan"
+    assert "no GPU candidate can serve" in obj["status"]["message"] and "short" in obj["status"]["message"]
+    assert not kubectl.json("get", "deployments", "-n", namespace)["items"]
+    events = kubectl.json(
+        "get", "events", "-n", namespace, "--field-selector", "involvedObject.name=impossible"
+    )["items"]
+    assert any(e["reason"] == "NoFeasiblePlan" and e["type"] == "Warning" for e in events)
+
+
+def test_bad_spec_the_api_server_accepts_still_fails_clearly(
+    operator: Path, kubectl: Kubectl, namespace: str
+) -> None:
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["metadata"]["name"] = "toolong"
+    doc["spec"]["maxModelLen"] = 1_000_000  # schema allows it; the model's context window does not
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, "toolong", "Failed")
+    assert "spec.maxModelLen" in obj["status"]["message"] and "131072" in obj["status"]["message"]
+
+
+def test_full_gpu_type_falls_back_to_the_next_and_says_so(
+    operator: Path, kubectl: Kubectl, namespace: str
+) -> None:
+    # Occupy every L4 with placeholder pods, then ask for a model whose cheapest plan is one L4.
+    products = node_products(kubectl)
+    l4_nodes = [name for name, product in products.items() if product == "NVIDIA-L4"]
+    nodes = {n["metadata"]["name"]: n for n in kubectl.json("get", "nodes")["items"]}
+    for node_name in l4_nodes:
+        gpus = nodes[node_name]["status"]["allocatable"]["nvidia.com/gpu"]
+        kubectl.apply(
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": f"hog-{node_name}", "namespace": namespace},
+                "spec": {
+                    "nodeName": node_name,
+                    "containers": [
+                        {"name": "hog", "image": "busybox", "resources": {"limits": {"nvidia.com/gpu": gpus}}}
+                    ],
+                },
+            },
+            namespace,
+        )
+    doc = copy.deepcopy(example(REPO / "examples" / "chat-llama-8b.yaml", namespace))
+    doc["spec"]["gpu"] = {"types": ["L4", "L40S"]}
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, "chat", "Ready")
+    assert obj["status"]["plan"]["gpuType"] == "L40S"
+    assert obj["status"]["plan"]["fallbackFrom"] == "L4"
+    events = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[
+        "items"
+    ]
+    assert any(e["reason"] == "GPUFallback" for e in events)
