@@ -25,4 +25,4 @@ if [[ -d "${CLUSTER_DIR}" ]]; then
 else
   log "no cluster ${CLUSTER_NAME} under ${KWOK_WORKDIR}"
 fi
-rm -f "${KUBECONFIG_PATH}" "${STATE_DIR}/kwokctl.yaml"
+rm -f "${KUBECONFIG_PATH}"

@@ -133,6 +133,15 @@ write_config
 RESTARTED=0
 components_alive() { (check_components_alive) 2>/dev/null; }
 
+# A cluster made from another configuration (other versions, another cache)
+# is recreated rather than reused.
+CONFIG_STAMP="${CLUSTER_DIR}/loadline-config.sha256"
+config_sha=$(sha256sum "${CONFIG}" | cut -d' ' -f1)
+if [[ -d "${CLUSTER_DIR}" && "$(cat "${CONFIG_STAMP}" 2>/dev/null)" != "${config_sha}" ]]; then
+  log "cluster ${CLUSTER_NAME} was created from a different configuration; recreating it"
+  "${LOADLINE_E2E_DIR}/cluster-down.sh"
+fi
+
 if [[ -d "${CLUSTER_DIR}" ]]; then
   if ! apiserver_ready || ! components_alive; then
     log "cluster ${CLUSTER_NAME} exists but is not (fully) running; restarting it"
@@ -156,6 +165,7 @@ if [[ ! -d "${CLUSTER_DIR}" ]]; then
     tail -n 20 "${STATE_DIR}/kwokctl.log" >&2
     die "kwokctl create cluster failed; see ${STATE_DIR}/kwokctl.log and ${CLUSTER_DIR}/logs/"
   fi
+  echo "${config_sha}" >"${CONFIG_STAMP}"
 fi
 
 install -m 0600 "${CLUSTER_DIR}/kubeconfig.yaml" "${KUBECONFIG_PATH}"
