@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 .PHONY: help venv test unit lint typecheck e2e cluster-up cluster-down demo demo-down crds bench clean
 
 help:
-	@echo "make demo        plan and render the examples (the main job)"
+	@echo "make demo        the main job: local cluster, CRDs, operator, examples planned and running"
+	@echo "make demo-down   stop the demo operator and the local cluster"
 	@echo "make test        lint, type-check, unit tests, then e2e tests on a local control plane"
 	@echo "make unit        fast tests only (no cluster)"
 	@echo "make e2e         e2e tests (brings the local control plane up if needed)"
@@ -43,14 +44,14 @@ crds: venv
 bench: venv
 	$(PY) benchmarks/plan_1000.py
 
-demo: venv
-	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; \
-	  echo "== loadline render $$f"; $(VENV)/bin/loadline render $$f || exit 1; done
+demo: venv cluster-up
+	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; done
+	e2e/demo.sh
 
-clean:
-	rm -rf $(VENV) .e2e
+demo-down:
+	@if [ -f .e2e/operator.pid ]; then kill $$(cat .e2e/operator.pid) 2>/dev/null || true; rm -f .e2e/operator.pid; fi
+	e2e/cluster-down.sh
 
-# ---- local control plane (e2e/, docs/control-plane.md) ----
 cluster-up: venv
 	PYTHON=$(PY) e2e/cluster-up.sh
 
