@@ -15,11 +15,13 @@ K8S_STAGING_VERSION="v0.36.3"
 ETCD_VERSION="v3.6.16"     # go.etcd.io/etcd/server/v3
 KWOK_VERSION="v0.8.0"      # sigs.k8s.io/kwok (kwok, kwokctl)
 HELM_VERSION="v3.22.0"     # helm.sh/helm/v3
+LWS_VERSION="v0.9.0"       # sigs.k8s.io/lws (LeaderWorkerSet manager + CRDs; v0.10.0 is not served by the proxy)
 
 K8S_BIN="${LOADLINE_CACHE}/bin/kubernetes-${K8S_VERSION}"
 ETCD_BIN="${LOADLINE_CACHE}/bin/etcd-${ETCD_VERSION}"
 KWOK_BIN="${LOADLINE_CACHE}/bin/kwok-${KWOK_VERSION}"
 HELM_BIN="${LOADLINE_CACHE}/bin/helm-${HELM_VERSION}"
+LWS_BIN="${LOADLINE_CACHE}/bin/lws-${LWS_VERSION}"
 
 CLUSTER_NAME="${LOADLINE_CLUSTER_NAME:-loadline-e2e}"
 STATE_DIR="${LOADLINE_REPO}/.e2e"
