@@ -46,10 +46,15 @@ def get(api_version: str, kind: str, namespace: str | None, name: str) -> dict[s
 
 
 def has_kind(api_version: str, kind: str) -> bool:
+    """Whether the API server serves the kind (re-discovering once, for CRDs installed meanwhile)."""
     try:
         _resource(api_version, kind)
     except ResourceNotFoundError:
-        return False
+        dynamic().resources.invalidate_cache()
+        try:
+            _resource(api_version, kind)
+        except ResourceNotFoundError:
+            return False
     return True
 
 

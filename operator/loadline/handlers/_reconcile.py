@@ -148,6 +148,21 @@ def reconcile(
         _fail(body, patch, reason="Error", message=str(exc), phase="Failed")
         raise kopf.PermanentError(str(exc)) from None
 
+    missing = sorted(
+        {
+            f"{m['kind']} ({m['apiVersion']})"
+            for m in manifests
+            if not _kube.has_kind(m["apiVersion"], m["kind"])
+        }
+    )
+    if missing:
+        message = (
+            f"the cluster does not serve {', '.join(missing)}; install it "
+            "(multi-node replicas need the LeaderWorkerSet controller, sigs.k8s.io/lws)"
+        )
+        _fail(body, patch, reason="MissingAPI", message=message, phase="Pending")
+        raise kopf.TemporaryError(message, delay=max(settings.retry_delay_seconds, 60))
+
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
