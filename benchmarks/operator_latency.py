@@ -1,0 +1,111 @@
+"""Print the operator's apply → children-created latency for 100 InferenceModels (not a test).
+
+Needs the local control plane (`make cluster-up`). It starts its own `loadline run` (capacity
+awareness off, so that 100 models are all planned even though the simulated fleet cannot run them
+all), creates 100 InferenceModels in a fresh namespace as fast as the API server takes them, and
+records, for each, the time from its create call returning to the watch event that shows its
+Deployment. Run: `.venv/bin/python benchmarks/operator_latency.py [COUNT]`.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+REPO = Path(__file__).resolve().parents[1]
+KUBECONFIG = REPO / ".e2e" / "kubeconfig"
+
+
+def model(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "maxModelLen": 4096,
+            "concurrency": 2,
+            "gpu": {"types": ["L4", "L40S"]},
+        },
+    }
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def main() -> int:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    if not KUBECONFIG.exists():
+        print(f"no cluster: {KUBECONFIG} is missing (run `make cluster-up`)", file=sys.stderr)
+        return 1
+    config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
+    core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
+    namespace = f"bench-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    env = {**os.environ, "KUBECONFIG": str(KUBECONFIG), "LOADLINE_LIVENESS_PORT": "0",
+           "LOADLINE_CAPACITY_AWARE": "false", "LOADLINE_NAMESPACES": namespace}  # fmt: skip
+    log = open(REPO / ".e2e" / "operator-bench.log", "wb")  # noqa: SIM115
+    operator = subprocess.Popen([str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
+                                stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    created: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    done = threading.Event()
+
+    def watch_deployments() -> None:
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(apps.list_namespaced_deployment, namespace, timeout_seconds=300):
+            name = event["object"].metadata.name
+            seen.setdefault(name, time.monotonic())
+            if len(seen) >= count:
+                stream.stop()  # type: ignore[no-untyped-call]
+                break
+        done.set()
+
+    try:
+        time.sleep(3)  # let the operator start its watches
+        watcher = threading.Thread(target=watch_deployments, daemon=True)
+        watcher.start()
+        start = time.monotonic()
+        for i in range(count):
+            name = f"m{i:03d}"
+            custom.create_namespaced_custom_object(
+                "loadline.dev", "v1alpha1", namespace, "inferencemodels", model(name)
+            )
+            created[name] = time.monotonic()
+        applied = time.monotonic() - start
+        done.wait(timeout=300)
+        latencies = [seen[n] - created[n] for n in created if n in seen]
+        print(f"{count} InferenceModels created in {applied:.2f} s; Deployments seen for {len(latencies)}")
+        if latencies:
+            print(
+                "apply → Deployment created: "
+                f"p50 {statistics.median(latencies):.2f} s, p90 {percentile(latencies, 0.9):.2f} s, "
+                f"p99 {percentile(latencies, 0.99):.2f} s, max {max(latencies):.2f} s"
+            )
+            last = max(seen.values()) - start
+            print(f"all {len(latencies)} children created {last:.2f} s after the first apply")
+    finally:
+        operator.send_signal(signal.SIGINT)
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+        core.delete_namespace(namespace)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
