@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or find in the cache) every binary the local control plane needs.
 #
-#   e2e/install-tools.sh [kubernetes] [etcd] [kwok] [helm] [prometheus]
+#   e2e/install-tools.sh [kubernetes] [etcd] [kwok] [helm] [lws] [prometheus]
 #
 # With no arguments all components are installed. Components already in the
 # cache are skipped, so a warm machine returns in a second. Everything is built
@@ -172,6 +172,29 @@ build_helm() {
   date -u +%FT%TZ >"${HELM_BIN}/.complete"
 }
 
+# ---------------------------------------------------------------- lws
+# The LeaderWorkerSet manager, built from sigs.k8s.io/lws through a wrapper
+# module (go install .../cmd@version is refused: the proxy answers 403 for the
+# candidate module path sigs.k8s.io/lws/cmd). Its CRDs and webhook manifests
+# are copied from the same module version into the cache for e2e/lws.sh.
+build_lws() {
+  local src="${LOADLINE_CACHE}/src/lws-${LWS_VERSION}" dir
+  mkdir -p "${src}" "${LWS_BIN}/crd"
+  printf 'module loadline.dev/e2e/lws\n\ngo 1.26.0\n\nrequire sigs.k8s.io/lws %s\n' "${LWS_VERSION}" >"${src}/go.mod"
+  log "lws ${LWS_VERSION}: building the manager"
+  (cd "${src}" && "${GO}" build -trimpath \
+    -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=${LWS_VERSION}" \
+    -o "${LWS_BIN}/manager" sigs.k8s.io/lws/cmd)
+  [[ "$("${LWS_BIN}/manager" --version | head -n 1)" == "Version: ${LWS_VERSION}" ]] ||
+    die "lws manager --version does not report ${LWS_VERSION}"
+  dir=$(cd "${src}" && "${GO}" mod download -json "sigs.k8s.io/lws@${LWS_VERSION}" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d "${dir}/config/crd/bases" ]] || die "no config/crd/bases in sigs.k8s.io/lws@${LWS_VERSION} (${dir})"
+  install -m 0644 "${dir}"/config/crd/bases/*.yaml "${LWS_BIN}/crd/"
+  install -m 0644 "${dir}/config/webhook/manifests.yaml" "${LWS_BIN}/webhook-manifests.yaml"
+  date -u +%FT%TZ >"${LWS_BIN}/.complete"
+}
+
 # ---------------------------------------------------------------- prometheus
 install_prometheus() {
   if ((EUID != 0)); then
@@ -191,7 +214,7 @@ component_ready() { [[ -f "$1/.complete" ]]; }
 
 main() {
   local components=("$@")
-  ((${#components[@]})) || components=(kubernetes etcd kwok helm prometheus)
+  ((${#components[@]})) || components=(kubernetes etcd kwok helm lws prometheus)
   local total_start c
   total_start=$(date +%s)
   for c in "${components[@]}"; do
@@ -208,6 +231,9 @@ main() {
       helm)
         if component_ready "${HELM_BIN}"; then skip helm "${HELM_BIN}"; else
           check_disk 2; timed helm build_helm; fi ;;
+      lws)
+        if component_ready "${LWS_BIN}"; then skip lws "${LWS_BIN}"; else
+          check_disk 2; timed lws build_lws; fi ;;
       prometheus)
         if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
           skip prometheus "$(command -v prometheus)"
@@ -216,7 +242,7 @@ main() {
         fi
         prometheus --version >/dev/null 2>&1 || die "prometheus --version failed"
         promtool --version >/dev/null 2>&1 || die "promtool --version failed" ;;
-      *) die "unknown component '${c}' (known: kubernetes etcd kwok helm prometheus)" ;;
+      *) die "unknown component '${c}' (known: kubernetes etcd kwok helm lws prometheus)" ;;
     esac
   done
   printf '%s\n' "${SUMMARY[@]}" >&2
