@@ -14,6 +14,7 @@ from loadline.api._load import (
     parse_spec,
     spec_error_from_validation,
 )
+from loadline.api._overrides import apply_overrides
 from loadline.api._v1alpha1 import (
     API_VERSION,
     DEFAULT_ENGINE_VERSION,
@@ -22,6 +23,7 @@ from loadline.api._v1alpha1 import (
     PLURAL,
     SHORT_NAMES,
     VERSION,
+    AppliedChange,
     Condition,
     Engine,
     EnvVar,
@@ -33,8 +35,10 @@ from loadline.api._v1alpha1 import (
     KVOffload,
     MemoryBreakdown,
     ModelSource,
+    Overrides,
     PlanSummary,
     Remediation,
+    RemediationState,
     Resources,
 )
 
@@ -46,6 +50,7 @@ __all__ = [
     "PLURAL",
     "SHORT_NAMES",
     "VERSION",
+    "AppliedChange",
     "Condition",
     "Engine",
     "EnvVar",
@@ -57,10 +62,13 @@ __all__ = [
     "KVOffload",
     "MemoryBreakdown",
     "ModelSource",
+    "Overrides",
     "PlanSummary",
     "Remediation",
+    "RemediationState",
     "Resources",
     "all_crds",
+    "apply_overrides",
     "build_inferencemodel_crd",
     "build_peering_crd",
     "load_inference_models",

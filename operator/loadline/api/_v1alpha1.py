@@ -455,6 +455,70 @@ class Incident(_Model):
     count: int = Field(default=1, ge=1, description="Crashes of the same loop.")
     action: str = Field(default="", description="What loadline did or recommends.")
     result: str = Field(default="", description="Outcome of the action.")
+    loop: str = Field(
+        default="", description="Crash-loop key (pod template and container) that groups restarts."
+    )
+    caller_side: bool = Field(default=False, description="Whether the likely cause is the callers' prompts.")
+
+
+class Overrides(_Model):
+    """Settings loadline's OOM remediation changed, applied on top of the spec when planning.
+
+    Kept in status, not written into the spec, so GitOps tools that own the spec never fight the
+    operator; a spec change by a person clears them (they are re-derived from new incidents).
+    """
+
+    max_num_seqs: int | None = Field(default=None, ge=1, description="--max-num-seqs in force.")
+    max_num_batched_tokens: int | None = Field(
+        default=None, ge=1, description="--max-num-batched-tokens in force."
+    )
+    gpu_memory_utilization: float | None = Field(
+        default=None, gt=0, le=1, description="--gpu-memory-utilization in force."
+    )
+    max_model_len: int | None = Field(default=None, ge=16, description="--max-model-len in force.")
+    kv_offload_cpu_gi_b: float | None = Field(
+        default=None, alias="kvOffloadCpuGiB", ge=0, description="CPU KV offload GiB in force."
+    )
+    memory_gi_b: float | None = Field(
+        default=None, alias="memoryGiB", gt=0, description="Pod memory in force."
+    )
+    min_gpus_per_replica: int | None = Field(default=None, ge=1, description="Plan at least this many GPUs.")
+    min_gpu_memory_gi_b: float | None = Field(
+        default=None, alias="minGpuMemoryGiB", gt=0, description="Plan only GPUs with at least this memory."
+    )
+
+
+class AppliedChange(_Model):
+    """One change remediation made."""
+
+    time: datetime = Field(description="When it was applied.")
+    oom_class: OOMClass = Field(alias="class", description="Incident class it answered.")
+    field: str = Field(description="Setting changed, as INCIDENT.json names it.")
+    old: str = Field(default="", description="Value before.")
+    new: str = Field(default="", description="Value after.")
+
+
+class RemediationState(_Model):
+    """Remediation bookkeeping that must survive an operator restart."""
+
+    overrides: Overrides = Field(default_factory=Overrides, description="Settings changed by remediation.")
+    day: str = Field(default="", description="UTC day the counter below counts.")
+    actions_today: int = Field(default=0, ge=0, description="Changes applied on that day.")
+    history: list[AppliedChange] = Field(
+        default_factory=list, max_length=50, description="Recent changes, newest last."
+    )
+    restart_requested_at: str = Field(
+        default="", description="When a restart of the pods was requested (rolls the pod template)."
+    )
+    handled_crashes: list[str] = Field(
+        default_factory=list, max_length=100, description="Crash ids already handled (no double action)."
+    )
+    observed_generation: int | None = Field(
+        default=None, description="Spec generation the overrides apply to."
+    )
+    needs_person: str = Field(
+        default="", description="Set when the daily budget is spent: what a person should look at."
+    )
 
 
 class InferenceModelStatus(_Model):
@@ -474,6 +538,7 @@ class InferenceModelStatus(_Model):
     incidents: list[Incident] = Field(
         default_factory=list, max_length=50, description="Recent out-of-memory incidents, newest last."
     )
+    remediation: RemediationState | None = Field(default=None, description="Out-of-memory remediation state.")
 
 
 class InferenceModel(_Model):

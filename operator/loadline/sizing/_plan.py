@@ -238,14 +238,29 @@ def _placeable(candidate: Candidate, replicas: int, free: Mapping[str, Sequence[
 
 
 def plan_candidates(
-    inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int, multi_node: bool
+    inputs: SpecInputs,
+    gpu_names: Sequence[str],
+    max_gpus: int,
+    multi_node: bool,
+    *,
+    min_gpus: int = 1,
+    min_gpu_memory_gib: float = 0.0,
 ) -> list[Candidate]:
-    """Every layout considered, cheapest first. Evaluation of a type stops at its first feasible count."""
+    """Every layout considered, cheapest first. Evaluation of a type stops at its first feasible count.
+
+    ``min_gpus`` and ``min_gpu_memory_gib`` are floors that OOM remediation sets after a model did not
+    fit where it was planned ("next feasible plan: more tensor parallelism or a bigger GPU").
+    """
     arch = inputs.model.architecture
     out: list[Candidate] = []
     for name in gpu_names:
         gpu = find_gpu(name, "spec.gpu.types")
         problem = _support_problem(gpu, inputs)
+        if not problem and gpu.memory_gib < min_gpu_memory_gib:
+            problem = (
+                f"{gpu.name} has {gpu.memory_gib:.2f} GiB; out-of-memory remediation asks for at least "
+                f"{min_gpu_memory_gib:.2f} GiB per GPU"
+            )
         if problem:
             out.append(Candidate(gpu, 1, 1, 1, None, None, problem))
             continue
@@ -261,6 +276,8 @@ def plan_candidates(
             )
             continue
         for tp, pp, nodes in layouts:
+            if tp * pp < min_gpus:
+                continue
             candidate = _evaluate(inputs, gpu, tp, pp, nodes)
             out.append(candidate)
             if candidate.feasible:
@@ -287,6 +304,8 @@ def plan_inference_model(
     *,
     config_map_config: Mapping[str, Any] | None = None,
     free_gpus: Mapping[str, Sequence[int]] | None = None,
+    min_gpus: int = 1,
+    min_gpu_memory_gib: float = 0.0,
 ) -> Plan:
     """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node) makes it capacity aware.
 
@@ -296,7 +315,14 @@ def plan_inference_model(
     inputs = resolve_inputs(spec, model)
     names = list(spec.gpu.types) or list(gpu_catalog())
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
-    candidates = plan_candidates(inputs, names, max_gpus, spec.gpu.allow_multi_node)
+    candidates = plan_candidates(
+        inputs,
+        names,
+        max_gpus,
+        spec.gpu.allow_multi_node,
+        min_gpus=min_gpus,
+        min_gpu_memory_gib=min_gpu_memory_gib,
+    )
     feasible = [c for c in candidates if c.feasible]
     if not feasible:
         raise NoFeasiblePlanError(

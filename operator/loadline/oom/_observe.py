@@ -1,0 +1,141 @@
+"""What the operator observes about a crashed vLLM container, as an INCIDENT.json-shaped dict.
+
+Pure: it reads a Pod (as the API returns it), the owning InferenceModel and optionally the previous
+container log, and returns the same structure ``loadline classify`` reads from a file, so the CLI and
+the operator classify identically.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime
+from typing import Any
+
+GIB = 1024**3
+_QUANTITY = re.compile(r"^([0-9.]+)([EPTGMK]i?|[eE][0-9]+)?$")
+_FACTORS = {
+    "": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
+    "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5, "E": 1000**6,
+}  # fmt: skip
+
+
+def quantity_bytes(value: Any) -> int | None:
+    """Kubernetes memory quantity ("22Gi", "512M", "1e9") in bytes."""
+    match = _QUANTITY.match(str(value).strip()) if value is not None else None
+    if not match:
+        return None
+    number, suffix = match.groups()
+    if suffix and suffix[0] in "eE":
+        return int(float(number) * 10 ** int(suffix[1:]))
+    return int(float(number) * _FACTORS.get(suffix or "", 1))
+
+
+def _time(text: Any) -> datetime | None:
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def terminated_state(container_status: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The container's most recent termination (current state if terminated, else its last state)."""
+    for key in ("state", "lastState"):
+        term = (container_status.get(key) or {}).get("terminated")
+        if term:
+            return dict(term)
+    return None
+
+
+def crash_id(pod: Mapping[str, Any], container_status: Mapping[str, Any]) -> str | None:
+    """A stable id of one termination: the same crash seen twice (or after a restart) has the same id."""
+    term = terminated_state(container_status)
+    if term is None:
+        return None
+    uid = pod.get("metadata", {}).get("uid", "")
+    finished = term.get("finishedAt") or term.get("startedAt") or ""
+    return f"{uid}/{container_status.get('name', '')}/{container_status.get('restartCount', 0)}/{finished}"
+
+
+def loop_key(pod: Mapping[str, Any], container_name: str) -> str:
+    """Restarts of one crash loop share this key: the pod template's hash (or pod name) and container."""
+    labels = pod.get("metadata", {}).get("labels") or {}
+    template = (
+        labels.get("pod-template-hash") or labels.get("controller-revision-hash") or pod["metadata"]["name"]
+    )
+    return f"{template}/{container_name}"
+
+
+def _container_spec(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
+    for container in pod.get("spec", {}).get("containers", []) or []:
+        if container.get("name") == name:
+            return dict(container)
+    return {}
+
+
+def build_incident(
+    pod: Mapping[str, Any],
+    container_status: Mapping[str, Any],
+    model: Mapping[str, Any],
+    *,
+    log_tail: str = "",
+    node_oom_events: int = 0,
+) -> dict[str, Any] | None:
+    """INCIDENT.json for the container's last termination, or None when it has not terminated."""
+    term = terminated_state(container_status)
+    if term is None:
+        return None
+    name = str(container_status.get("name", ""))
+    container = _container_spec(pod, name)
+    started, finished = _time(term.get("startedAt")), _time(term.get("finishedAt"))
+    status = model.get("status") or {}
+    plan = status.get("plan") or {}
+    memory = plan.get("memory") or {}
+    spec = model.get("spec") or {}
+    env = {
+        e.get("name"): str(e.get("value", ""))
+        for e in container.get("env", []) or []
+        if isinstance(e, Mapping)
+    }
+    alloc = env.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + env.get("PYTORCH_ALLOC_CONF", "")
+    limits = (container.get("resources") or {}).get("limits") or {}
+    offload = ((status.get("remediation") or {}).get("overrides") or {}).get("kvOffloadCpuGiB")
+    if offload is None:
+        offload = (spec.get("kvOffload") or {}).get("cpuGiB")
+    gpus = int(plan.get("gpusPerReplica", 1) or 1)
+    incident: dict[str, Any] = {
+        "reason": str(term.get("reason") or "Error"),
+        "exit_code": term.get("exitCode"),
+        "message": str(term.get("message") or ""),
+        "log_tail": log_tail,
+        "uptime_seconds": (finished - started).total_seconds() if started and finished else None,
+        "engine_version": plan.get("engineVersion") or None,
+        "config": {
+            "max_model_len": plan.get("maxModelLen"),
+            "max_num_seqs": plan.get("maxNumSeqs"),
+            "max_num_batched_tokens": plan.get("maxNumBatchedTokens"),
+            "gpu_memory_utilization": plan.get("gpuMemoryUtilization"),
+            "tensor_parallel_size": plan.get("tensorParallelSize"),
+            "memory_limit_bytes": quantity_bytes(limits.get("memory")),
+            "kv_offload_cpu_gib": offload,
+            "expandable_segments": "expandable_segments:true" in alloc.lower(),
+        },
+        "plan": {
+            "weights_gib": round(float(memory["weightsGiB"]) * gpus, 3) if "weightsGiB" in memory else None,
+            "gpu_memory_gib": memory.get("totalGiB"),
+            "kv_cache_tokens": plan.get("kvCacheTokens"),
+            "quantization_allowed": False,
+        },
+    }
+    if node_oom_events and incident["reason"] != "OOMKilled":
+        incident["log_tail"] = (incident["log_tail"] + "\nnode reported OOMKilling for this pod").strip()
+    cleaned: dict[str, Any] = _drop_none(incident)
+    return cleaned
+
+
+def _drop_none(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _drop_none(v) for k, v in value.items() if v is not None}
+    return value
