@@ -49,6 +49,7 @@ class Pool:
     cpu: int
     memory_mib: int
     taints: list[dict[str, str]] = field(default_factory=list)
+    ephemeral_storage_gib: int = 500
 
 
 class FleetError(ValueError):
@@ -104,6 +105,7 @@ def load_fleet(path: Path = DEFAULT_FLEET, scale: float = 1.0) -> list[Pool]:
                 cpu=int(raw["cpu"]),
                 memory_mib=_mib(raw["memory"], where),
                 taints=list(raw.get("taints", [])),
+                ephemeral_storage_gib=_mib(raw.get("ephemeralStorage", "500Gi"), where) // 1024,
             )
         )
     names = [p.name for p in pools]
@@ -140,14 +142,14 @@ def render_node(pool: Pool, index: int) -> dict[str, Any]:
     capacity = {
         "cpu": str(pool.cpu),
         "memory": f"{pool.memory_mib}Mi",
-        "ephemeral-storage": "500Gi",
+        "ephemeral-storage": f"{pool.ephemeral_storage_gib}Gi",
         "pods": str(MAX_PODS),
         "nvidia.com/gpu": gpus,
     }
     allocatable = {
         "cpu": f"{pool.cpu * 1000 - reserved_cpu_millicores(pool.cpu)}m",
         "memory": f"{pool.memory_mib - reserved_memory_mib()}Mi",
-        "ephemeral-storage": "450Gi",
+        "ephemeral-storage": f"{pool.ephemeral_storage_gib * 9 // 10}Gi",
         "pods": str(MAX_PODS),
         "nvidia.com/gpu": gpus,
     }
