@@ -9,6 +9,7 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 KWOKCTL="${KWOK_BIN}/kwokctl"
 CLUSTER_DIR="${KWOK_WORKDIR}/clusters/${CLUSTER_NAME}"
 
+"${LOADLINE_E2E_DIR}/lws.sh" down || true # stop the LeaderWorkerSet controller first
 if [[ -d "${CLUSTER_DIR}" ]]; then
   if [[ -x "${KWOKCTL}" ]]; then
     log "deleting cluster ${CLUSTER_NAME}"

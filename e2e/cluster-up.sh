@@ -186,6 +186,7 @@ if ((RESTARTED)); then
   log "restarted the KWOK controller and handed it the node leases"
 fi
 apply_fleet
+"${LOADLINE_E2E_DIR}/lws.sh" up # LeaderWorkerSet controller (multi-node replicas)
 
 server_version=$(kubectl get --raw /version | sed -n 's/.*"gitVersion": *"\([^"]*\)".*/\1/p')
 log "cluster ${CLUSTER_NAME} is up in $(($(date +%s) - START))s: Kubernetes ${server_version}," \
