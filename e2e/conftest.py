@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from kube import E2E_DIR, KUBECONFIG, STATE_DIR, Kubectl, KubectlError, wait_for
+from kube import E2E_DIR, KUBECONFIG, REPO, STATE_DIR, Kubectl, KubectlError, wait_for
+from operator_helpers import start_operator, stop_operator
 
 CLUSTER_UP_TIMEOUT = float(os.environ.get("LOADLINE_CLUSTER_UP_TIMEOUT", "3600"))
 
@@ -100,3 +101,17 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
     finally:
         _delete_inference_models(kubectl, name)
         kubectl("delete", "namespace", name, "--wait=false")
+
+
+@pytest.fixture(scope="session")
+def operator(kubeconfig: Path, kubectl: Kubectl) -> Iterator[Path]:
+    """A running `loadline run --standalone` (the real CLI) with the CRDs installed; yields its log."""
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
+    log = STATE_DIR / "operator-e2e.log"
+    log.write_text("")
+    proc = start_operator(kubeconfig, log)
+    try:
+        yield log
+    finally:
+        stop_operator(proc)

@@ -1,100 +1,29 @@
 """The operator (`loadline run`) against the real control plane: apply → planned, deployed, Ready.
 
-One operator process serves the whole module (started from the CLI as a platform team would run
-it, with the e2e kubeconfig); each test works in its own namespace.
+One operator process serves the whole session (the `operator` fixture in conftest, started from the CLI
+as a platform team would run it, with the e2e kubeconfig); each test works in its own namespace.
 """
 
 from __future__ import annotations
 
 import copy
-import json
-import os
-import signal
-import subprocess
-import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from kube import REPO, STATE_DIR, Kubectl, wait_for
-
-EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
-LOADLINE = Path(sys.executable).parent / "loadline"
-
-
-def start_operator(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "LOADLINE_LIVENESS_PORT": "0",
-        "LOADLINE_RETRY_DELAY_SECONDS": "3",
-    }
-    out = log.open("ab")
-    return subprocess.Popen(
-        [str(LOADLINE), "run", "--standalone"], stdout=out, stderr=subprocess.STDOUT, env=env
-    )
-
-
-def stop_operator(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
-
-@pytest.fixture(scope="module")
-def operator(kubeconfig: Path, kubectl: Kubectl) -> Iterator[Path]:
-    """A running `loadline run --standalone` with the CRDs installed; yields its log path."""
-    kubectl("apply", "--server-side", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
-    log = STATE_DIR / "operator-e2e.log"
-    log.write_text("")
-    proc = start_operator(kubeconfig, log)
-    try:
-        yield log
-    finally:
-        stop_operator(proc)
-
-
-def example(path: Path, namespace: str) -> dict[str, Any]:
-    doc = yaml.safe_load(path.read_text())
-    doc["metadata"]["namespace"] = namespace
-    return doc
-
-
-def model(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
-    result: dict[str, Any] = kubectl.json("get", "inferencemodel", name, "-n", namespace)
-    return result
-
-
-def wait_phase(
-    kubectl: Kubectl, namespace: str, name: str, phase: str, timeout: float = 60
-) -> dict[str, Any]:
-    def check() -> dict[str, Any] | None:
-        obj = model(kubectl, namespace, name)
-        return obj if (obj.get("status") or {}).get("phase") == phase else None
-
-    try:
-        return wait_for(check, timeout=timeout, what=f"{namespace}/{name} phase {phase}")
-    except Exception:
-        status = model(kubectl, namespace, name).get("status") or {}
-        raise AssertionError(f"{name} did not reach {phase}: status {json.dumps(status)[:1500]}") from None
-
-
-def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
-    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"loadline.dev/inferencemodel={name}")["items"]
-    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
-
-
-def node_products(kubectl: Kubectl) -> dict[str, str]:
-    nodes = kubectl.json("get", "nodes")["items"]
-    return {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product", "") for n in nodes}
+from operator_helpers import (
+    EXAMPLES,
+    example,
+    model,
+    node_products,
+    pods_of,
+    start_operator,
+    stop_operator,
+    wait_phase,
+)
 
 
 @pytest.mark.parametrize("path", [p for p in EXAMPLES if "multinode" not in p.name], ids=lambda p: p.stem)
@@ -264,7 +193,13 @@ def test_full_gpu_type_falls_back_to_the_next_and_says_so(
     doc = copy.deepcopy(example(REPO / "examples" / "chat-llama-8b.yaml", namespace))
     doc["spec"]["gpu"] = {"types": ["L4", "L40S"]}
     kubectl.apply(doc, namespace)
-    obj = wait_phase(kubectl, namespace, "chat", "Ready")
+    try:
+        obj = wait_phase(kubectl, namespace, "chat", "Ready")
+    finally:
+        # Give the L4s back before the next test (namespace deletion would free them only later).
+        kubectl(
+            "delete", "pods", "-n", namespace, *[f"hog-{n}" for n in l4_nodes], "--wait=true", "--timeout=60s"
+        )
     assert obj["status"]["plan"]["gpuType"] == "L40S"
     assert obj["status"]["plan"]["fallbackFrom"] == "L4"
     events = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[

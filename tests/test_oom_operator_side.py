@@ -66,7 +66,10 @@ def test_incident_from_a_crashed_pod_carries_what_the_classifier_needs() -> None
     incident = build_incident(p, p["status"]["containerStatuses"][0], MODEL)
     assert incident is not None
     assert incident["reason"] == "Error" and incident["exit_code"] == 1 and incident["uptime_seconds"] == 150
-    assert incident["config"]["max_num_seqs"] == 1024 and incident["config"]["memory_limit_bytes"] == 22 * 1024**3
+    assert (
+        incident["config"]["max_num_seqs"] == 1024
+        and incident["config"]["memory_limit_bytes"] == 22 * 1024**3
+    )
     assert incident["config"]["expandable_segments"] is True
     assert incident["plan"] == {"weights_gib": 13.64, "gpu_memory_gib": 79.19, "kv_cache_tokens": 1277184,
                                 "quantization_allowed": False}  # fmt: skip
@@ -110,7 +113,10 @@ def test_recommend_and_off_modes_change_nothing() -> None:
     for mode in ("recommend", "off"):
         decision = decide(diagnosis, proposal, RemediationState(), PolicyLimits(), NOW, mode=mode)
         assert not decision.apply and decision.state.overrides == Overrides()
-    assert "recommended" in decide(diagnosis, proposal, RemediationState(), PolicyLimits(), NOW, mode="recommend").result
+    assert (
+        "recommended"
+        in decide(diagnosis, proposal, RemediationState(), PolicyLimits(), NOW, mode="recommend").result
+    )
 
 
 def test_spent_budget_asks_for_a_person_and_resets_the_next_day() -> None:
@@ -118,7 +124,9 @@ def test_spent_budget_asks_for_a_person_and_resets_the_next_day() -> None:
     spent = RemediationState(day="2026-11-21", actions_today=3)
     decision = decide(diagnosis, proposal, spent, PolicyLimits(max_actions_per_day=3), NOW)
     assert not decision.apply and decision.needs_person.startswith("needs a person")
-    tomorrow = decide(diagnosis, proposal, spent, PolicyLimits(max_actions_per_day=3), NOW + timedelta(days=1))
+    tomorrow = decide(
+        diagnosis, proposal, spent, PolicyLimits(max_actions_per_day=3), NOW + timedelta(days=1)
+    )
     assert tomorrow.apply and tomorrow.state.actions_today == 1
 
 
@@ -126,8 +134,10 @@ def test_never_undoes_a_change_within_the_cool_down() -> None:
     raised = AppliedChange(time=NOW - timedelta(minutes=5), oom_class="host_memory",
                            field="config.max_num_seqs", old="256", new="512")  # fmt: skip
     state = RemediationState(day="2026-11-21", actions_today=1, history=[raised])
-    diagnosis, proposal = diagnosis_and_proposal()  # proposes 1024 → 512, i.e. down after an up
-    lowered = Remediation(action="lower", summary="lower max_num_seqs", changes=(Change("config.max_num_seqs", 512, 256),))
+    diagnosis, _ = diagnosis_and_proposal()
+    lowered = Remediation(
+        action="lower", summary="lower max_num_seqs", changes=(Change("config.max_num_seqs", 512, 256),)
+    )
     decision = decide(diagnosis, lowered, state, PolicyLimits(), NOW)
     assert not decision.apply and "cool-down" in decision.result
     later = decide(diagnosis, lowered, state, PolicyLimits(), NOW + timedelta(hours=1))
@@ -136,7 +146,11 @@ def test_never_undoes_a_change_within_the_cool_down() -> None:
 
 def test_host_memory_raise_is_at_least_20_percent_and_capped() -> None:
     diagnosis, _ = diagnosis_and_proposal()
-    small = Remediation(action="raise_memory_limit", summary="raise", changes=(Change("config.memory_limit_bytes", 20 * 1024**3, 21 * 1024**3),))
+    small = Remediation(
+        action="raise_memory_limit",
+        summary="raise",
+        changes=(Change("config.memory_limit_bytes", 20 * 1024**3, 21 * 1024**3),),
+    )
     decision = decide(diagnosis, small, RemediationState(), PolicyLimits(), NOW)
     assert decision.state.overrides.memory_gi_b == 24  # ceil(20 GiB × 1.2)
     capped = decide(diagnosis, small, RemediationState(), PolicyLimits(max_memory_gib=22), NOW)
@@ -149,3 +163,23 @@ def test_low_confidence_is_only_recommended() -> None:
     diagnosis, proposal = diagnosis_and_proposal()
     decision = decide(diagnosis, proposal, RemediationState(), PolicyLimits(min_confidence=0.99), NOW)
     assert not decision.apply and "confidence" in decision.result
+
+
+def test_consecutive_memory_raises_are_not_mistaken_for_an_undo() -> None:
+    diagnosis, _ = diagnosis_and_proposal()
+    first = Remediation(
+        action="raise_memory_limit",
+        summary="raise",
+        changes=(Change("config.memory_limit_bytes", 22 * 1024**3, 27 * 1024**3),),
+    )
+    state = decide(diagnosis, first, RemediationState(), PolicyLimits(), NOW).state
+    assert (
+        state.overrides.memory_gi_b == 27 and state.history[-1].old == "22" and state.history[-1].new == "27"
+    )
+    second = Remediation(
+        action="raise_memory_limit",
+        summary="raise",
+        changes=(Change("config.memory_limit_bytes", 27 * 1024**3, 33 * 1024**3),),
+    )
+    decision = decide(diagnosis, second, state, PolicyLimits(), NOW + timedelta(minutes=1))
+    assert decision.apply and decision.state.overrides.memory_gi_b == 33

@@ -161,3 +161,40 @@ def build_readiness_status(
 def status_changes(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> Status:
     """Only the top-level status fields that differ: an empty dict means there is nothing to write."""
     return {key: value for key, value in desired.items() if previous.get(key) != value}
+
+
+MAX_INCIDENTS = 20
+
+
+def merge_incident(
+    previous: Iterable[Mapping[str, Any]],
+    *,
+    loop: str,
+    oom_class: str,
+    confidence: float,
+    evidence: Iterable[str],
+    caller_side: bool,
+    action: str,
+    result: str,
+    pod: str,
+    container: str,
+    now: str,
+) -> list[dict[str, Any]]:
+    """``status.incidents`` after one more crash: a crash of the same loop and class counts up the last
+    incident instead of adding one; the history keeps the newest ``MAX_INCIDENTS``."""
+    incidents = [dict(i) for i in previous]
+    last = incidents[-1] if incidents else None
+    if last is not None and last.get("loop") == loop and last.get("class") == oom_class:
+        last.update(
+            count=int(last.get("count", 1)) + 1, lastSeen=now, pod=pod, action=action, result=result,
+            confidence=confidence, evidence=list(evidence),
+        )  # fmt: skip
+    else:
+        incidents.append(
+            {
+                "time": now, "lastSeen": now, "pod": pod, "container": container, "class": oom_class,
+                "confidence": round(confidence, 2), "evidence": list(evidence), "count": 1,
+                "action": action, "result": result, "loop": loop, "callerSide": caller_side,
+            }
+        )  # fmt: skip
+    return incidents[-MAX_INCIDENTS:]

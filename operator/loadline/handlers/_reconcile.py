@@ -14,6 +14,7 @@ write at all.
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 from collections.abc import Mapping
@@ -21,7 +22,7 @@ from typing import Any, cast
 
 import kopf
 
-from loadline.api import InferenceModel, parse_inference_model
+from loadline.api import InferenceModel, RemediationState, apply_overrides, parse_inference_model
 from loadline.errors import LoadlineError, NoFeasiblePlanError, SpecError
 from loadline.handlers import _build, _kube
 from loadline.handlers._settings import OperatorSettings
@@ -70,6 +71,37 @@ def _free_gpus(name: str, namespace: str) -> dict[str, list[int]]:
         )
     ]
     return free_gpus_by_type(nodes, pods)
+
+
+RESTART_ANNOTATION = "loadline.dev/restarted-at"
+
+
+def remediation_state(body: Mapping[str, Any]) -> RemediationState:
+    """The remediation state in force: its overrides hold only for the generation they were made for,
+    so a person's spec change starts from the spec again."""
+    raw = (body.get("status") or {}).get("remediation")
+    state = RemediationState.model_validate(raw) if raw else RemediationState()
+    if state.observed_generation != body["metadata"].get("generation"):
+        return RemediationState(day=state.day, actions_today=state.actions_today, history=state.history,
+                                handled_crashes=state.handled_crashes)  # fmt: skip
+    return state
+
+
+def with_restart(manifest: dict[str, Any], requested_at: str) -> dict[str, Any]:
+    """Stamp the pod template(s) so that a requested restart rolls the pods (like `rollout restart`)."""
+    if not requested_at or manifest.get("kind") not in {"Deployment", "LeaderWorkerSet"}:
+        return manifest
+    out = copy.deepcopy(manifest)
+    spec = out["spec"]
+    templates = [spec["template"]] if "template" in spec else []
+    templates += [
+        spec["leaderWorkerTemplate"][key]
+        for key in ("leaderTemplate", "workerTemplate")
+        if key in spec.get("leaderWorkerTemplate", {})
+    ]
+    for template in templates:
+        template.setdefault("metadata", {}).setdefault("annotations", {})[RESTART_ANNOTATION] = requested_at
+    return out
 
 
 def _workload(manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -123,12 +155,21 @@ def reconcile(
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
+    state = remediation_state(body)
     try:
         obj = parse_inference_model({**raw, "metadata": dict(meta)})
+        # Remediation's overrides (status.remediation) hold for the spec generation they were made for.
+        obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, state.overrides)})
         config = _config_map_config(obj, namespace)
         free = _free_gpus(name, namespace) if settings.capacity_aware else None
-        plan = plan_inference_model(obj.spec, config_map_config=config, free_gpus=free)
-        manifests = render_manifests(obj, plan)
+        plan = plan_inference_model(
+            obj.spec,
+            config_map_config=config,
+            free_gpus=free,
+            min_gpus=state.overrides.min_gpus_per_replica or 1,
+            min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
+        )
+        manifests = [with_restart(m, state.restart_requested_at) for m in render_manifests(obj, plan)]
     except NoFeasiblePlanError as exc:
         lines = "; ".join(exc.rejections[:6])
         message = f"{exc}" + (f" — {lines}" if lines else "")
@@ -185,6 +226,8 @@ def reconcile(
         now=_build.now_iso(),
         message=message,
     )
+    if state.needs_person:
+        status["phase"], status["message"] = "Degraded", state.needs_person
     changes = _build.status_changes(previous, status)
     if changes:
         patch.status.update(changes)

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from loadline.api import GROUP, PLURAL, VERSION
-from loadline.handlers import _reconcile
+from loadline.handlers import _metrics, _oom, _reconcile
 from loadline.handlers._settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
@@ -33,6 +33,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # handler run, which an idle resync must not make.
     settings.posting.level = logging.WARNING
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    _metrics.serve(SETTINGS.metrics_port)
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL)
@@ -56,3 +57,10 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: 
     if type == "DELETED":
         return
     _reconcile.on_workload_event(body, logger)
+
+
+@kopf.on.event("", "v1", "pods", labels={_reconcile.INSTANCE_LABEL: kopf.PRESENT})
+def pod_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: Any) -> None:
+    if type == "DELETED":
+        return
+    _oom.on_pod_event(body, logger, SETTINGS)

@@ -38,6 +38,18 @@ class OperatorSettings(BaseSettings):
     )
     retry_delay_seconds: int = Field(default=30, ge=1, description="Back-off when waiting on the cluster.")
     liveness_port: int = Field(default=8080, ge=0, description="Port of /healthz (0: off).")
+    metrics_port: int = Field(
+        default=9464, ge=0, description="Port of the Prometheus /metrics endpoint (0: off)."
+    )
+    remediation_mode: str = Field(
+        default="auto", pattern="^(auto|recommend|off)$", description="Default OOM remediation mode."
+    )
+    remediation_max_actions_per_day: int = Field(default=3, ge=0, description="Changes per model per day.")
+    remediation_cooldown_minutes: int = Field(
+        default=30, ge=0, description="Never undo a change within this."
+    )
+    remediation_min_confidence: float = Field(default=0.6, ge=0, le=1, description="Act only above this.")
+    remediation_max_memory_gib: float = Field(default=1024, gt=0, description="Cap on raised pod memory.")
 
     @property
     def namespace_list(self) -> list[str]:

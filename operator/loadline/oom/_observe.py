@@ -75,6 +75,40 @@ def _container_spec(pod: Mapping[str, Any], name: str) -> Mapping[str, Any]:
     return {}
 
 
+def startup_budget_seconds(container: Mapping[str, Any]) -> float | None:
+    """How long the kubelet lets the container start before its startup probe kills it."""
+    probe = container.get("startupProbe")
+    if not isinstance(probe, Mapping):
+        return None
+    period = float(probe.get("periodSeconds", 10) or 10)
+    return float(probe.get("initialDelaySeconds", 0) or 0) + period * float(
+        probe.get("failureThreshold", 3) or 3
+    )
+
+
+def _readiness(
+    container: Mapping[str, Any],
+    model_status: Mapping[str, Any],
+    started: datetime | None,
+    finished: datetime | None,
+    uptime: float | None,
+) -> tuple[bool | None, float | None]:
+    """(ever_ready, seconds_since_ready) of the crashed container instance, when we can tell.
+
+    The InferenceModel turning Ready while this instance ran says it was Ready; an instance that lived
+    longer than its startup probe allows must have passed the probe (vLLM's /health), so it was up.
+    """
+    for cond in model_status.get("conditions") or []:
+        if cond.get("type") == "Ready" and cond.get("status") == "True":
+            when = _time(cond.get("lastTransitionTime"))
+            if when and started and finished and started < when <= finished:
+                return True, (finished - when).total_seconds()
+    budget = startup_budget_seconds(container)
+    if uptime is not None and budget is not None and uptime > budget:
+        return True, None
+    return None, None
+
+
 def build_incident(
     pod: Mapping[str, Any],
     container_status: Mapping[str, Any],
@@ -105,12 +139,16 @@ def build_incident(
     if offload is None:
         offload = (spec.get("kvOffload") or {}).get("cpuGiB")
     gpus = int(plan.get("gpusPerReplica", 1) or 1)
+    uptime = (finished - started).total_seconds() if started and finished else None
+    ever_ready, since_ready = _readiness(container, status, started, finished, uptime)
     incident: dict[str, Any] = {
         "reason": str(term.get("reason") or "Error"),
         "exit_code": term.get("exitCode"),
         "message": str(term.get("message") or ""),
         "log_tail": log_tail,
-        "uptime_seconds": (finished - started).total_seconds() if started and finished else None,
+        "uptime_seconds": uptime,
+        "ever_ready": ever_ready,
+        "seconds_since_ready": since_ready,
         "engine_version": plan.get("engineVersion") or None,
         "config": {
             "max_model_len": plan.get("maxModelLen"),

@@ -90,8 +90,9 @@ def _override_value(change: Change, limits: PolicyLimits) -> float | int | None:
     return round(new, 3)
 
 
-def _undoes_recent(target: str, old: float | None, new: float, state: RemediationState, now: datetime,
-                   limits: PolicyLimits) -> bool:  # fmt: skip
+def _undoes_recent(
+    target: str, new: float, state: RemediationState, now: datetime, limits: PolicyLimits
+) -> bool:
     """Whether setting ``target`` to ``new`` reverses a change made to it within the cool-down."""
     for past in reversed(state.history):
         if _FIELD_TO_OVERRIDE.get(past.field) != target:
@@ -152,17 +153,20 @@ def decide(
         if target is None or value is None:
             skipped.append(f"{change.field} (not applied automatically)")
             continue
-        if _undoes_recent(target, _number(change.old), float(value), state, now, limits):
+        if _undoes_recent(target, float(value), state, now, limits):
             skipped.append(f"{change.field} (would undo a change made within the cool-down)")
             continue
         setattr(overrides, target, value)
+        old = _number(change.old)
+        if old is not None and target == "memory_gi_b":
+            old = round(old / GIB, 2)  # history compares old and new, so both in the override's unit
         applied.append(
             AppliedChange(
                 time=now,
                 oom_class=diagnosis.oom_class.value,
                 field=change.field,
-                old="" if change.old is None else str(change.old),
-                new=str(value),
+                old="" if old is None else f"{old:g}",
+                new=f"{value:g}",
             )
         )
     restart = proposal.restart

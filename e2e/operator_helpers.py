@@ -1,0 +1,76 @@
+"""Helpers for e2e tests that run loadline's operator: start/stop it, apply examples, wait on status."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kube import REPO, Kubectl, wait_for
+
+EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
+LOADLINE = Path(sys.executable).parent / "loadline"
+
+
+def start_operator(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kubeconfig),
+        "LOADLINE_LIVENESS_PORT": "0",
+        "LOADLINE_METRICS_PORT": "0",
+        "LOADLINE_RETRY_DELAY_SECONDS": "3",
+    }
+    out = log.open("ab")
+    return subprocess.Popen(
+        [str(LOADLINE), "run", "--standalone"], stdout=out, stderr=subprocess.STDOUT, env=env
+    )
+
+
+def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def example(path: Path, namespace: str) -> dict[str, Any]:
+    doc = yaml.safe_load(path.read_text())
+    doc["metadata"]["namespace"] = namespace
+    return doc
+
+
+def model(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
+    result: dict[str, Any] = kubectl.json("get", "inferencemodel", name, "-n", namespace)
+    return result
+
+
+def wait_phase(
+    kubectl: Kubectl, namespace: str, name: str, phase: str, timeout: float = 60
+) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = model(kubectl, namespace, name)
+        return obj if (obj.get("status") or {}).get("phase") == phase else None
+
+    try:
+        return wait_for(check, timeout=timeout, what=f"{namespace}/{name} phase {phase}")
+    except Exception:
+        status = model(kubectl, namespace, name).get("status") or {}
+        raise AssertionError(f"{name} did not reach {phase}: status {json.dumps(status)[:1500]}") from None
+
+
+def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]:
+    pods = kubectl.json("get", "pods", "-n", namespace, "-l", f"loadline.dev/inferencemodel={name}")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def node_products(kubectl: Kubectl) -> dict[str, str]:
+    nodes = kubectl.json("get", "nodes")["items"]
+    return {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product", "") for n in nodes}

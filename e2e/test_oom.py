@@ -1,0 +1,211 @@
+"""Out-of-memory incidents on the real control plane: crash a running model's pod, watch loadline
+classify it, apply the remediation (within policy), roll the pods out, and record it all.
+
+The crash texts are what vLLM and torch print (the same shapes as tests/corpus/oom); the rest of the
+incident (timing, plan, limits) the operator reads from the cluster itself.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crash import crash_container
+from kube import REPO, Kubectl, wait_for
+from operator_helpers import example, pods_of, wait_phase
+
+SAMPLER = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 0 has a total capacity of "
+    "22.05 GiB of which 300.50 MiB is free. Including non-PyTorch memory, this process has 21.70 GiB memory in "
+    "use. Of the allocated memory 20.10 GiB is allocated by PyTorch, and 0.78 GiB is reserved by PyTorch but "
+    "unallocated.\nRuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests. "
+    "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+)
+LOAD = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU 0 has a total capacity of "
+    "22.05 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 21.02 GiB memory in use. "
+    "Of the allocated memory 20.61 GiB is allocated by PyTorch, and 0.11 GiB is reserved by PyTorch but "
+    "unallocated.\nRuntimeError: Failed to load model - not enough GPU memory"
+)
+KV = (
+    "ValueError: The model's max seq len (8192) is larger than the maximum number of tokens that can be stored "
+    "in KV cache (7344). Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when "
+    "initializing the engine."
+)
+FRAGMENTED = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "22.05 GiB of which 0.41 GiB is free. Including non-PyTorch memory, this process has 21.63 GiB memory in use. "
+    "Of the allocated memory 14.20 GiB is allocated by PyTorch, and 6.90 GiB is reserved by PyTorch but "
+    "unallocated. If reserved but unallocated memory is large try setting "
+    "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid fragmentation."
+)
+
+
+def deploy_chat(kubectl: Kubectl, namespace: str) -> dict[str, Any]:
+    """The 8B example pinned to one L4: the crash texts below quote an L4's 22.05 GiB."""
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["spec"]["gpu"] = {"types": ["L4"]}
+    kubectl.apply(doc, namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    [pod] = pods_of(kubectl, namespace, "chat")
+    return pod
+
+
+def age_container(kubectl: Kubectl, namespace: str, pod: dict[str, Any], hours: float) -> None:
+    """Pretend the vLLM container has been running for ``hours`` (a kubelet would report that)."""
+    fresh = kubectl.json("get", "pod", pod["metadata"]["name"], "-n", namespace)
+    status = fresh["status"]
+    started = (
+        (datetime.now(UTC) - timedelta(hours=hours)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    )
+    for entry in status["containerStatuses"]:
+        entry["state"] = {"running": {"startedAt": started}}
+    patch = {"metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]}, "status": status}
+    kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch))  # fmt: skip
+
+
+def age_readiness(kubectl: Kubectl, namespace: str, hours: float) -> None:
+    """Make the model's Ready transition as old as the aged container (a consistent long-running world)."""
+    obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+    when = (
+        (datetime.now(UTC) - timedelta(hours=hours)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    )
+    conditions = obj["status"]["conditions"]
+    for cond in conditions:
+        if cond["type"] == "Ready":
+            cond["lastTransitionTime"] = when
+    patch = {
+        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+        "status": {"conditions": conditions},
+    }
+    kubectl("patch", "inferencemodel", "chat", "-n", namespace, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch))  # fmt: skip
+
+
+def remediated(kubectl: Kubectl, namespace: str, oom_class: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+        incidents = (obj.get("status") or {}).get("incidents") or []
+        return obj if incidents and incidents[-1]["class"] == oom_class else None
+
+    try:
+        return wait_for(check, timeout=30, what=f"a {oom_class} incident in status")
+    except Exception:
+        obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+        raise AssertionError(f"no {oom_class} incident: {json.dumps(obj.get('status'))[:2000]}") from None
+
+
+def rolled_out(kubectl: Kubectl, namespace: str, old_pod: str) -> dict[str, Any]:
+    def check() -> dict[str, Any] | None:
+        pods = [p for p in pods_of(kubectl, namespace, "chat") if p["metadata"]["name"] != old_pod]
+        running = [p for p in pods if p["status"].get("phase") == "Running"]
+        return running[0] if running and len(pods_of(kubectl, namespace, "chat")) == 1 else None
+
+    return wait_for(check, timeout=60, what="the remediated pod rolled out")
+
+
+def events(kubectl: Kubectl, namespace: str) -> set[str]:
+    items = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[
+        "items"
+    ]
+    return {e["reason"] for e in items}
+
+
+# age_hours: how long the crashed instance ran; 0 means it had just been restarted (a start-up crash,
+# before it could be Ready), None leaves the running instance as KWOK started it.
+CASES = [
+    ("batch_misconfiguration", "cuda-oom", SAMPLER, 0, {"maxNumSeqs": 128}),
+    ("model_exceeds_vram", "cuda-oom", LOAD, 0, {"minGpusPerReplica": 2}),
+    ("kv_cache_overflow", "cuda-oom", KV, 0, {"maxModelLen": 7168}),
+    ("host_memory", "oomkilled", None, None, None),
+    ("fragmentation", "cuda-oom", FRAGMENTED, 72, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("oom_class", "kind", "message", "age_hours", "overrides"), CASES, ids=[c[0] for c in CASES]
+)
+def test_each_class_is_classified_remediated_and_rolled_out(
+    operator: Path,
+    kubectl: Kubectl,
+    namespace: str,
+    oom_class: str,
+    kind: str,
+    message: str | None,
+    age_hours: float | None,
+    overrides: dict[str, Any] | None,
+) -> None:
+    pod = deploy_chat(kubectl, namespace)
+    old_memory = pod["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    if age_hours is not None:
+        age_container(kubectl, namespace, pod, age_hours)
+        if age_hours > 1:
+            age_readiness(kubectl, namespace, age_hours - 1)
+    crash_container(kubectl, pod["metadata"]["name"], namespace, kind, message=message)  # type: ignore[arg-type]
+    obj = remediated(kubectl, namespace, oom_class)
+    incident = obj["status"]["incidents"][-1]
+    assert incident["result"].startswith("applied"), incident
+    assert incident["evidence"] and incident["count"] == 1
+    remediation = obj["status"]["remediation"]
+    assert remediation["actionsToday"] == 1 and len(remediation["handledCrashes"]) == 1
+    if overrides is not None:
+        assert {k: remediation["overrides"][k] for k in overrides} == overrides
+    new_pod = rolled_out(kubectl, namespace, pod["metadata"]["name"])
+    container = new_pod["spec"]["containers"][0]
+    if oom_class == "model_exceeds_vram":
+        assert int(container["resources"]["limits"]["nvidia.com/gpu"]) >= 2
+    if oom_class == "host_memory":
+        assert remediation["overrides"]["memoryGiB"] >= 1.2 * int(old_memory.removesuffix("Gi"))
+        assert container["resources"]["limits"]["memory"] != old_memory
+    if oom_class == "fragmentation":
+        assert remediation["restartRequestedAt"]
+        assert (
+            new_pod["metadata"]["annotations"]["loadline.dev/restarted-at"]
+            == remediation["restartRequestedAt"]
+        )
+    if oom_class in {"batch_misconfiguration", "kv_cache_overflow"}:
+        args = container["args"]
+        flag = "--max-num-seqs" if oom_class == "batch_misconfiguration" else "--max-model-len"
+        assert args[args.index(flag) + 1] == str(next(iter(overrides.values())))  # type: ignore[union-attr]
+    assert {"OutOfMemory", "Remediated"} <= events(kubectl, namespace)
+    final = wait_phase(kubectl, namespace, "chat", "Ready")
+    assert final["status"]["observedGeneration"] == final["metadata"]["generation"]
+
+
+def test_a_crash_is_acted_on_once_and_the_budget_ends_in_degraded(
+    operator: Path,
+    kubectl: Kubectl,
+    namespace: str,
+) -> None:
+    for round_ in range(4):
+        [pod] = [p for p in pods_of(kubectl, namespace, "chat") if p["status"].get("phase") == "Running"] or [
+            deploy_chat(kubectl, namespace)
+        ]
+        crash_container(kubectl, pod["metadata"]["name"], namespace, "oomkilled")
+
+        def counted(expected: int = round_ + 1) -> dict[str, Any] | None:
+            obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+            handled = ((obj.get("status") or {}).get("remediation") or {}).get("handledCrashes") or []
+            return obj if len(handled) == expected else None
+
+        obj = wait_for(counted, timeout=30, what=f"crash {round_ + 1} handled")
+        if round_ < 3:
+            try:
+                rolled_out(kubectl, namespace, pod["metadata"]["name"])
+            except TimeoutError:
+                pods = kubectl("get", "pods", "-n", namespace, "-o", "wide")
+                raise AssertionError(
+                    f"round {round_}: no rollout; {json.dumps(obj['status'])[:3000]}\n{pods}"
+                ) from None
+    remediation = obj["status"]["remediation"]
+    assert remediation["actionsToday"] == 3
+    assert obj["status"]["phase"] == "Degraded"
+    assert obj["status"]["message"].startswith("needs a person")
+    assert "NeedsAPerson" in events(kubectl, namespace)
+    # The same crash seen again (e.g. after an operator restart) is not acted on twice.
+    assert len(set(remediation["handledCrashes"])) == 4

@@ -1,0 +1,204 @@
+"""A vLLM pod's container terminated: detect an out-of-memory crash, classify it, remediate.
+
+Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). Order matters for
+restart-safety: the incident, the crash id and the new remediation state are written to the
+InferenceModel's status *before* the children are changed, so an operator that dies in between
+re-applies the same overrides on resume and never acts twice on one crash.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from loadline.handlers import _build, _kube, _metrics, _reconcile
+from loadline.handlers._settings import OperatorSettings
+from loadline.oom import classify, parse_incident, propose_remediation
+from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
+from loadline.oom._policy import PolicyLimits, decide
+
+INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
+MAX_HANDLED = 50
+
+
+def limits(settings: OperatorSettings) -> PolicyLimits:
+    return PolicyLimits(
+        mode=settings.remediation_mode,
+        max_actions_per_day=settings.remediation_max_actions_per_day,
+        cooldown=timedelta(minutes=settings.remediation_cooldown_minutes),
+        min_confidence=settings.remediation_min_confidence,
+        max_memory_gib=settings.remediation_max_memory_gib,
+    )
+
+
+def _previous_log(namespace: str, pod: str, container: str) -> str:
+    """The crashed container's last lines, when its termination message is empty (best effort)."""
+    from kubernetes import client
+
+    try:
+        text = client.CoreV1Api().read_namespaced_pod_log(
+            pod, namespace, container=container, previous=True, tail_lines=60
+        )
+    except (ApiException, ValueError):
+        return ""
+    return str(text or "")
+
+
+def _node_oom_events(node: str) -> int:
+    if not node:
+        return 0
+    try:
+        events = _kube.list_objects(
+            "v1", "Event", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}"
+        )
+    except ApiException:
+        return 0
+    return sum(1 for e in events if e.get("reason") in {"OOMKilling", "SystemOOM"})
+
+
+def _finished_at(term: Mapping[str, Any]) -> float | None:
+    text = term.get("finishedAt")
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def on_pod_event(body: kopf.Body, logger: logging.Logger | kopf.Logger, settings: OperatorSettings) -> None:
+    pod = dict(body)
+    meta = pod.get("metadata", {})
+    namespace = meta.get("namespace", "")
+    name = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    if not name:
+        return
+    for status in (pod.get("status") or {}).get("containerStatuses") or []:
+        cid = crash_id(pod, status)
+        if cid is not None:
+            _handle_crash(pod, status, cid, namespace, str(name), logger, settings)
+
+
+def _handle_crash(
+    pod: Mapping[str, Any],
+    status: Mapping[str, Any],
+    cid: str,
+    namespace: str,
+    name: str,
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+) -> None:
+    for _attempt in range(3):
+        parent = _kube.get("loadline.dev/v1alpha1", "InferenceModel", namespace, name)
+        if parent is None:
+            return
+        owner_uids = {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
+        state = _reconcile.remediation_state(parent)
+        if cid in state.handled_crashes:
+            return
+        term = terminated_state(status) or {}
+        container = str(status.get("name", ""))
+        log_tail = "" if term.get("message") else _previous_log(namespace, pod["metadata"]["name"], container)
+        node_events = (
+            _node_oom_events(pod.get("spec", {}).get("nodeName", ""))
+            if term.get("reason") == "OOMKilled"
+            else 0
+        )
+        incident_dict = build_incident(pod, status, parent, log_tail=log_tail, node_oom_events=node_events)
+        if incident_dict is None:
+            return
+        incident = parse_incident(incident_dict)
+        diagnosis = classify(incident)
+        if incident.reason != "OOMKilled" and not diagnosis.signals:
+            return  # not an out-of-memory crash: nothing of ours to record
+        proposal = propose_remediation(diagnosis, incident)
+        mode = ((parent.get("spec") or {}).get("remediation") or {}).get("mode")
+        now = datetime.now(UTC)
+        decision = decide(diagnosis, proposal, state, limits(settings), now, mode=mode)
+        new_state = decision.state
+        new_state.handled_crashes = [*new_state.handled_crashes, cid][-MAX_HANDLED:]
+        new_state.observed_generation = parent["metadata"].get("generation")
+        evidence = list(diagnosis.evidence) + ([diagnosis.caller_note] if diagnosis.caller_note else [])
+        incidents = _build.merge_incident(
+            (parent.get("status") or {}).get("incidents") or [],
+            loop=loop_key(pod, container),
+            oom_class=diagnosis.oom_class.value,
+            confidence=diagnosis.confidence,
+            evidence=evidence,
+            caller_side=diagnosis.caller_side,
+            action=decision.action,
+            result=decision.result,
+            pod=str(pod["metadata"]["name"]),
+            container=container,
+            now=_build.now_iso(),
+        )
+        changes: dict[str, Any] = {
+            "incidents": incidents,
+            "remediation": new_state.model_dump(by_alias=True, mode="json", exclude_none=True),
+        }
+        if decision.needs_person:
+            changes["phase"], changes["message"] = "Degraded", decision.needs_person
+        try:
+            patched = _kube.patch_status(parent, changes)
+        except ApiException as exc:
+            if exc.status == 409:
+                continue  # the InferenceModel changed meanwhile: decide again on its new state
+            raise
+        _report(parent, pod, container, diagnosis, decision, owner_uids)
+        if decision.apply:
+            _converge(patched, logger, settings)
+        finished = _finished_at(term)
+        if finished is not None:
+            _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
+        return
+
+
+def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,
+            owner_uids: set[Any]) -> None:  # fmt: skip
+    meta = parent["metadata"]
+    labels = (meta["namespace"], meta["name"])
+    _metrics.OOM_INCIDENTS.labels(*labels, diagnosis.oom_class.value).inc()
+    outcome = "applied" if decision.apply else ("needs_person" if decision.needs_person else "recommended")
+    _metrics.REMEDIATIONS.labels(*labels, decision.action, outcome).inc()
+    first = diagnosis.evidence[0] if diagnosis.evidence else ""
+    _reconcile._event(parent, warning=True, reason="OutOfMemory",
+                      message=f"{pod['metadata']['name']}/{container}: {diagnosis.oom_class.value} "
+                      f"(confidence {diagnosis.confidence:.2f}). {first}")  # fmt: skip
+    if diagnosis.caller_note:
+        _reconcile._event(parent, warning=True, reason="CallerSidePrompts", message=diagnosis.caller_note)
+    if decision.apply:
+        _reconcile._event(parent, warning=False, reason="Remediated", message=decision.result)
+    elif decision.needs_person:
+        _reconcile._event(parent, warning=True, reason="NeedsAPerson", message=decision.needs_person)
+    else:
+        _reconcile._event(parent, warning=False, reason="RemediationRecommended", message=decision.result)
+
+
+def _converge(
+    parent: Mapping[str, Any], logger: logging.Logger | kopf.Logger, settings: OperatorSettings
+) -> None:
+    """Re-plan and re-apply with the new overrides, as a reconcile would, and write its status."""
+    patch = kopf.Patch()
+    try:
+        _reconcile.reconcile(parent, patch, logger, settings)  # type: ignore[arg-type]
+    finally:
+        status = dict(patch.get("status") or {})
+        for _attempt in range(5):
+            if not status:
+                break
+            fresh = _kube.get("loadline.dev/v1alpha1", "InferenceModel", parent["metadata"]["namespace"],
+                              parent["metadata"]["name"])  # fmt: skip
+            if fresh is None:
+                break
+            try:
+                _kube.patch_status(fresh, status)
+                break
+            except ApiException as exc:
+                if exc.status != 409:
+                    raise
