@@ -55,8 +55,14 @@ def main() -> int:
     core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
-    env = {**os.environ, "KUBECONFIG": str(KUBECONFIG), "LOADLINE_LIVENESS_PORT": "0",
-           "LOADLINE_CAPACITY_AWARE": "false", "LOADLINE_NAMESPACES": namespace}  # fmt: skip
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(KUBECONFIG),
+        "LOADLINE_LIVENESS_PORT": "0",
+        "LOADLINE_METRICS_PORT": "0",
+        "LOADLINE_CAPACITY_AWARE": "false",
+        "LOADLINE_NAMESPACES": namespace,
+    }
     log = open(REPO / ".e2e" / "operator-bench.log", "wb")  # noqa: SIM115
     operator = subprocess.Popen([str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
                                 stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
