@@ -26,7 +26,7 @@ from operator_helpers import (
 )
 
 
-@pytest.mark.parametrize("path", [p for p in EXAMPLES if "multinode" not in p.name], ids=lambda p: p.stem)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_reaches_ready_on_the_planned_gpu(
     operator: Path, kubectl: Kubectl, namespace: str, path: Path
 ) -> None:
@@ -39,15 +39,16 @@ def test_example_reaches_ready_on_the_planned_gpu(
     assert conditions == {"Planned": "True", "Deployed": "True", "Ready": "True"}
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     pods = pods_of(kubectl, namespace, name)
-    assert len(pods) == doc["spec"].get("replicas", 1)
+    nodes_per_replica = plan["nodesPerReplica"]
+    assert len(pods) == doc["spec"].get("replicas", 1) * nodes_per_replica
     products = node_products(kubectl)
     for pod in pods:
         assert pod["status"]["phase"] == "Running"
-        assert products[pod["spec"]["nodeName"]] == plan["gpuProduct"], (
-            "pod runs on a node of the planned GPU"
-        )
+        assert products[pod["spec"]["nodeName"]] == plan["gpuProduct"], "pod runs on a planned-GPU node"
         limits = pod["spec"]["containers"][0]["resources"]["limits"]
-        assert int(limits["nvidia.com/gpu"]) == plan["gpusPerReplica"]
+        assert int(limits["nvidia.com/gpu"]) == plan["gpusPerReplica"] // nodes_per_replica
+    if nodes_per_replica > 1:  # a multi-node replica spans distinct nodes
+        assert len({p["spec"]["nodeName"] for p in pods}) == len(pods)
     events = kubectl.json(
         "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
     )["items"]
