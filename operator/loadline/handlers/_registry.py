@@ -33,6 +33,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # handler run, which an idle resync must not make.
     settings.posting.level = logging.WARNING
     settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    # Handlers are synchronous (the Kubernetes client is); enough threads that 100 models crashing at
+    # once are handled in parallel rather than queued behind each other.
+    settings.execution.max_workers = SETTINGS.max_workers
     _metrics.serve(SETTINGS.metrics_port)
 
 

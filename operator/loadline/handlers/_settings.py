@@ -36,6 +36,7 @@ class OperatorSettings(BaseSettings):
         default=True,
         description="Plan with the cluster's free GPUs (fall back to the next GPU type when full).",
     )
+    max_workers: int = Field(default=16, ge=1, le=256, description="Threads that run handlers in parallel.")
     retry_delay_seconds: int = Field(default=30, ge=1, description="Back-off when waiting on the cluster.")
     liveness_port: int = Field(default=8080, ge=0, description="Port of /healthz (0: off).")
     metrics_port: int = Field(

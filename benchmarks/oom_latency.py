@@ -1,0 +1,188 @@
+"""Print loadline's out-of-memory detection → remediation latency with COUNT models running (not a test).
+
+Needs the local control plane with room for COUNT single-GPU pods, e.g.
+`LOADLINE_FLEET_SCALE=10 make cluster-up` (100 L4 GPUs). It starts its own `loadline run`, creates COUNT
+InferenceModels (Llama-3.1-8B on one L4 each), waits until their pods run, then crashes every pod's
+vLLM container the way a host OOM kill looks (exit 137, OOMKilled; written to the pod status as a kubelet
+would) as fast as the API server takes it, and records for each model:
+
+- detect → decided: from the crash being written to the incident and decision appearing in
+  `status.remediation` (what the operator commits to before touching the children);
+- detect → rolled: until the Deployment's pod template carries the raised memory limit.
+
+Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT]` (default 100).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config, watch
+
+REPO = Path(__file__).resolve().parents[1]
+KUBECONFIG = REPO / ".e2e" / "kubeconfig"
+sys.path.insert(0, str(REPO / "e2e"))
+from crash import crashed_status, termination_for  # noqa: E402
+
+
+def model(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "maxModelLen": 4096,
+            "concurrency": 2,
+            "gpu": {"types": ["L4"]},
+        },
+    }
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summary(label: str, values: list[float]) -> str:
+    if not values:
+        return f"{label}: no samples"
+    return (
+        f"{label}: p50 {statistics.median(values):.2f} s, p90 {pct(values, 0.9):.2f} s, "
+        f"p99 {pct(values, 0.99):.2f} s, max {max(values):.2f} s (n={len(values)})"
+    )
+
+
+def main() -> int:
+    count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    if not KUBECONFIG.exists():
+        print(
+            f"no cluster: {KUBECONFIG} is missing (run `LOADLINE_FLEET_SCALE=10 make cluster-up`)",
+            file=sys.stderr,
+        )
+        return 1
+    config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
+    core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
+    namespace = f"oombench-{uuid.uuid4().hex[:6]}"
+    core.create_namespace({"metadata": {"name": namespace}})
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(KUBECONFIG),
+        "LOADLINE_LIVENESS_PORT": "0",
+        "LOADLINE_METRICS_PORT": "0",
+        "LOADLINE_NAMESPACES": namespace,
+        "LOADLINE_REMEDIATION_MAX_ACTIONS_PER_DAY": "10",
+    }
+    log = open(REPO / ".e2e" / "operator-oombench.log", "wb")  # noqa: SIM115
+    operator = subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    crashed: dict[str, float] = {}
+    decided: dict[str, float] = {}
+    rolled: dict[str, float] = {}
+    stop = threading.Event()
+
+    def watch_models() -> None:
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        lister = custom.list_namespaced_custom_object
+        group = ("loadline.dev", "v1alpha1", namespace, "inferencemodels")
+        for event in stream.stream(lister, *group, timeout_seconds=600):
+            obj = event["object"]
+            name = obj["metadata"]["name"]
+            remediation = (obj.get("status") or {}).get("remediation") or {}
+            if name in crashed and name not in decided and remediation.get("handledCrashes"):
+                decided[name] = time.monotonic()
+            if stop.is_set():
+                stream.stop()  # type: ignore[no-untyped-call]
+
+    def watch_deployments() -> None:
+        stream = watch.Watch()  # type: ignore[no-untyped-call]
+        for event in stream.stream(apps.list_namespaced_deployment, namespace, timeout_seconds=600):
+            dep = event["object"]
+            name = dep.metadata.name
+            limits = dep.spec.template.spec.containers[0].resources.limits or {}
+            if (
+                name in crashed
+                and name not in rolled
+                and limits.get("memory") not in {None, baseline.get(name)}
+            ):
+                rolled[name] = time.monotonic()
+            if stop.is_set():
+                stream.stop()  # type: ignore[no-untyped-call]
+
+    baseline: dict[str, str] = {}
+    try:
+        time.sleep(3)
+        names = [f"m{i:03d}" for i in range(count)]
+        for name in names:
+            custom.create_namespaced_custom_object(
+                "loadline.dev", "v1alpha1", namespace, "inferencemodels", model(name)
+            )
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            pods = core.list_namespaced_pod(namespace).items
+            running = [p for p in pods if p.status.phase == "Running" and p.status.container_statuses]
+            if len(running) >= count:
+                break
+            time.sleep(2)
+        print(f"{len(running)} of {count} models running")
+        for dep in apps.list_namespaced_deployment(namespace).items:
+            baseline[dep.metadata.name] = (dep.spec.template.spec.containers[0].resources.limits or {}).get(
+                "memory"
+            )
+        threads = [threading.Thread(target=f, daemon=True) for f in (watch_models, watch_deployments)]
+        for thread in threads:
+            thread.start()
+        time.sleep(1)
+        termination = termination_for("oomkilled")
+        api = client.ApiClient()
+        start = time.monotonic()
+        for pod in running:
+            raw: dict[str, Any] = api.sanitize_for_serialization(pod)
+            status = crashed_status(raw, raw["spec"]["containers"][0]["name"], termination)
+            body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
+            core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
+            crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.monotonic()
+        injected = time.monotonic() - start
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline and (len(decided) < len(crashed) or len(rolled) < len(crashed)):
+            time.sleep(0.5)
+        stop.set()
+        print(f"{len(crashed)} crashes injected in {injected:.2f} s")
+        print(
+            summary(
+                "detect → decided (incident and remediation in status)",
+                [decided[n] - crashed[n] for n in decided],
+            )
+        )
+        print(
+            summary(
+                "detect → rolled (raised memory in the pod template)",
+                [rolled[n] - crashed[n] for n in rolled],
+            )
+        )
+    finally:
+        operator.send_signal(signal.SIGINT)
+        try:
+            operator.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            operator.kill()
+        core.delete_namespace(namespace)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
