@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tests.hubserver import HubServer
 
 from kube import E2E_DIR, KUBECONFIG, REPO, STATE_DIR, Kubectl, KubectlError, wait_for
 from operator_helpers import start_operator, stop_operator
@@ -104,13 +105,22 @@ def namespace(kubectl: Kubectl, request: pytest.FixtureRequest) -> Iterator[str]
 
 
 @pytest.fixture(scope="session")
-def operator(kubeconfig: Path, kubectl: Kubectl) -> Iterator[Path]:
-    """A running `loadline run --standalone` (the real CLI) with the CRDs installed; yields its log."""
+def hub() -> Iterator[HubServer]:
+    """A local stand-in for the Hugging Face hub's file endpoint (loopback), for config.json fetches."""
+    with HubServer(STATE_DIR / "hub") as server:
+        yield server
+
+
+@pytest.fixture(scope="session")
+def operator(kubeconfig: Path, kubectl: Kubectl, hub: HubServer) -> Iterator[Path]:
+    """A running `loadline run --standalone` (the real CLI) with the CRDs installed; yields its log.
+
+    Hub fetching is on and points at the local `hub` fixture."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
     log = STATE_DIR / "operator-e2e.log"
     log.write_text("")
-    proc = start_operator(kubeconfig, log)
+    proc = start_operator(kubeconfig, log, {"LOADLINE_HF_FETCH": "true", "LOADLINE_HF_ENDPOINT": hub.url})
     try:
         yield log
     finally:

@@ -18,8 +18,11 @@ EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 LOADLINE = Path(sys.executable).parent / "loadline"
 
 
-def start_operator(kubeconfig: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_operator(
+    kubeconfig: Path, log: Path, extra_env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
     env = {
+        **(extra_env or {}),
         **os.environ,
         "KUBECONFIG": str(kubeconfig),
         "LOADLINE_LIVENESS_PORT": "0",

@@ -7,11 +7,14 @@ as a platform team would run it, with the e2e kubeconfig); each test works in it
 from __future__ import annotations
 
 import copy
+import json
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import LLAMA_8B
+from tests.hubserver import TOKEN, HubServer
 
 from kube import REPO, STATE_DIR, Kubectl, wait_for
 from operator_helpers import (
@@ -207,3 +210,29 @@ def test_full_gpu_type_falls_back_to_the_next_and_says_so(
         "items"
     ]
     assert any(e["reason"] == "GPUFallback" for e in events)
+
+
+def test_model_outside_the_catalog_is_sized_from_the_hub_with_a_token(
+    operator: Path, kubectl: Kubectl, namespace: str, hub: HubServer
+) -> None:
+    config = {**LLAMA_8B, "num_hidden_layers": 16}  # a private 4B-ish fine-tune of the 8B shape
+    hub.add("private/chat-4b", json.dumps(config))
+    kubectl("create", "secret", "generic", "hf", "-n", namespace, f"--from-literal=token={TOKEN}")
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["metadata"]["name"] = "private"
+    doc["spec"]["model"] = {"name": "private/chat-4b", "tokenSecretRef": {"name": "hf"}}
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, "private", "Ready")
+    assert obj["status"]["plan"]["memory"]["weightsGiB"] < 10  # half the layers of the 8B
+
+
+def test_hub_refusal_names_the_token_field(
+    operator: Path, kubectl: Kubectl, namespace: str, hub: HubServer
+) -> None:
+    hub.add("private/locked", json.dumps(LLAMA_8B))
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["metadata"]["name"] = "locked"
+    doc["spec"]["model"] = {"name": "private/locked"}
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, "locked", "Failed")
+    assert "spec.model.tokenSecretRef" in obj["status"]["message"]

@@ -26,8 +26,9 @@ from loadline.api import InferenceModel, RemediationState, apply_overrides, pars
 from loadline.errors import LoadlineError, NoFeasiblePlanError, SpecError
 from loadline.handlers import _build, _kube
 from loadline.handlers._settings import OperatorSettings
+from loadline.hub import HubUnavailable, fetch_config
 from loadline.render import render_manifests
-from loadline.sizing import Plan, free_gpus_by_type, plan_inference_model
+from loadline.sizing import Plan, find_catalog_model, free_gpus_by_type, plan_inference_model
 
 INSTANCE_LABEL = "loadline.dev/inferencemodel"
 
@@ -57,6 +58,39 @@ def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | 
     if not isinstance(parsed, dict):
         raise SpecError("spec.model.configMapRef", "config.json is not a JSON object", "fix its JSON")
     return parsed
+
+
+_HUB_CACHE: dict[tuple[str, str], dict[str, Any]] = {}
+
+
+def _secret_value(namespace: str, name: str, key: str, field: str) -> str:
+    import base64
+
+    secret = _kube.get("v1", "Secret", namespace, name)
+    if secret is None:
+        raise kopf.TemporaryError(f"Secret {name} ({field}) not found", delay=30)
+    data = (secret.get("data") or {}).get(key)
+    if data is None:
+        raise SpecError(field, f"Secret {name} has no key {key!r}", f"add the token under {key!r}")
+    return base64.b64decode(data).decode().strip()
+
+
+def _hub_config(obj: InferenceModel, namespace: str, settings: OperatorSettings) -> dict[str, Any] | None:
+    """config.json from the hub, for a model that is neither inline, in a ConfigMap nor in the catalog."""
+    model = obj.spec.model
+    if not settings.hf_fetch or model.config or model.config_map_ref or find_catalog_model(model.name):
+        return None
+    key = (model.name, model.revision or "main")
+    if key not in _HUB_CACHE:
+        token = None
+        if model.token_secret_ref is not None:
+            ref = model.token_secret_ref
+            token = _secret_value(namespace, ref.name, ref.key, "spec.model.tokenSecretRef")
+        try:
+            _HUB_CACHE[key] = fetch_config(model.name, model.revision, token, endpoint=settings.hf_endpoint)
+        except HubUnavailable as exc:
+            raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
+    return _HUB_CACHE[key]
 
 
 def _free_gpus(name: str, namespace: str) -> dict[str, list[int]]:
@@ -161,10 +195,12 @@ def reconcile(
         # Remediation's overrides (status.remediation) hold for the spec generation they were made for.
         obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, state.overrides)})
         config = _config_map_config(obj, namespace)
+        hub = _hub_config(obj, namespace, settings)
         free = _free_gpus(name, namespace) if settings.capacity_aware else None
         plan = plan_inference_model(
             obj.spec,
             config_map_config=config,
+            hub_config=hub,
             free_gpus=free,
             min_gpus=state.overrides.min_gpus_per_replica or 1,
             min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,

@@ -36,6 +36,11 @@ class OperatorSettings(BaseSettings):
         default=True,
         description="Plan with the cluster's free GPUs (fall back to the next GPU type when full).",
     )
+    hf_fetch: bool = Field(
+        default=False,
+        description="Fetch config.json from the Hugging Face hub for models that are not in the catalog.",
+    )
+    hf_endpoint: str = Field(default="https://huggingface.co", description="Hub (or mirror) to fetch from.")
     max_workers: int = Field(default=16, ge=1, le=256, description="Threads that run handlers in parallel.")
     retry_delay_seconds: int = Field(default=30, ge=1, description="Back-off when waiting on the cluster.")
     liveness_port: int = Field(default=8080, ge=0, description="Port of /healthz (0: off).")

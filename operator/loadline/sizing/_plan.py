@@ -303,6 +303,7 @@ def plan_inference_model(
     spec: InferenceModelSpec,
     *,
     config_map_config: Mapping[str, Any] | None = None,
+    hub_config: Mapping[str, Any] | None = None,
     free_gpus: Mapping[str, Sequence[int]] | None = None,
     min_gpus: int = 1,
     min_gpu_memory_gib: float = 0.0,
@@ -311,7 +312,7 @@ def plan_inference_model(
 
     Raises :class:`NoFeasiblePlanError` with one line per rejected candidate when nothing fits.
     """
-    model = resolve_model(spec, config_map_config)
+    model = resolve_model(spec, config_map_config, hub_config)
     inputs = resolve_inputs(spec, model)
     names = list(spec.gpu.types) or list(gpu_catalog())
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8

@@ -51,9 +51,12 @@ class ResolvedModel:
 
 
 def resolve_model(
-    spec: InferenceModelSpec, config_map_config: Mapping[str, Any] | None = None
+    spec: InferenceModelSpec,
+    config_map_config: Mapping[str, Any] | None = None,
+    hub_config: Mapping[str, Any] | None = None,
 ) -> ResolvedModel:
-    """Find the model's config.json: inline, the ConfigMap's (read by the caller), or the catalog."""
+    """Find the model's config.json: inline, the ConfigMap's (read by the caller), the catalog, or the
+    hub's (fetched by the caller when enabled)."""
     name = spec.model.name
     if spec.model.config:
         arch = parse_hf_config(spec.model.config, field_prefix="spec.model.config")
@@ -69,6 +72,9 @@ def resolve_model(
         arch = parse_hf_config(config_map_config, field_prefix="spec.model.configMapRef")
         return ResolvedModel(name, arch, f"configmap/{spec.model.config_map_ref.name}")
     entry = find_catalog_model(name)
+    if entry is None and hub_config is not None:
+        arch = parse_hf_config(hub_config, field_prefix="hub config.json")
+        return ResolvedModel(name, arch, f"hub: {name}@{spec.model.revision or 'main'}")
     if entry is None:
         raise ModelConfigError(
             "spec.model.name",
