@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# A throw-away Prometheus on loopback for the e2e tests of loadline.traffic.
+#
+#   e2e/prometheus.sh up                 start it (free port on 127.0.0.1), wait until ready, print its URL
+#   e2e/prometheus.sh down               stop it (only the process recorded in .e2e/prometheus.pid)
+#   e2e/prometheus.sh backfill FILE      OpenMetrics FILE -> TSDB blocks in its data dir, then (re)start
+#   e2e/prometheus.sh url                print the URL of the running instance
+#   e2e/prometheus.sh reset              down, then delete the data dir
+#
+# It scrapes nothing: all series come from backfills (promtool tsdb create-blocks-from openmetrics).
+# Files: config and data under .e2e/prometheus/, pid/log/url in .e2e/prometheus.{pid,log,url}.
+#
+# How Prometheus sees backfilled blocks: the TSDB opens the block directories in its data dir at start,
+# and a running server only re-reads the directory on its next compaction cycle (about once a minute).
+# So `backfill` restarts a running server on the same port instead of waiting. Blocks that overlap in
+# time (two backfills, or a backfill and the head) need --storage.tsdb.allow-overlapping-blocks up to
+# Prometheus 2.38; from 2.39 overlapping blocks are always accepted (Debian 12 ships 2.42), so the flag
+# is only passed to older versions.
+set -euo pipefail
+
+E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+STATE_DIR="$(cd "${E2E_DIR}/.." && pwd)/.e2e"
+PROM_DIR="${STATE_DIR}/prometheus"
+DATA_DIR="${PROM_DIR}/data"
+CONFIG="${PROM_DIR}/prometheus.yml"
+PID_FILE="${STATE_DIR}/prometheus.pid"
+LOG_FILE="${STATE_DIR}/prometheus.log"
+URL_FILE="${STATE_DIR}/prometheus.url"
+PROMETHEUS="${PROMETHEUS:-$(command -v prometheus || echo /usr/bin/prometheus)}"
+PROMTOOL="${PROMTOOL:-$(command -v promtool || echo /usr/bin/promtool)}"
+READY_TIMEOUT="${LOADLINE_PROMETHEUS_READY_TIMEOUT:-60}"
+
+log() { printf '[%s] prometheus: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { printf 'error: %s\n' "$*" >&2; exit 1; }
+
+need_tools() {
+  [[ -x "${PROMETHEUS}" && -x "${PROMTOOL}" ]] ||
+    die "prometheus/promtool not found; run e2e/install-tools.sh prometheus (as root)"
+}
+
+running_pid() {
+  local pid
+  [[ -f "${PID_FILE}" ]] || return 1
+  pid=$(<"${PID_FILE}")
+  [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null || return 1
+  # Only ever our own server: the pid must still be a prometheus using our data dir.
+  tr '\0' ' ' <"/proc/${pid}/cmdline" 2>/dev/null | grep -q -- "--storage.tsdb.path=${DATA_DIR}" || return 1
+  echo "${pid}"
+}
+
+free_port() {
+  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+}
+
+# Major*1000+minor of the prometheus binary, e.g. 2042.
+prometheus_version() {
+  local major minor
+  read -r major minor < <("${PROMETHEUS}" --version 2>&1 |
+    sed -n 's/^prometheus, version \([0-9]*\)\.\([0-9]*\).*/\1 \2/p' | head -1) || true
+  echo $((${major:-0} * 1000 + ${minor:-0}))
+}
+
+write_config() {
+  mkdir -p "${DATA_DIR}"
+  cat >"${CONFIG}" <<'EOF'
+# loadline e2e: no scrape targets; every series is backfilled.
+global:
+  scrape_interval: 15s
+  evaluation_interval: 15s
+scrape_configs: []
+EOF
+}
+
+wait_ready() {
+  local url=$1 pid=$2 deadline=$((SECONDS + READY_TIMEOUT))
+  while ((SECONDS < deadline)); do
+    kill -0 "${pid}" 2>/dev/null || { tail -n 20 "${LOG_FILE}" >&2; die "prometheus exited; see ${LOG_FILE}"; }
+    if curl -fsS --max-time 2 "${url}/-/ready" >/dev/null 2>&1; then return 0; fi
+    sleep 0.3
+  done
+  tail -n 20 "${LOG_FILE}" >&2
+  die "prometheus not ready after ${READY_TIMEOUT}s; see ${LOG_FILE}"
+}
+
+cmd_up() {
+  need_tools
+  local pid port url
+  if pid=$(running_pid); then
+    cat "${URL_FILE}"
+    return 0
+  fi
+  write_config
+  # Reuse the previous port when restarting (a backfill), so a URL handed out stays valid.
+  port=""
+  [[ -f "${URL_FILE}" ]] && port=$(sed -n 's#^http://127.0.0.1:\([0-9]*\)$#\1#p' "${URL_FILE}")
+  if [[ -z "${port}" ]] || ! python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))" "${port}" 2>/dev/null; then
+    port=$(free_port)
+  fi
+  url="http://127.0.0.1:${port}"
+  local flags=(
+    "--config.file=${CONFIG}"
+    "--storage.tsdb.path=${DATA_DIR}"
+    "--storage.tsdb.retention.time=30d"
+    "--web.listen-address=127.0.0.1:${port}"
+    "--web.enable-lifecycle"
+  )
+  if (($(prometheus_version) < 2039)); then
+    flags+=("--storage.tsdb.allow-overlapping-blocks")
+  fi
+  mkdir -p "${STATE_DIR}"
+  nohup "${PROMETHEUS}" "${flags[@]}" >>"${LOG_FILE}" 2>&1 </dev/null &
+  pid=$!
+  echo "${pid}" >"${PID_FILE}"
+  echo "${url}" >"${URL_FILE}"
+  wait_ready "${url}" "${pid}"
+  log "ready at ${url} (pid ${pid}, data ${DATA_DIR})"
+  echo "${url}"
+}
+
+cmd_down() {
+  local pid i
+  if ! pid=$(running_pid); then
+    rm -f "${PID_FILE}"
+    return 0
+  fi
+  kill "${pid}"
+  for ((i = 0; i < 100; i++)); do
+    kill -0 "${pid}" 2>/dev/null || break
+    sleep 0.1
+  done
+  kill -0 "${pid}" 2>/dev/null && kill -9 "${pid}"
+  rm -f "${PID_FILE}"
+  log "stopped (pid ${pid})"
+}
+
+cmd_backfill() {
+  need_tools
+  local file=${1:-}
+  [[ -f "${file}" ]] || die "usage: $0 backfill OPENMETRICS_FILE"
+  write_config
+  local was_running=0
+  running_pid >/dev/null && was_running=1
+  log "backfilling ${file}"
+  "${PROMTOOL}" tsdb create-blocks-from openmetrics --quiet "${file}" "${DATA_DIR}" >&2
+  if ((was_running)); then
+    cmd_down
+  fi
+  cmd_up
+}
+
+case "${1:-}" in
+  up) cmd_up ;;
+  down) cmd_down ;;
+  backfill) shift; cmd_backfill "$@" ;;
+  url) running_pid >/dev/null || die "prometheus is not running"; cat "${URL_FILE}" ;;
+  reset) cmd_down; rm -rf "${PROM_DIR}"; rm -f "${URL_FILE}" ;;
+  *) die "usage: $0 up|down|backfill FILE|url|reset" ;;
+esac

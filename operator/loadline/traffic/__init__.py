@@ -1,0 +1,62 @@
+"""Traffic before a crash, from Prometheus: the ``metrics`` of an out-of-memory INCIDENT.
+
+``incident_metrics(base_url, namespace, pod, crash_time, engine_version)`` asks a Prometheus for the
+minutes before a vLLM pod crashed (KV-cache usage, running requests, preemptions, the longest prompts
+and their trend, GPU memory growth) and returns the dict :func:`loadline.oom.parse_incident` reads
+under ``"metrics"``. It never raises and never waits long: what Prometheus cannot tell is left out.
+
+The PromQL builders and the answer parsers are pure and public, for tests and for people who want to
+paste the same queries into Grafana. See docs/traffic.md.
+"""
+
+from loadline.traffic._client import PrometheusClient
+from loadline.traffic._incident import Windows, crash_timestamp, incident_metrics, trend_times
+from loadline.traffic._names import (
+    DCGM_FB_USED,
+    KV_CACHE_USAGE_NAMES,
+    PREEMPTIONS,
+    PROMPT_TOKENS_HISTOGRAM,
+    REQUESTS_RUNNING,
+    MetricName,
+    kv_cache_usage_names,
+    parse_version,
+)
+from loadline.traffic._parse import bucket_increases, samples, scalar, top_bucket
+from loadline.traffic._promql import (
+    duration,
+    gpu_memory_growth_query,
+    kv_cache_usage_query,
+    label_value,
+    preemptions_query,
+    prompt_buckets_query,
+    requests_running_query,
+    selector,
+)
+
+__all__ = [
+    "DCGM_FB_USED",
+    "KV_CACHE_USAGE_NAMES",
+    "PREEMPTIONS",
+    "PROMPT_TOKENS_HISTOGRAM",
+    "REQUESTS_RUNNING",
+    "MetricName",
+    "PrometheusClient",
+    "Windows",
+    "bucket_increases",
+    "crash_timestamp",
+    "duration",
+    "gpu_memory_growth_query",
+    "incident_metrics",
+    "kv_cache_usage_names",
+    "kv_cache_usage_query",
+    "label_value",
+    "parse_version",
+    "preemptions_query",
+    "prompt_buckets_query",
+    "requests_running_query",
+    "samples",
+    "scalar",
+    "selector",
+    "top_bucket",
+    "trend_times",
+]

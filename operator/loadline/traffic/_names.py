@@ -1,0 +1,87 @@
+"""Which vLLM and DCGM metric names to query, as data.
+
+vLLM renamed its KV-cache gauge once. The history, from vLLM's own pull requests:
+
+* ``vllm:gpu_cache_usage_perc`` is the only name up to 0.9.1 (V0 engine and early V1).
+* 0.9.2 (vllm-project/vllm#18354) added ``vllm:kv_cache_usage_perc`` to the V1 engine and deprecated
+  the old name; the V0 engine (still selectable with ``VLLM_USE_V1=0`` until 0.10) kept only the old one.
+* 0.11 hides the old name (it comes back with ``--show-hidden-metrics-for-version=0.10``,
+  vllm-project/vllm#24245); 0.12 removes it (vllm-project/vllm#29330).
+
+Both are fractions 0..1 despite the ``_perc`` suffix. Inside the overlap (0.9.2 up to 0.12) and for an
+unknown version the query asks for the preferred name and falls back to the other one with PromQL
+``or``, so a pod whose engine or flags differ from what its version suggests still answers.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = [
+    "DCGM_FB_USED",
+    "KV_CACHE_USAGE_NAMES",
+    "PREEMPTIONS",
+    "PROMPT_TOKENS_HISTOGRAM",
+    "REQUESTS_RUNNING",
+    "MetricName",
+    "kv_cache_usage_names",
+    "parse_version",
+]
+
+Version = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class MetricName:
+    """A metric name and the engine versions that export it: ``since <= version < until``."""
+
+    name: str
+    since: Version | None = None
+    until: Version | None = None
+
+    def exported_by(self, version: Version) -> bool:
+        if self.since is not None and version < self.since:
+            return False
+        return not (self.until is not None and version >= self.until)
+
+
+#: In order of preference: the newer name first.
+KV_CACHE_USAGE_NAMES: tuple[MetricName, ...] = (
+    MetricName("vllm:kv_cache_usage_perc", since=(0, 9, 2)),
+    MetricName("vllm:gpu_cache_usage_perc", until=(0, 12, 0)),
+)
+#: Gauge, per engine (label ``engine`` in V1): requests in the running batch.
+REQUESTS_RUNNING = "vllm:num_requests_running"
+#: Counter ``vllm:num_preemptions``, exposed with the ``_total`` suffix (same name in V0 and V1).
+PREEMPTIONS = "vllm:num_preemptions_total"
+#: Histogram of prompt lengths per finished request; buckets 1, 2, 5, 10, 20, 50, ... up to max_model_len.
+PROMPT_TOKENS_HISTOGRAM = "vllm:request_prompt_tokens"
+#: DCGM exporter gauge: frame buffer (GPU memory) used, in MiB, per GPU.
+DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+
+_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
+
+
+def parse_version(text: str | None) -> Version | None:
+    """``"v0.10.1.post1"``, ``"0.9.2"``, ``"vllm/vllm-openai:v0.11.0"`` → ``(0, 10, 1)``; else None.
+
+    Pre-releases count as their release (``0.12.0rc1`` → ``(0, 12, 0)``): release candidates already
+    carry the release's metric changes.
+    """
+    if not text:
+        return None
+    match = _VERSION.search(text.rsplit(":", 1)[-1] if ":" in text else text)
+    if not match:
+        return None
+    major, minor, patch = match.groups()
+    return int(major), int(minor), int(patch or 0)
+
+
+def kv_cache_usage_names(engine_version: str | None) -> tuple[str, ...]:
+    """The KV-cache usage names to ask for, preferred first (both when the version is unknown)."""
+    version = parse_version(engine_version)
+    if version is None:
+        return tuple(m.name for m in KV_CACHE_USAGE_NAMES)
+    names = tuple(m.name for m in KV_CACHE_USAGE_NAMES if m.exported_by(version))
+    return names or (KV_CACHE_USAGE_NAMES[0].name,)
