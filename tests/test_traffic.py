@@ -243,6 +243,8 @@ def test_top_bucket_without_an_inf_bucket_uses_the_largest_count() -> None:
 def test_trend_times_end_at_the_crash() -> None:
     assert trend_times(10_000.0, Windows()) == [9520.0, 9640.0, 9760.0, 9880.0, 10_000.0]
     assert trend_times(10_000.0, Windows(recent=300, trend_intervals=3)) == [9800.0, 9900.0, 10_000.0]
+    assert Windows().trend_window == 180  # 2 minutes plus one minute of overlap
+    assert Windows(overlap=0).trend_window == 120
 
 
 def test_crash_timestamp_accepts_what_the_operator_has() -> None:
@@ -352,7 +354,7 @@ def test_incident_metrics_assembles_the_metrics_dict(fake: Callable[[Handler], F
     }
     # Every query is evaluated at the crash or at the end of a trend interval, never later.
     assert max(at for _, at in prom.queries) == CRASH
-    assert sorted({at for q, at in prom.queries if "[2m]" in q}) == [
+    assert sorted({at for q, at in prom.queries if "[3m]" in q}) == [
         CRASH - 480,
         CRASH - 360,
         CRASH - 240,

@@ -34,16 +34,26 @@ class Windows:
 
     ``recent`` is the window of KV usage, running requests, preemptions and the longest prompt; the
     prompt trend splits the same span into ``trend_intervals`` intervals (5 × 2 minutes by default).
+    Each trend query reaches ``overlap`` seconds further back than its interval: ``increase`` only
+    sees samples inside its range, so without the overlap a request finished between the last scrape
+    of one interval and the first of the next would be in neither (with 15-second scrapes that is one
+    request in eight). 60 seconds covers scrape intervals up to a minute; the price is that a long
+    prompt may also show in the interval before its own, which can only flatten the trend a little.
     GPU memory growth needs a longer view: ``deriv`` over ``growth`` (1 hour).
     """
 
     recent: int = 600
     trend_intervals: int = 5
+    overlap: int = 60
     growth: int = 3600
 
     @property
     def trend_step(self) -> int:
         return max(1, self.recent // max(1, self.trend_intervals))
+
+    @property
+    def trend_window(self) -> int:
+        return self.trend_step + max(0, self.overlap)
 
 
 def crash_timestamp(crash_time: datetime | float | str) -> float:
@@ -127,7 +137,7 @@ def _collect(
     if longest is not None and client.failure is None:
         recent: list[int] = []
         for end in trend_times(crash, windows):
-            payload = ask(prompt_buckets_query(namespace, pod, windows.trend_step), end)
+            payload = ask(prompt_buckets_query(namespace, pod, windows.trend_window), end)
             value = top_bucket(bucket_increases(payload), max_model_len)
             if value is not None:
                 recent.append(value)
