@@ -30,7 +30,7 @@ from typing import Any
 from kubernetes import client, config, watch
 
 REPO = Path(__file__).resolve().parents[1]
-KUBECONFIG = REPO / ".e2e" / "kubeconfig"
+KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
 sys.path.insert(0, str(REPO / "e2e"))
 from crash import crashed_status, termination_for  # noqa: E402
 
@@ -45,6 +45,8 @@ def model(name: str) -> dict[str, Any]:
             "maxModelLen": 4096,
             "concurrency": 2,
             "gpu": {"types": ["L4"]},
+            # Small enough for a g6.xlarge (16 GiB host memory), so every L4 of the scaled fleet is usable.
+            "resources": {"memoryGiB": 12},
         },
     }
 
@@ -131,7 +133,7 @@ def main() -> int:
             custom.create_namespaced_custom_object(
                 "loadline.dev", "v1alpha1", namespace, "inferencemodels", model(name)
             )
-        deadline = time.monotonic() + 600
+        deadline = time.monotonic() + 240
         while time.monotonic() < deadline:
             pods = core.list_namespaced_pod(namespace).items
             running = [p for p in pods if p.status.phase == "Running" and p.status.container_statuses]

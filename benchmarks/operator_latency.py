@@ -23,7 +23,7 @@ from typing import Any
 from kubernetes import client, config, watch
 
 REPO = Path(__file__).resolve().parents[1]
-KUBECONFIG = REPO / ".e2e" / "kubeconfig"
+KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
 
 
 def model(name: str) -> dict[str, Any]:

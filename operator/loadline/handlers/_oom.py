@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -43,7 +43,7 @@ def _previous_log(namespace: str, pod: str, container: str) -> str:
 
     try:
         text = client.CoreV1Api().read_namespaced_pod_log(
-            pod, namespace, container=container, previous=True, tail_lines=60
+            pod, namespace, container=container, previous=True, tail_lines=60, _request_timeout=5
         )
     except (ApiException, ValueError):
         return ""
@@ -72,7 +72,18 @@ def _finished_at(term: Mapping[str, Any]) -> float | None:
         return None
 
 
-def on_pod_event(body: kopf.Body, logger: logging.Logger | kopf.Logger, settings: OperatorSettings) -> None:
+# Crash ids this process has already handled: most pod events after a crash (rollout, deletion) carry
+# the same terminated state, and this set answers them without a request. The CR's status stays the
+# source of truth across restarts.
+_SEEN: set[str] = set()
+
+
+def on_pod_event(
+    body: kopf.Body,
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+    view: Callable[[], _reconcile.ClusterView] | None = None,
+) -> None:
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
@@ -81,8 +92,11 @@ def on_pod_event(body: kopf.Body, logger: logging.Logger | kopf.Logger, settings
         return
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         cid = crash_id(pod, status)
-        if cid is not None:
-            _handle_crash(pod, status, cid, namespace, str(name), logger, settings)
+        if cid is not None and cid not in _SEEN:
+            _handle_crash(pod, status, cid, namespace, str(name), logger, settings, view)
+            if len(_SEEN) > 10_000:
+                _SEEN.clear()
+            _SEEN.add(cid)
 
 
 def _handle_crash(
@@ -93,6 +107,7 @@ def _handle_crash(
     name: str,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
+    view: Callable[[], _reconcile.ClusterView] | None = None,
 ) -> None:
     for _attempt in range(3):
         parent = _kube.get("loadline.dev/v1alpha1", "InferenceModel", namespace, name)
@@ -104,7 +119,9 @@ def _handle_crash(
             return
         term = terminated_state(status) or {}
         container = str(status.get("name", ""))
-        log_tail = "" if term.get("message") else _previous_log(namespace, pod["metadata"]["name"], container)
+        # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
+        needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
+        log_tail = _previous_log(namespace, pod["metadata"]["name"], container) if needs_log else ""
         node_events = (
             _node_oom_events(pod.get("spec", {}).get("nodeName", ""))
             if term.get("reason") == "OOMKilled"
@@ -152,7 +169,7 @@ def _handle_crash(
             raise
         _report(parent, pod, container, diagnosis, decision, owner_uids)
         if decision.apply:
-            _converge(patched, logger, settings)
+            _converge(patched, logger, settings, view() if view else None)
         finished = _finished_at(term)
         if finished is not None:
             _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
@@ -181,12 +198,15 @@ def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, d
 
 
 def _converge(
-    parent: Mapping[str, Any], logger: logging.Logger | kopf.Logger, settings: OperatorSettings
+    parent: Mapping[str, Any],
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+    cluster: _reconcile.ClusterView | None = None,
 ) -> None:
     """Re-plan and re-apply with the new overrides, as a reconcile would, and write its status."""
     patch = kopf.Patch()
     try:
-        _reconcile.reconcile(parent, patch, logger, settings)  # type: ignore[arg-type]
+        _reconcile.reconcile(parent, patch, logger, settings, cluster)  # type: ignore[arg-type]
     finally:
         status = dict(patch.get("status") or {})
         for _attempt in range(5):

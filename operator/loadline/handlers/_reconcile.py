@@ -93,12 +93,20 @@ def _hub_config(obj: InferenceModel, namespace: str, settings: OperatorSettings)
     return _HUB_CACHE[key]
 
 
-def _free_gpus(name: str, namespace: str) -> dict[str, list[int]]:
-    nodes = _kube.list_objects("v1", "Node")
+ClusterView = tuple[list[dict[str, Any]], list[dict[str, Any]]]
+
+
+def _free_gpus(name: str, namespace: str, view: ClusterView | None) -> dict[str, list[int]]:
+    """Free GPUs per type. ``view`` is (GPU nodes, GPU pods) from the operator's in-memory indexes;
+    without it (e.g. called outside kopf) the API is listed."""
+    if view is None:
+        nodes, all_pods = _kube.list_objects("v1", "Node"), _kube.list_objects("v1", "Pod")
+    else:
+        nodes, all_pods = view
     # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
     pods = [
         pod
-        for pod in _kube.list_objects("v1", "Pod")
+        for pod in all_pods
         if not (
             pod.get("metadata", {}).get("namespace") == namespace
             and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
@@ -184,6 +192,7 @@ def reconcile(
     patch: kopf.Patch,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
+    view: ClusterView | None = None,
 ) -> None:
     """Bring an InferenceModel's children to what its spec asks for."""
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
@@ -196,7 +205,7 @@ def reconcile(
         obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, state.overrides)})
         config = _config_map_config(obj, namespace)
         hub = _hub_config(obj, namespace, settings)
-        free = _free_gpus(name, namespace) if settings.capacity_aware else None
+        free = _free_gpus(name, namespace, view) if settings.capacity_aware else None
         plan = plan_inference_model(
             obj.spec,
             config_map_config=config,

@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from loadline.api import GROUP, PLURAL, VERSION
-from loadline.handlers import _metrics, _oom, _reconcile
+from loadline.handlers import _index, _metrics, _oom, _reconcile
 from loadline.handlers._settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
@@ -39,11 +39,24 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     _metrics.serve(SETTINGS.metrics_port)
 
 
+@kopf.index("", "v1", "nodes")
+def gpu_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, Any] | None:
+    """GPU nodes, trimmed to what capacity planning reads (kept in memory, no LIST per reconcile)."""
+    return _index.node_entry(body, name)
+
+
+@kopf.index("", "v1", "pods")
+def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any] | None:
+    """Bound pods that hold GPUs, trimmed likewise."""
+    return _index.pod_entry(body)
+
+
 @kopf.on.resume(GROUP, VERSION, PLURAL)
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
-def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
-    _reconcile.reconcile(body, patch, logger, SETTINGS)
+def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
+    # kopf passes every index by name: gpu_nodes and gpu_pods below.
+    _reconcile.reconcile(body, patch, logger, SETTINGS, _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"]))
 
 
 def _deploying(status: kopf.Status, **_: Any) -> bool:
@@ -63,7 +76,8 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: 
 
 
 @kopf.on.event("", "v1", "pods", labels={_reconcile.INSTANCE_LABEL: kopf.PRESENT})
-def pod_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: Any) -> None:
-    if type == "DELETED":
+def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
+    if kwargs.get("type") == "DELETED":
         return
-    _oom.on_pod_event(body, logger, SETTINGS)
+    nodes, pods = kwargs["gpu_nodes"], kwargs["gpu_pods"]
+    _oom.on_pod_event(body, logger, SETTINGS, lambda: _index.view(nodes, pods))
