@@ -112,15 +112,39 @@ def hub() -> Iterator[HubServer]:
 
 
 @pytest.fixture(scope="session")
-def operator(kubeconfig: Path, kubectl: Kubectl, hub: HubServer) -> Iterator[Path]:
+def prometheus_url() -> Iterator[str]:
+    """A real Prometheus on loopback (e2e/prometheus.sh) that the operator reads crash-time metrics from."""
+    script = E2E_DIR / "prometheus.sh"
+    subprocess.run(["bash", str(script), "reset"], check=True, capture_output=True, timeout=120)
+    proc = subprocess.run(
+        ["bash", str(script), "up"], check=True, capture_output=True, text=True, timeout=120
+    )
+    url = proc.stdout.strip().splitlines()[-1]
+    try:
+        yield url
+    finally:
+        subprocess.run(["bash", str(script), "down"], check=False, capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="session")
+def operator(kubeconfig: Path, kubectl: Kubectl, hub: HubServer, prometheus_url: str) -> Iterator[Path]:
     """A running `loadline run --standalone` (the real CLI) with the CRDs installed; yields its log.
 
-    Hub fetching is on and points at the local `hub` fixture."""
+    Hub fetching is on and points at the local `hub` fixture; crash-time metrics come from the
+    `prometheus_url` fixture's Prometheus."""
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
     kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
     log = STATE_DIR / "operator-e2e.log"
     log.write_text("")
-    proc = start_operator(kubeconfig, log, {"LOADLINE_HF_FETCH": "true", "LOADLINE_HF_ENDPOINT": hub.url})
+    proc = start_operator(
+        kubeconfig,
+        log,
+        {
+            "LOADLINE_HF_FETCH": "true",
+            "LOADLINE_HF_ENDPOINT": hub.url,
+            "LOADLINE_PROMETHEUS_URL": prometheus_url,
+        },
+    )
     try:
         yield log
     finally:

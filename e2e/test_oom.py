@@ -7,16 +7,20 @@ incident (timing, plan, limits) the operator reads from the cluster itself.
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import subprocess
+import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from crash import crash_container
-from kube import REPO, Kubectl, wait_for
+from crash import crash_container, crashed_status, termination_for
+from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
 from operator_helpers import example, pods_of, wait_phase
+from test_prometheus import STEP, llama_0, openmetrics
 
 SAMPLER = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 0 has a total capacity of "
@@ -209,3 +213,45 @@ def test_a_crash_is_acted_on_once_and_the_budget_ends_in_degraded(
     assert "NeedsAPerson" in events(kubectl, namespace)
     # The same crash seen again (e.g. after an operator restart) is not acted on twice.
     assert len(set(remediation["handledCrashes"])) == 4
+
+
+RUNTIME_OOM = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.20 GiB. GPU 0 has a total capacity of "
+    "22.05 GiB of which 0.35 GiB is free. Including non-PyTorch memory, this process has 21.68 GiB memory in use. "
+    "Of the allocated memory 20.90 GiB is allocated by PyTorch, and 0.31 GiB is reserved by PyTorch but "
+    "unallocated."
+)
+
+
+def test_growing_prompts_from_prometheus_blame_the_caller_and_shrink_max_model_len(
+    operator: Path, kubectl: Kubectl, namespace: str, prometheus_url: str
+) -> None:
+    """The operator reads the minutes before the crash from a real Prometheus: prompts grew from 2k to 30k
+    tokens and the KV cache filled up, so it says the callers' prompts are the cause and caps maxModelLen."""
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["spec"].update(maxModelLen=32768, concurrency=1, gpu={"types": ["L4"]})
+    kubectl.apply(doc, namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    [pod] = pods_of(kubectl, namespace, "chat")
+    crash = (int(time.time()) - 300) // STEP * STEP  # five minutes ago, on the scrape grid
+    history = dataclasses.replace(llama_0(), namespace=namespace, name=pod["metadata"]["name"])
+    source = STATE_DIR / "prometheus" / "oom-e2e.om"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(openmetrics([history], crash))
+    backfill = subprocess.run(["bash", str(E2E_DIR / "prometheus.sh"), "backfill", str(source)],
+                              capture_output=True, text=True, timeout=180, check=True)  # fmt: skip
+    assert backfill.stdout.strip().splitlines()[-1] == prometheus_url  # same Prometheus, same port
+    age_container(kubectl, namespace, pod, 3)
+    age_readiness(kubectl, namespace, 2)
+    fresh = kubectl.json("get", "pod", pod["metadata"]["name"], "-n", namespace)
+    at = datetime.fromtimestamp(crash, UTC).isoformat().replace("+00:00", "Z")
+    status = crashed_status(fresh, "vllm", termination_for("cuda-oom", RUNTIME_OOM), now=at)
+    patch = {"metadata": {"resourceVersion": fresh["metadata"]["resourceVersion"]}, "status": status}
+    kubectl("patch", "pod", pod["metadata"]["name"], "-n", namespace, "--subresource=status", "--type=merge",
+            "-p", json.dumps(patch))  # fmt: skip
+    obj = remediated(kubectl, namespace, "kv_cache_overflow")
+    incident = obj["status"]["incidents"][-1]
+    assert incident["callerSide"] is True
+    assert any("caller" in line for line in incident["evidence"])
+    assert obj["status"]["remediation"]["overrides"]["maxModelLen"] < 32768
+    assert "CallerSidePrompts" in events(kubectl, namespace)

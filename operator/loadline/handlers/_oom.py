@@ -22,6 +22,7 @@ from loadline.handlers._settings import OperatorSettings
 from loadline.oom import classify, parse_incident, propose_remediation
 from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
+from loadline.traffic import incident_metrics
 
 INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
 MAX_HANDLED = 50
@@ -130,6 +131,20 @@ def _handle_crash(
         incident_dict = build_incident(pod, status, parent, log_tail=log_tail, node_oom_events=node_events)
         if incident_dict is None:
             return
+        if settings.prometheus_url and term.get("finishedAt"):
+            plan = (parent.get("status") or {}).get("plan") or {}
+            metrics = incident_metrics(
+                settings.prometheus_url,
+                namespace,
+                str(pod["metadata"]["name"]),
+                str(term["finishedAt"]),
+                plan.get("engineVersion"),
+                max_model_len=plan.get("maxModelLen"),
+                node=pod.get("spec", {}).get("nodeName"),
+                deadline=3.0,
+            )
+            if metrics:
+                incident_dict["metrics"] = metrics
         incident = parse_incident(incident_dict)
         diagnosis = classify(incident)
         if incident.reason != "OOMKilled" and not diagnosis.signals:

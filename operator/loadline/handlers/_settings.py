@@ -36,6 +36,10 @@ class OperatorSettings(BaseSettings):
         default=True,
         description="Plan with the cluster's free GPUs (fall back to the next GPU type when full).",
     )
+    prometheus_url: str = Field(
+        default="",
+        description="Prometheus to read vLLM metrics from just before a crash (e.g. http://prometheus:9090).",
+    )
     hf_fetch: bool = Field(
         default=False,
         description="Fetch config.json from the Hugging Face hub for models that are not in the catalog.",
