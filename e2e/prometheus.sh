@@ -90,10 +90,11 @@ cmd_up() {
     return 0
   fi
   write_config
-  # Reuse the previous port when restarting (a backfill), so a URL handed out stays valid.
+  # Reuse the previous port when restarting (a backfill), so a URL handed out stays valid. The check
+  # binds like Prometheus does (SO_REUSEADDR), so a port in TIME_WAIT after the stop still counts as free.
   port=""
   [[ -f "${URL_FILE}" ]] && port=$(sed -n 's#^http://127.0.0.1:\([0-9]*\)$#\1#p' "${URL_FILE}")
-  if [[ -z "${port}" ]] || ! python3 -c "import socket,sys; s=socket.socket(); s.bind(('127.0.0.1', int(sys.argv[1])))" "${port}" 2>/dev/null; then
+  if [[ -z "${port}" ]] || ! python3 -c "import socket,sys; s=socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(('127.0.0.1', int(sys.argv[1])))" "${port}" 2>/dev/null; then
     port=$(free_port)
   fi
   url="http://127.0.0.1:${port}"

@@ -25,22 +25,8 @@ from loadline.render import (
 )
 from loadline.render._template import environment, quote
 from loadline.sizing import plan_inference_model
+from tests.conftest import LLAMA_8B
 
-LLAMA_8B = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "rope_theta": 500000.0,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
 LLAMA_405B = {
     **LLAMA_8B,
     "hidden_size": 16384,
@@ -647,3 +633,15 @@ def test_every_template_value_must_be_quoted() -> None:
         env.from_string("a: {{ x }}").render(x="b: c")
     assert env.from_string("a: {{ x | q }}").render(x="b: c") == 'a: "b: c"'
     assert quote("\u2028") == '"\\u2028"'
+
+
+def test_multi_node_api_service_does_not_take_the_leaderworkerset_controllers_name() -> None:
+    """LWS owns a headless Service named after the LeaderWorkerSet; ours must use another name."""
+    from loadline.api import load_inference_models
+    from tests.conftest import REPO
+
+    [obj] = load_inference_models(REPO / "examples" / "llama-405b-multinode.yaml")
+    manifests = render_manifests(obj, plan_inference_model(obj.spec))
+    lws = next(m for m in manifests if m["kind"] == "LeaderWorkerSet")
+    service = next(m for m in manifests if m["kind"] == "Service")
+    assert service["metadata"]["name"] == f"{lws['metadata']['name']}-api"

@@ -9,22 +9,11 @@ import pytest
 import yaml
 
 from loadline.cli import main
+from tests.conftest import LLAMA_8B
 
 ROOT = Path(__file__).resolve().parent.parent
 
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+LLAMA = LLAMA_8B  # the shared Llama-3.1-8B config (tests/conftest.py)
 
 
 def _write(tmp_path: Path, docs: list[dict[str, Any]]) -> Path:

@@ -33,26 +33,14 @@ from loadline.sizing import (
     resolve_inputs,
     resolve_model,
 )
+from tests.conftest import LLAMA_8B
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path(__file__).resolve().parent / "golden" / "render"
 UPDATE = os.environ.get("LOADLINE_UPDATE_GOLDEN") == "1"
 K8S_VERSIONS = ("1.31", "1.37")
 
-LLAMA = {
-    "architectures": ["LlamaForCausalLM"],
-    "model_type": "llama",
-    "hidden_size": 4096,
-    "intermediate_size": 14336,
-    "num_attention_heads": 32,
-    "num_hidden_layers": 32,
-    "num_key_value_heads": 8,
-    "vocab_size": 128256,
-    "max_position_embeddings": 131072,
-    "rms_norm_eps": 1e-05,
-    "tie_word_embeddings": False,
-    "torch_dtype": "bfloat16",
-}
+LLAMA = LLAMA_8B  # the shared Llama-3.1-8B config (tests/conftest.py)
 LLAMA_70B = {
     **LLAMA,
     "hidden_size": 8192,

@@ -203,6 +203,12 @@ def _pod(
     }
 
 
+def _service_name(name: str) -> str:
+    """The API Service of a multi-node model: ``<name>-api``, shortened to stay a DNS-1035 label."""
+    suffix = "-api"
+    return name[: 63 - len(suffix)].rstrip("-") + suffix
+
+
 def render_manifests(
     obj: InferenceModel, plan: Plan, *, vllm_version: str | None = None
 ) -> list[dict[str, Any]]:
@@ -314,10 +320,15 @@ def render_manifests(
             )
         )
         service_role = "leader"
+    service_meta = small_meta
+    if multi_node:
+        # The LeaderWorkerSet controller owns a headless Service named after the LWS (pod DNS for the
+        # Ray workers); ours must not take that name, or the two controllers fight over one object.
+        service_meta = {**small_meta, "name": _service_name(name)}
     objects.append(
         render_object(
             "service.yaml.j2",
-            {"meta": small_meta, "selector": {**selector, LABEL_ROLE: service_role}, "port": PORT},
+            {"meta": service_meta, "selector": {**selector, LABEL_ROLE: service_role}, "port": PORT},
         )
     )
     objects.append(render_object("poddisruptionbudget.yaml.j2", {"meta": small_meta, "selector": selector}))
