@@ -16,23 +16,17 @@ Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT]` (default 100).
 from __future__ import annotations
 
 import json
-import os
-import signal
-import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
+from _bench import KUBECONFIG, REPO, ensure_crds, start_operator, stop_operator, summary
 from kubernetes import client, config, watch
 
-REPO = Path(__file__).resolve().parents[1]
-KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
 sys.path.insert(0, str(REPO / "e2e"))
-from crash import crashed_status, termination_for  # noqa: E402
+from crash import crashed_status, termination_for
 
 
 def model(name: str) -> dict[str, Any]:
@@ -51,20 +45,6 @@ def model(name: str) -> dict[str, Any]:
     }
 
 
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
-
-
-def summary(label: str, values: list[float]) -> str:
-    if not values:
-        return f"{label}: no samples"
-    return (
-        f"{label}: p50 {statistics.median(values):.2f} s, p90 {pct(values, 0.9):.2f} s, "
-        f"p99 {pct(values, 0.99):.2f} s, max {max(values):.2f} s (n={len(values)})"
-    )
-
-
 def main() -> int:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     if not KUBECONFIG.exists():
@@ -74,24 +54,11 @@ def main() -> int:
         )
         return 1
     config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
+    ensure_crds()
     core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
     namespace = f"oombench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(KUBECONFIG),
-        "LOADLINE_LIVENESS_PORT": "0",
-        "LOADLINE_METRICS_PORT": "0",
-        "LOADLINE_NAMESPACES": namespace,
-        "LOADLINE_REMEDIATION_MAX_ACTIONS_PER_DAY": "10",
-    }
-    log = open(REPO / ".e2e" / "operator-oombench.log", "wb")  # noqa: SIM115
-    operator = subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        env=env,
-    )
+    operator = start_operator(namespace, "operator-oombench.log", remediation_max_actions_per_day="10")
     crashed: dict[str, float] = {}
     decided: dict[str, float] = {}
     rolled: dict[str, float] = {}
@@ -177,11 +144,7 @@ def main() -> int:
             )
         )
     finally:
-        operator.send_signal(signal.SIGINT)
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
+        stop_operator(operator)
         core.delete_namespace(namespace)
     return 0
 

@@ -9,21 +9,14 @@ Deployment. Run: `.venv/bin/python benchmarks/operator_latency.py [COUNT]`.
 
 from __future__ import annotations
 
-import os
-import signal
-import statistics
-import subprocess
 import sys
 import threading
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
+from _bench import KUBECONFIG, ensure_crds, start_operator, stop_operator, summary
 from kubernetes import client, config, watch
-
-REPO = Path(__file__).resolve().parents[1]
-KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
 
 
 def model(name: str) -> dict[str, Any]:
@@ -40,32 +33,17 @@ def model(name: str) -> dict[str, Any]:
     }
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def main() -> int:
     count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
     if not KUBECONFIG.exists():
         print(f"no cluster: {KUBECONFIG} is missing (run `make cluster-up`)", file=sys.stderr)
         return 1
     config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
+    ensure_crds()
     core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
     namespace = f"bench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(KUBECONFIG),
-        "LOADLINE_LIVENESS_PORT": "0",
-        "LOADLINE_METRICS_PORT": "0",
-        "LOADLINE_CAPACITY_AWARE": "false",
-        "LOADLINE_NAMESPACES": namespace,
-    }
-    log = open(REPO / ".e2e" / "operator-bench.log", "wb")  # noqa: SIM115
-    operator = subprocess.Popen([str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
-                                stdout=log, stderr=subprocess.STDOUT, env=env)  # fmt: skip
+    operator = start_operator(namespace, "operator-bench.log", capacity_aware="false")
     created: dict[str, float] = {}
     seen: dict[str, float] = {}
     done = threading.Event()
@@ -96,19 +74,11 @@ def main() -> int:
         latencies = [seen[n] - created[n] for n in created if n in seen]
         print(f"{count} InferenceModels created in {applied:.2f} s; Deployments seen for {len(latencies)}")
         if latencies:
-            print(
-                "apply → Deployment created: "
-                f"p50 {statistics.median(latencies):.2f} s, p90 {percentile(latencies, 0.9):.2f} s, "
-                f"p99 {percentile(latencies, 0.99):.2f} s, max {max(latencies):.2f} s"
-            )
+            print(summary("apply → Deployment created", latencies))
             last = max(seen.values()) - start
             print(f"all {len(latencies)} children created {last:.2f} s after the first apply")
     finally:
-        operator.send_signal(signal.SIGINT)
-        try:
-            operator.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            operator.kill()
+        stop_operator(operator)
         core.delete_namespace(namespace)
     return 0
 

@@ -1,0 +1,77 @@
+"""Shared parts of the operator benchmarks: the cluster's kubeconfig, an operator process, percentiles."""
+
+from __future__ import annotations
+
+import os
+import signal
+import statistics
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
+
+
+def start_operator(namespace: str, log_name: str, **settings: str) -> subprocess.Popen[bytes]:
+    """`loadline run --standalone` watching only ``namespace``; ``settings`` become LOADLINE_* env."""
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(KUBECONFIG),
+        "LOADLINE_LIVENESS_PORT": "0",
+        "LOADLINE_METRICS_PORT": "0",
+        "LOADLINE_NAMESPACES": namespace,
+        **{f"LOADLINE_{key.upper()}": value for key, value in settings.items()},
+    }
+    log = (REPO / ".e2e" / log_name).open("wb")
+    return subprocess.Popen(
+        [str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+
+
+def stop_operator(proc: subprocess.Popen[bytes]) -> None:
+    proc.send_signal(signal.SIGINT)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+def summary(label: str, values: list[float]) -> str:
+    if not values:
+        return f"{label}: no samples"
+    return (
+        f"{label}: p50 {statistics.median(values):.2f} s, p90 {percentile(values, 0.9):.2f} s, "
+        f"p99 {percentile(values, 0.99):.2f} s, max {max(values):.2f} s (n={len(values)})"
+    )
+
+
+def ensure_crds() -> None:
+    """Install loadline's CRDs (server-side apply: idempotent) and wait until the API serves them."""
+    import time
+
+    import yaml
+    from kubernetes import client
+    from kubernetes.dynamic import DynamicClient
+
+    crds = DynamicClient(client.ApiClient()).resources.get(  # type: ignore[no-untyped-call]
+        api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition"
+    )
+    for path in sorted((REPO / "crds").glob("*.yaml")):
+        for doc in yaml.safe_load_all(path.read_text()):
+            if doc:
+                crds.server_side_apply(body=doc, name=doc["metadata"]["name"], field_manager="loadline-bench")
+    api = client.CustomObjectsApi()
+    for _ in range(60):
+        try:
+            api.list_cluster_custom_object("loadline.dev", "v1alpha1", "inferencemodels", limit=1)
+            return
+        except client.exceptions.ApiException:
+            time.sleep(0.5)
