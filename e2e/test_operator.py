@@ -236,3 +236,28 @@ def test_hub_refusal_names_the_token_field(
     kubectl.apply(doc, namespace)
     obj = wait_phase(kubectl, namespace, "locked", "Failed")
     assert "spec.model.tokenSecretRef" in obj["status"]["message"]
+
+
+def test_a_pod_no_node_can_take_is_reported_with_the_schedulers_words(
+    operator: Path, kubectl: Kubectl, namespace: str
+) -> None:
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["spec"]["gpu"] = {"types": ["L4"]}
+    doc["spec"]["resources"] = {"memoryGiB": 4000}  # more host memory than any L4 node has
+    kubectl.apply(doc, namespace)
+
+    def reported() -> dict[str, Any] | None:
+        obj = model(kubectl, namespace, "chat")
+        ready = next(
+            (c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None
+        )
+        return obj if ready and "cannot be scheduled" in ready.get("message", "") else None
+
+    obj = wait_for(reported, timeout=60, what="the unschedulable pod in the Ready condition")
+    assert obj["status"]["phase"] == "Deploying"
+    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
+    assert "Insufficient memory" in ready["message"]
+    events = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[
+        "items"
+    ]
+    assert any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events)

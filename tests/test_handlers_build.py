@@ -90,3 +90,19 @@ def test_children_are_owned_for_garbage_collection() -> None:
                      "uid": "1234", "controller": True, "blockOwnerDeletion": True}  # fmt: skip
     child = with_owner({"kind": "Service", "metadata": {"name": "chat"}}, owner, "team-a")
     assert child["metadata"]["ownerReferences"] == [owner] and child["metadata"]["namespace"] == "team-a"
+
+
+def test_unschedulable_reason_quotes_the_scheduler() -> None:
+    from loadline.handlers._build import unschedulable_reason
+
+    placed = {
+        "metadata": {"name": "a"},
+        "status": {"conditions": [{"type": "PodScheduled", "status": "True"}]},
+    }
+    stuck = {"metadata": {"name": "b"}, "status": {"conditions": [{"type": "PodScheduled", "status": "False",
+             "reason": "Unschedulable", "message": "0/12 nodes are available: 12 Insufficient memory."}]}}  # fmt: skip
+    assert unschedulable_reason([placed]) == ""
+    assert (
+        unschedulable_reason([placed, stuck])
+        == "pod b cannot be scheduled: 0/12 nodes are available: 12 Insufficient memory."
+    )

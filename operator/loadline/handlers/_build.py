@@ -198,3 +198,16 @@ def merge_incident(
             }
         )  # fmt: skip
     return incidents[-MAX_INCIDENTS:]
+
+
+def unschedulable_reason(pods: Iterable[Mapping[str, Any]]) -> str:
+    """The scheduler's own words for the first pod it cannot place (e.g. not enough host memory on any
+    node of the planned GPU type), or "" when every pod is placed."""
+    for pod in pods:
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+                name = pod.get("metadata", {}).get("name", "")
+                return (
+                    f"pod {name} cannot be scheduled: {cond.get('message') or cond.get('reason', '')}".strip()
+                )
+    return ""

@@ -322,8 +322,18 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch) -> None:
     meta = body["metadata"]
     workload = _kube.get(api_version, kind, meta["namespace"], meta["name"])
     ready, message = _build.readiness_from_workload(workload)
+    unschedulable = ""
+    if not ready:
+        pods = _kube.list_objects(
+            "v1", "Pod", meta["namespace"], label_selector=f"{INSTANCE_LABEL}={meta['name']}"
+        )
+        unschedulable = _build.unschedulable_reason(pods)
+        if unschedulable:
+            message = f"{message}; {unschedulable}"
     changes = _build.build_readiness_status(status, ready=ready, message=message, now=_build.now_iso())
     if changes:
         patch.status.update(changes)
         if changes.get("phase") == "Ready":
             _event(body, warning=False, reason="Ready", message=message)
+        elif unschedulable:
+            _event(body, warning=True, reason="Unschedulable", message=unschedulable)
