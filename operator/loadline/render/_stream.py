@@ -11,20 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-import yaml
-
-
-class _Dumper(yaml.SafeDumper):
-    """SafeDumper that prints multi-line strings (the leader's shell script) as literal blocks."""
-
-
-def _str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    # PyYAML falls back to a quoted style by itself when a literal block cannot hold the value exactly.
-    style = "|" if "\n" in value else None
-    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style=style)
-
-
-_Dumper.add_representer(str, _str)
+from loadline._yaml import dump_yaml
 
 
 def _comment(text: str) -> str:
@@ -42,8 +29,6 @@ def manifests_yaml(objects: Sequence[dict[str, Any]], source: str = "") -> str:
             header.append(f"Source: {source}")
         notes = (meta.get("annotations") or {}).get("loadline.dev/render-notes", "")
         header.extend(f"Note: {line}" for line in str(notes).splitlines() if line)
-        body = yaml.dump(
-            obj, Dumper=_Dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=100
-        )
+        body = dump_yaml(obj)
         docs.append("---\n" + "\n".join(_comment(line) for line in header) + "\n" + body)
     return "".join(docs)
