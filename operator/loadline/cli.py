@@ -33,40 +33,24 @@ def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=_cmd_crds)
 
 
-# Sub-command registrations, one function per command. Each adds its parser and sets `func`.
-_REGISTRATIONS: list[Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]] = [_add_crds]
-
-
-def _register(fn: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]) -> None:
-    _REGISTRATIONS.append(fn)
-
-
 def build_parser() -> argparse.ArgumentParser:
+    # One registration function per command module; each adds its parser and sets `func`.
+    from loadline import _cli_oom, _cli_render, _cli_run, _cli_sizing
+
     parser = argparse.ArgumentParser(
         prog="loadline",
         description="Size, render and keep vLLM model servers out of out-of-memory trouble.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    _load_optional_commands()
-    for register in _REGISTRATIONS:
+    for register in (
+        _add_crds,
+        _cli_sizing.register,
+        _cli_render.register,
+        _cli_oom.register,
+        _cli_run.register,
+    ):
         register(sub)
     return parser
-
-
-def _load_optional_commands() -> None:
-    """Import the modules that register further sub-commands (kept apart to keep start-up light)."""
-    import importlib
-
-    for name in ("loadline._cli_sizing", "loadline._cli_render", "loadline._cli_oom", "loadline._cli_run"):
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name != name:
-                raise
-            continue
-        register = getattr(module, "register", None)
-        if register is not None and register not in _REGISTRATIONS:
-            _REGISTRATIONS.append(register)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
