@@ -12,6 +12,22 @@ REPO = Path(__file__).resolve().parents[1]
 KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
 
 
+def chat_model(name: str, gpu_types: list[str], **spec: object) -> dict[str, object]:
+    """A Llama-3.1-8B InferenceModel (4K context, 2 sequences) on the given GPU types."""
+    return {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "maxModelLen": 4096,
+            "concurrency": 2,
+            "gpu": {"types": gpu_types},
+            **spec,
+        },
+    }
+
+
 def start_operator(namespace: str, log_name: str, **settings: str) -> subprocess.Popen[bytes]:
     """`loadline run --standalone` watching only ``namespace``; ``settings`` become LOADLINE_* env."""
     env = {

@@ -22,27 +22,11 @@ import time
 import uuid
 from typing import Any
 
-from _bench import KUBECONFIG, REPO, ensure_crds, start_operator, stop_operator, summary
+from _bench import KUBECONFIG, REPO, chat_model, ensure_crds, start_operator, stop_operator, summary
 from kubernetes import client, config, watch
 
 sys.path.insert(0, str(REPO / "e2e"))
 from crash import crashed_status, termination_for
-
-
-def model(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "loadline.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "maxModelLen": 4096,
-            "concurrency": 2,
-            "gpu": {"types": ["L4"]},
-            # Small enough for a g6.xlarge (16 GiB host memory), so every L4 of the scaled fleet is usable.
-            "resources": {"memoryGiB": 12},
-        },
-    }
 
 
 def main() -> int:
@@ -98,7 +82,11 @@ def main() -> int:
         names = [f"m{i:03d}" for i in range(count)]
         for name in names:
             custom.create_namespaced_custom_object(
-                "loadline.dev", "v1alpha1", namespace, "inferencemodels", model(name)
+                "loadline.dev",
+                "v1alpha1",
+                namespace,
+                "inferencemodels",
+                chat_model(name, ["L4"], resources={"memoryGiB": 12}),
             )
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline:

@@ -13,24 +13,9 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any
 
-from _bench import KUBECONFIG, ensure_crds, start_operator, stop_operator, summary
+from _bench import KUBECONFIG, chat_model, ensure_crds, start_operator, stop_operator, summary
 from kubernetes import client, config, watch
-
-
-def model(name: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "loadline.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "maxModelLen": 4096,
-            "concurrency": 2,
-            "gpu": {"types": ["L4", "L40S"]},
-        },
-    }
 
 
 def main() -> int:
@@ -66,7 +51,7 @@ def main() -> int:
         for i in range(count):
             name = f"m{i:03d}"
             custom.create_namespaced_custom_object(
-                "loadline.dev", "v1alpha1", namespace, "inferencemodels", model(name)
+                "loadline.dev", "v1alpha1", namespace, "inferencemodels", chat_model(name, ["L4", "L40S"])
             )
             created[name] = time.monotonic()
         applied = time.monotonic() - start
