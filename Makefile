@@ -5,7 +5,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha1sum | cut -c1-12)
 
-.PHONY: help venv test unit lint typecheck e2e cluster-up cluster-down demo demo-down crds bench clean
+.PHONY: help venv tools test unit lint typecheck e2e cluster-up cluster-down demo demo-down crds bench clean
 
 help:
 	@echo "make demo        the main job: local cluster, CRDs, operator, examples planned and running"
@@ -13,6 +13,7 @@ help:
 	@echo "make test        lint, type-check, unit tests, then e2e tests on a local control plane"
 	@echo "make unit        fast tests only (no cluster)"
 	@echo "make e2e         e2e tests (brings the local control plane up if needed)"
+	@echo "make tools       build or unpack every e2e binary into the cache (~/.cache/loadline) and list them"
 	@echo "make cluster-up  start the local control plane (kube-apiserver, etcd, KWOK GPU nodes)"
 	@echo "make crds        regenerate crds/ from the pydantic models"
 	@echo "make bench       print benchmark figures"
@@ -58,6 +59,11 @@ cluster-up: venv
 cluster-down:
 	e2e/cluster-down.sh
 
-e2e: venv
+# Everything the e2e tests run (Kubernetes, etcd, KWOK, Helm, the LeaderWorkerSet controller, Prometheus)
+# is built or unpacked into the cache here, with a line per component saying what was installed.
+tools:
+	e2e/install-tools.sh
+
+e2e: venv tools
 	PYTHON=$(PY) e2e/cluster-up.sh
 	$(VENV)/bin/pytest e2e

@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 from tests.hubserver import HubServer
 
-from kube import E2E_DIR, KUBECONFIG, REPO, STATE_DIR, Kubectl, KubectlError, wait_for
-from operator_helpers import start_operator, stop_operator
+from chart import HUB_TOKEN_SECRET, OPERATOR_NAMESPACE, ChartOperator, install
+from kube import E2E_DIR, KUBECONFIG, STATE_DIR, Kubectl, KubectlError, wait_for
 
 CLUSTER_UP_TIMEOUT = float(os.environ.get("LOADLINE_CLUSTER_UP_TIMEOUT", "3600"))
 
@@ -126,26 +126,32 @@ def prometheus_url() -> Iterator[str]:
         subprocess.run(["bash", str(script), "down"], check=False, capture_output=True, timeout=60)
 
 
+def operator_values(hub_url: str, prometheus_url: str) -> dict[str, object]:
+    """The chart values the e2e session installs with, as a platform team would set them."""
+    return {
+        "settings": {
+            "hfFetch": True,
+            "hfEndpoint": hub_url,
+            "hubTokenSecretNames": [HUB_TOKEN_SECRET],
+            "prometheusUrl": prometheus_url,
+            "retryDelaySeconds": 3,
+        }
+    }
+
+
 @pytest.fixture(scope="session")
-def operator(kubeconfig: Path, kubectl: Kubectl, hub: HubServer, prometheus_url: str) -> Iterator[Path]:
-    """A running `loadline run --standalone` (the real CLI) with the CRDs installed; yields its log.
+def operator(
+    kubeconfig: Path, kubectl: Kubectl, hub: HubServer, prometheus_url: str
+) -> Iterator[ChartOperator]:
+    """loadline as the Helm chart installs it: its CRDs, ServiceAccount, RBAC and Deployment applied to
+    the local control plane, the Deployment's two replicas run as processes under the chart's own
+    ServiceAccount token (e2e/chart.py); one holds the Lease and reconciles.
 
     Hub fetching is on and points at the local `hub` fixture; crash-time metrics come from the
     `prometheus_url` fixture's Prometheus."""
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
-    log = STATE_DIR / "operator-e2e.log"
-    log.write_text("")
-    proc = start_operator(
-        kubeconfig,
-        log,
-        {
-            "LOADLINE_HF_FETCH": "true",
-            "LOADLINE_HF_ENDPOINT": hub.url,
-            "LOADLINE_PROMETHEUS_URL": prometheus_url,
-        },
-    )
+    chart = install(kubectl, "loadline", OPERATOR_NAMESPACE, operator_values(hub.url, prometheus_url))
     try:
-        yield log
+        chart.active(timeout=60)
+        yield chart
     finally:
-        stop_operator(proc)
+        chart.stop()

@@ -6,7 +6,7 @@
 # With no arguments all components are installed. Components already in the
 # cache are skipped, so a warm machine returns in a second. Everything is built
 # from source with the Go module proxy (no prebuilt binary is downloaded);
-# Prometheus comes from Debian's apt repository.
+# Prometheus is Debian's package, unpacked into the cache (see install_prometheus).
 set -euo pipefail
 
 # shellcheck source=e2e/lib.sh
@@ -196,18 +196,34 @@ build_lws() {
 }
 
 # ---------------------------------------------------------------- prometheus
+# Debian's prometheus package (Prometheus and promtool), downloaded with apt and
+# unpacked into the cache: nothing is installed system-wide and no service is
+# started, so a machine that ran the tests is left as it was. Only the package
+# index needs root to refresh (apt-get update), and only when it has no entry.
 install_prometheus() {
-  if ((EUID != 0)); then
-    die "prometheus is missing and installing it needs root: run 'apt-get install -y prometheus' as root"
+  local tmp deb version
+  if ! apt-cache show "${PROMETHEUS_DEB}" >/dev/null 2>&1; then
+    ((EUID == 0)) || die "apt's package index has no ${PROMETHEUS_DEB}; run 'apt-get update' as root once"
+    log "prometheus: refreshing apt's package index (apt-get update)"
+    DEBIAN_FRONTEND=noninteractive apt-get update -qq
   fi
-  log "prometheus: installing the Debian package"
-  DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
-  # Only the binaries are wanted: on a systemd machine the package enables and
-  # starts a service listening on all interfaces; turn it off.
-  if command -v systemctl >/dev/null 2>&1 && systemctl is-enabled --quiet prometheus 2>/dev/null; then
-    systemctl disable --now prometheus >/dev/null 2>&1 || true
-  fi
+  tmp=$(mktemp -d)
+  chmod 0755 "${tmp}" # apt downloads as its own user (_apt)
+  log "prometheus: downloading Debian's ${PROMETHEUS_DEB} package (apt-get download) into the cache"
+  (cd "${tmp}" && apt-get download -qq "${PROMETHEUS_DEB}" >/dev/null) ||
+    die "apt-get download ${PROMETHEUS_DEB} failed"
+  deb=$(ls "${tmp}"/*.deb)
+  version=$(dpkg-deb -f "${deb}" Version)
+  rm -rf "${PROMETHEUS_BIN}" "${tmp}/root"
+  dpkg-deb -x "${deb}" "${tmp}/root"
+  mkdir -p "${PROMETHEUS_BIN}"
+  install -m 0755 "${tmp}/root/usr/bin/prometheus" "${tmp}/root/usr/bin/promtool" "${PROMETHEUS_BIN}/"
+  rm -rf "${tmp}"
+  "${PROMETHEUS_BIN}/prometheus" --version >/dev/null 2>&1 || die "prometheus --version failed"
+  "${PROMETHEUS_BIN}/promtool" --version >/dev/null 2>&1 || die "promtool --version failed"
+  echo "${version}" >"${PROMETHEUS_BIN}/.version"
+  log "prometheus: ${version} in ${PROMETHEUS_BIN}"
+  date -u +%FT%TZ >"${PROMETHEUS_BIN}/.complete"
 }
 
 component_ready() { [[ -f "$1/.complete" ]]; }
@@ -235,13 +251,8 @@ main() {
         if component_ready "${LWS_BIN}"; then skip lws "${LWS_BIN}"; else
           check_disk 2; timed lws build_lws; fi ;;
       prometheus)
-        if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
-          skip prometheus "$(command -v prometheus)"
-        else
-          timed prometheus install_prometheus
-        fi
-        prometheus --version >/dev/null 2>&1 || die "prometheus --version failed"
-        promtool --version >/dev/null 2>&1 || die "promtool --version failed" ;;
+        if component_ready "${PROMETHEUS_BIN}"; then skip prometheus "${PROMETHEUS_BIN}"; else
+          check_disk 1; timed prometheus install_prometheus; fi ;;
       *) die "unknown component '${c}' (known: kubernetes etcd kwok helm lws prometheus)" ;;
     esac
   done

@@ -16,12 +16,14 @@ ETCD_VERSION="v3.6.16"     # go.etcd.io/etcd/server/v3
 KWOK_VERSION="v0.8.0"      # sigs.k8s.io/kwok (kwok, kwokctl)
 HELM_VERSION="v3.22.0"     # helm.sh/helm/v3
 LWS_VERSION="v0.9.0"       # sigs.k8s.io/lws (LeaderWorkerSet manager + CRDs; v0.10.0 is not served by the proxy)
+PROMETHEUS_DEB="prometheus" # Debian's package, unpacked into the cache (never installed system-wide)
 
 K8S_BIN="${LOADLINE_CACHE}/bin/kubernetes-${K8S_VERSION}"
 ETCD_BIN="${LOADLINE_CACHE}/bin/etcd-${ETCD_VERSION}"
 KWOK_BIN="${LOADLINE_CACHE}/bin/kwok-${KWOK_VERSION}"
 HELM_BIN="${LOADLINE_CACHE}/bin/helm-${HELM_VERSION}"
 LWS_BIN="${LOADLINE_CACHE}/bin/lws-${LWS_VERSION}"
+PROMETHEUS_BIN="${LOADLINE_CACHE}/bin/prometheus"   # prometheus and promtool, from ${PROMETHEUS_DEB}
 
 CLUSTER_NAME="${LOADLINE_CLUSTER_NAME:-loadline-e2e}"
 STATE_DIR="${LOADLINE_REPO}/.e2e"

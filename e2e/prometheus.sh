@@ -26,16 +26,21 @@ CONFIG="${PROM_DIR}/prometheus.yml"
 PID_FILE="${STATE_DIR}/prometheus.pid"
 LOG_FILE="${STATE_DIR}/prometheus.log"
 URL_FILE="${STATE_DIR}/prometheus.url"
-PROMETHEUS="${PROMETHEUS:-$(command -v prometheus || echo /usr/bin/prometheus)}"
-PROMTOOL="${PROMTOOL:-$(command -v promtool || echo /usr/bin/promtool)}"
+# shellcheck source=e2e/lib.sh
+source "${E2E_DIR}/lib.sh"
+PROMETHEUS="${PROMETHEUS:-${PROMETHEUS_BIN}/prometheus}"
+PROMTOOL="${PROMTOOL:-${PROMETHEUS_BIN}/promtool}"
 READY_TIMEOUT="${LOADLINE_PROMETHEUS_READY_TIMEOUT:-60}"
 
 log() { printf '[%s] prometheus: %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { printf 'error: %s\n' "$*" >&2; exit 1; }
 
+# Installs Prometheus into the cache on first use, so no step of a fresh machine is left to a person.
 need_tools() {
-  [[ -x "${PROMETHEUS}" && -x "${PROMTOOL}" ]] ||
-    die "prometheus/promtool not found; run e2e/install-tools.sh prometheus (as root)"
+  if [[ ! -x "${PROMETHEUS}" || ! -x "${PROMTOOL}" ]]; then
+    "${E2E_DIR}/install-tools.sh" prometheus
+  fi
+  [[ -x "${PROMETHEUS}" && -x "${PROMTOOL}" ]] || die "prometheus/promtool not found at ${PROMETHEUS}, ${PROMTOOL}"
 }
 
 running_pid() {

@@ -1,37 +1,154 @@
-"""The Helm chart renders and the real API server accepts every object it would install."""
+"""The Helm chart as a cluster runs it: rendered, applied, its replicas elect one leader, its identity
+is held to least privilege (e2e/chart.py runs the Deployment's replicas as processes)."""
 
 from __future__ import annotations
 
-import subprocess
-from pathlib import Path
+import signal
+import time
 
+import pytest
 import yaml
 
-from kube import E2E_DIR, REPO, Kubectl, lib_var
+from chart import HUB_TOKEN_SECRET, OPERATOR_NAMESPACE, ChartOperator, render
+from kube import REPO, Kubectl
+from operator_helpers import example, wait_phase
+
+SA = f"system:serviceaccount:{OPERATOR_NAMESPACE}:loadline-loadline"
 
 
-def helm() -> Path:
-    binary = Path(lib_var("HELM_BIN")) / "helm"
-    if not binary.exists():
-        subprocess.run(["bash", str(E2E_DIR / "install-tools.sh"), "helm"], check=True, timeout=1800)
-    return binary
+def can_i(kubectl: Kubectl, *args: str, user: str = SA) -> bool:
+    """`kubectl auth can-i` as the chart's ServiceAccount (the API server's own authorizer answers)."""
+    proc = kubectl.run("auth", "can-i", *args, "--as", user, check=False)
+    return proc.stdout.strip() == "yes"
 
 
-def test_chart_installs_cleanly_on_the_api_server(kubectl: Kubectl, namespace: str) -> None:
-    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "charts" / "loadline" / "crds"))
-    rendered = subprocess.run(
-        [str(helm()), "template", "loadline", str(REPO / "charts" / "loadline"), "--namespace", namespace,
-         "--kube-version", "1.36.3", "--include-crds"],
-        capture_output=True, text=True, check=True, timeout=120,
-    ).stdout  # fmt: skip
-    docs = [d for d in yaml.safe_load_all(rendered) if d]
+def test_chart_renders_and_the_api_server_accepts_every_object(kubectl: Kubectl, namespace: str) -> None:
+    docs = render("loadline", namespace, {})
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds.count("CustomResourceDefinition") == 3
-    assert {"Deployment", "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "ClusterKopfPeering"} <= set(
-        kinds
-    )
+    assert kinds.count("CustomResourceDefinition") == 1
+    assert {
+        "Deployment",
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    } <= set(kinds)
     deployment = next(d for d in docs if d["kind"] == "Deployment")
-    env = {e["name"]: e["value"] for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
-    assert env["LOADLINE_STANDALONE"] == "false" and deployment["spec"]["replicas"] == 2
-    out = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=rendered)
+    env = {e["name"]: e for e in deployment["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["LOADLINE_LEADER_ELECTION"]["value"] == "true" and deployment["spec"]["replicas"] == 2
+    assert env["POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    stream = "".join("---\n" + yaml.safe_dump(d) for d in docs)
+    out = kubectl("apply", "--server-side", "--dry-run=server", "-f", "-", input=stream)
     assert "serverside-applied (server dry run)" in out
+
+
+def test_one_replica_is_active_and_models_are_reconciled(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    active = operator.active()
+    alive = [r for r in operator.replicas if r.alive()]
+    assert len(alive) == 2
+    # The standby answers the kubelet's liveness probe too (else the kubelet would kill it).
+    standby = next(r for r in alive if r is not active)
+    assert standby.healthz() is not None and active.healthz() is not None
+    kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    # Only the leader reconciled it.
+    assert namespace in active.log.read_text()
+    assert namespace not in standby.log.read_text()
+
+
+@pytest.mark.parametrize("which", ["active", "standby"])
+def test_killing_either_replica_leaves_one_active(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, which: str
+) -> None:
+    """SIGKILL (a node lost, no chance to release the Lease): the other replica takes over once the
+    Lease expires; killing the standby changes nothing. A model applied afterwards is reconciled."""
+    active = operator.active()
+    standby = next(r for r in operator.replicas if r.alive() and r is not active)
+    victim, survivor = (active, standby) if which == "active" else (standby, active)
+    start = time.monotonic()
+    operator.kill(victim, signal.SIGKILL)
+    assert operator.active(timeout=60) is survivor
+    handover = time.monotonic() - start
+    print(f"\nkill -9 of the {which} replica: {survivor.pod_name} active after {handover:.1f}s")
+    if which == "standby":
+        assert handover < 2  # nothing changed hands
+    kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready", timeout=90)
+    operator.wait_replicas(2)  # the killed one is restarted (as by the kubelet) and stands by
+
+
+def test_sigterm_hands_over_at_once(operator: ChartOperator, kubectl: Kubectl) -> None:
+    """The kubelet stopping a pod (SIGTERM, as in a rolling update) releases the Lease: no wait."""
+    active = operator.active()
+    standby = next(r for r in operator.replicas if r.alive() and r is not active)
+    start = time.monotonic()
+    operator.kill(active, signal.SIGTERM)
+    assert operator.active(timeout=30) is standby
+    handover = time.monotonic() - start
+    print(f"\nSIGTERM of the active replica: {standby.pod_name} active after {handover:.1f}s")
+    lease_duration = int(operator.lease()["spec"]["leaseDurationSeconds"])
+    assert handover < lease_duration
+    operator.wait_replicas(2)
+
+
+def test_the_identity_is_refused_what_it_does_not_need(operator: ChartOperator, kubectl: Kubectl) -> None:
+    refused = [
+        ("get", "secrets", "-n", "kube-system"),
+        ("get", "secrets/other", "-n", "default"),
+        ("list", "secrets", "-n", "default"),
+        ("get", "secrets/kube-root-ca", "-n", OPERATOR_NAMESPACE),
+        ("create", "clusterrolebindings"),
+        ("create", "rolebindings", "-n", "default"),
+        ("escalate", "clusterroles"),
+        ("bind", "clusterroles"),
+        ("delete", "nodes"),
+        ("patch", "nodes"),
+        ("create", "pods", "--subresource=exec", "-n", "default"),
+        ("delete", "pods", "-n", "default"),
+        ("create", "pods", "-n", "default"),
+        ("update", "inferencemodels.loadline.dev", "-n", "default"),
+        ("update", "leases/other-lease", "-n", OPERATOR_NAMESPACE),
+        ("get", "leases/loadline", "-n", "kube-system"),
+    ]
+    allowed = [
+        ("create", "pods", "--subresource=eviction", "-n", "default"),
+        ("update", "inferencemodels.loadline.dev", "--subresource=finalizers", "-n", "default"),
+        ("patch", "inferencemodels.loadline.dev", "--subresource=status", "-n", "default"),
+        ("get", f"secrets/{HUB_TOKEN_SECRET}", "-n", "default"),
+        ("update", "leases/loadline", "-n", OPERATOR_NAMESPACE),
+        ("list", "nodes"),
+    ]
+    assert [args for args in refused if can_i(kubectl, *args)] == []
+    assert [args for args in allowed if not can_i(kubectl, *args)] == []
+
+
+def test_namespace_scoped_install_grants_only_its_namespaces(kubectl: Kubectl, namespace: str) -> None:
+    """settings.namespaces: Roles and RoleBindings in exactly those namespaces; nothing namespaced is
+    granted cluster-wide; the Lease Role stays in the release namespace."""
+    release_ns = f"{namespace}-op"
+    kubectl("create", "namespace", release_ns)
+    try:
+        docs = render("scoped", release_ns, {"settings": {"namespaces": namespace}}, include_crds=False)
+        roles = {
+            (d["kind"], d["metadata"].get("namespace")) for d in docs if d["kind"] in {"Role", "RoleBinding"}
+        }
+        assert ("Role", namespace) in roles and ("RoleBinding", namespace) in roles
+        assert ("Role", release_ns) in roles  # leader election
+        stream = "".join("---\n" + yaml.safe_dump(d) for d in docs if d["kind"] != "Deployment")
+        kubectl("apply", "--server-side", "-f", "-", input=stream)
+        user = f"system:serviceaccount:{release_ns}:scoped-loadline"
+        assert can_i(kubectl, "patch", "deployments", "-n", namespace, user=user)
+        assert can_i(kubectl, "watch", "inferencemodels.loadline.dev", "-n", namespace, user=user)
+        assert can_i(kubectl, "update", "leases/loadline", "-n", release_ns, user=user)
+        assert not can_i(kubectl, "patch", "deployments", "-n", "default", user=user)
+        assert not can_i(kubectl, "list", "inferencemodels.loadline.dev", "--all-namespaces", user=user)
+        assert not can_i(kubectl, "get", "secrets", "-n", namespace, user=user)
+        assert can_i(kubectl, "list", "nodes", user=user)  # capacity needs the GPU nodes
+    finally:
+        for doc in docs:
+            if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
+                kubectl.run("delete", doc["kind"], doc["metadata"]["name"], "--ignore-not-found", check=False)
+        kubectl("delete", "namespace", release_ns, "--wait=false")

@@ -12,11 +12,11 @@ import json
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
 import pytest
 
+from chart import ChartOperator
 from crash import crash_container, crashed_status, termination_for
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
 from operator_helpers import example, pods_of, wait_phase
@@ -135,7 +135,7 @@ CASES = [
     ("oom_class", "kind", "message", "age_hours", "overrides"), CASES, ids=[c[0] for c in CASES]
 )
 def test_each_class_is_classified_remediated_and_rolled_out(
-    operator: Path,
+    operator: ChartOperator,
     kubectl: Kubectl,
     namespace: str,
     oom_class: str,
@@ -167,11 +167,12 @@ def test_each_class_is_classified_remediated_and_rolled_out(
         assert remediation["overrides"]["memoryGiB"] >= 1.2 * int(old_memory.removesuffix("Gi"))
         assert container["resources"]["limits"]["memory"] != old_memory
     if oom_class == "fragmentation":
+        # A restart by eviction (PodDisruptionBudget-safe): a new pod from the same template, no roll-out.
         assert remediation["restartRequestedAt"]
-        assert (
-            new_pod["metadata"]["annotations"]["loadline.dev/restarted-at"]
-            == remediation["restartRequestedAt"]
-        )
+        assert new_pod["metadata"]["creationTimestamp"] >= remediation["restartRequestedAt"]
+        assert "Restarting" in events(kubectl, namespace)
+        deployment = kubectl.json("get", "deployment", "chat", "-n", namespace)
+        assert deployment["metadata"]["generation"] == 1, "a restart must not change the pod template"
     if oom_class in {"batch_misconfiguration", "kv_cache_overflow"}:
         args = container["args"]
         flag = "--max-num-seqs" if oom_class == "batch_misconfiguration" else "--max-model-len"
@@ -182,7 +183,7 @@ def test_each_class_is_classified_remediated_and_rolled_out(
 
 
 def test_a_crash_is_acted_on_once_and_the_budget_ends_in_degraded(
-    operator: Path,
+    operator: ChartOperator,
     kubectl: Kubectl,
     namespace: str,
 ) -> None:
@@ -224,7 +225,7 @@ RUNTIME_OOM = (
 
 
 def test_growing_prompts_from_prometheus_blame_the_caller_and_shrink_max_model_len(
-    operator: Path, kubectl: Kubectl, namespace: str, prometheus_url: str
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, prometheus_url: str
 ) -> None:
     """The operator reads the minutes before the crash from a real Prometheus: prompts grew from 2k to 30k
     tokens and the KV cache filled up, so it says the callers' prompts are the cause and caps maxModelLen."""

@@ -1,13 +1,15 @@
 """The operator (`loadline run`) against the real control plane: apply → planned, deployed, Ready.
 
-One operator process serves the whole session (the `operator` fixture in conftest, started from the CLI
-as a platform team would run it, with the e2e kubeconfig); each test works in its own namespace.
+The operator runs as the Helm chart installs it for the whole session (the `operator` fixture in
+conftest: two replicas under the chart's ServiceAccount, one holding the Lease); each test works in its
+own namespace.
 """
 
 from __future__ import annotations
 
 import copy
 import json
+import signal
 import time
 from pathlib import Path
 from typing import Any
@@ -16,22 +18,21 @@ import pytest
 from tests.conftest import LLAMA_8B
 from tests.hubserver import TOKEN, HubServer
 
-from kube import REPO, STATE_DIR, Kubectl, wait_for
+from chart import ChartOperator
+from kube import REPO, Kubectl, wait_for
 from operator_helpers import (
     EXAMPLES,
     example,
     model,
     node_products,
     pods_of,
-    start_operator,
-    stop_operator,
     wait_phase,
 )
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_example_reaches_ready_on_the_planned_gpu(
-    operator: Path, kubectl: Kubectl, namespace: str, path: Path
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, path: Path
 ) -> None:
     doc = example(path, namespace)
     name = doc["metadata"]["name"]
@@ -59,7 +60,7 @@ def test_example_reaches_ready_on_the_planned_gpu(
     assert {"Planned", "Applied"} <= reasons
 
 
-def test_spec_change_rolls_out_a_new_plan(operator: Path, kubectl: Kubectl, namespace: str) -> None:
+def test_spec_change_rolls_out_a_new_plan(operator: ChartOperator, kubectl: Kubectl, namespace: str) -> None:
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
     kubectl.apply(doc, namespace)
     first = wait_phase(kubectl, namespace, "chat", "Ready")
@@ -97,7 +98,7 @@ def test_spec_change_rolls_out_a_new_plan(operator: Path, kubectl: Kubectl, name
     wait_for(rolled, timeout=60, what="pods of the new plan")
 
 
-def test_delete_leaves_nothing_behind(operator: Path, kubectl: Kubectl, namespace: str) -> None:
+def test_delete_leaves_nothing_behind(operator: ChartOperator, kubectl: Kubectl, namespace: str) -> None:
     kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
     wait_phase(kubectl, namespace, "chat", "Ready")
     kinds = "deployments,services,poddisruptionbudgets,pods"
@@ -118,30 +119,35 @@ def _versions(kubectl: Kubectl, namespace: str) -> dict[str, str]:
     return {f"{i['kind']}/{i['metadata']['name']}": i["metadata"]["resourceVersion"] for i in items["items"]}
 
 
-def test_resync_of_unchanged_models_writes_nothing(
-    kubeconfig: Path, kubectl: Kubectl, namespace: str, operator: Path
+def test_failover_resumes_unchanged_models_without_a_write(
+    kubectl: Kubectl, namespace: str, operator: ChartOperator
 ) -> None:
+    """The kubelet stops the active replica (SIGTERM): it releases the Lease, the standby takes over and
+    resumes every object, and an unchanged model costs no write at all."""
     kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
     wait_phase(kubectl, namespace, "chat", "Ready")
     time.sleep(3)  # let the Deployment's own status settle
     before = _versions(kubectl, namespace)
     events_before = len(kubectl.json("get", "events", "-n", namespace)["items"])
-    # A second operator process resumes every object (as after a restart or a failover).
-    log = STATE_DIR / "operator-e2e-resync.log"
-    log.write_text("")
-    proc = start_operator(kubeconfig, log)
-    try:
-        wait_for(
-            lambda: "Resuming is processed" in log.read_text() or None, timeout=30, what="the resume pass"
-        )
-        time.sleep(3)
-    finally:
-        stop_operator(proc)
+    active = operator.active()
+    standby = next(r for r in operator.replicas if r.alive() and r is not active)
+    offset = len(standby.log.read_text())
+    operator.kill(active, signal.SIGTERM)
+    assert operator.active(timeout=20) is standby
+    wait_for(
+        lambda: "Resuming is processed" in standby.log.read_text()[offset:] or None,
+        timeout=30,
+        what="the new leader's resume pass",
+    )
+    time.sleep(3)
+    operator.wait_replicas(2)  # the stopped one is restarted and stands by
     assert _versions(kubectl, namespace) == before
     assert len(kubectl.json("get", "events", "-n", namespace)["items"]) == events_before
 
 
-def test_impossible_model_fails_with_reason(operator: Path, kubectl: Kubectl, namespace: str) -> None:
+def test_impossible_model_fails_with_reason(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
     doc["metadata"]["name"] = "impossible"
     doc["spec"]["model"]["name"] = "meta-llama/Llama-3.1-405B"
@@ -161,7 +167,7 @@ def test_impossible_model_fails_with_reason(operator: Path, kubectl: Kubectl, na
 
 
 def test_bad_spec_the_api_server_accepts_still_fails_clearly(
-    operator: Path, kubectl: Kubectl, namespace: str
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
 ) -> None:
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
     doc["metadata"]["name"] = "toolong"
@@ -172,7 +178,7 @@ def test_bad_spec_the_api_server_accepts_still_fails_clearly(
 
 
 def test_full_gpu_type_falls_back_to_the_next_and_says_so(
-    operator: Path, kubectl: Kubectl, namespace: str
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
 ) -> None:
     # Occupy every L4 with placeholder pods, then ask for a model whose cheapest plan is one L4.
     products = node_products(kubectl)
@@ -213,7 +219,7 @@ def test_full_gpu_type_falls_back_to_the_next_and_says_so(
 
 
 def test_model_outside_the_catalog_is_sized_from_the_hub_with_a_token(
-    operator: Path, kubectl: Kubectl, namespace: str, hub: HubServer
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, hub: HubServer
 ) -> None:
     config = {**LLAMA_8B, "num_hidden_layers": 16}  # a private 4B-ish fine-tune of the 8B shape
     hub.add("private/chat-4b", json.dumps(config))
@@ -227,7 +233,7 @@ def test_model_outside_the_catalog_is_sized_from_the_hub_with_a_token(
 
 
 def test_hub_refusal_names_the_token_field(
-    operator: Path, kubectl: Kubectl, namespace: str, hub: HubServer
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, hub: HubServer
 ) -> None:
     hub.add("private/locked", json.dumps(LLAMA_8B))
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
@@ -239,7 +245,7 @@ def test_hub_refusal_names_the_token_field(
 
 
 def test_a_pod_no_node_can_take_is_reported_with_the_schedulers_words(
-    operator: Path, kubectl: Kubectl, namespace: str
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
 ) -> None:
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
     doc["spec"]["gpu"] = {"types": ["L4"]}

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from loadline.handlers import _build, _metrics
 from loadline.handlers._build import (
     build_deployed_status,
     build_failed_status,
@@ -106,3 +109,71 @@ def test_unschedulable_reason_quotes_the_scheduler() -> None:
         unschedulable_reason([placed, stuck])
         == "pod b cannot be scheduled: 0/12 nodes are available: 12 Insufficient memory."
     )
+
+
+def _pod(name: str, created: str, ready: bool = True, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "creationTimestamp": created}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-23T10:00:00Z"
+    cond = {"type": "Ready", "status": "True" if ready else "False"}
+    return {"metadata": meta, "status": {"conditions": [cond]}}
+
+
+def test_restart_evicts_the_oldest_pod_only_when_the_others_serve() -> None:
+    asked = "2026-11-23T10:00:00Z"
+    pods = [_pod("b", "2026-11-23T09:00:00Z"), _pod("a", "2026-11-23T08:00:00Z")]
+    assert _build.plan_restart(pods, asked) == ("a", 2)
+    # a's replacement is not ready yet: wait, one pod at a time
+    waiting = [_pod("b", "2026-11-23T09:00:00Z"), _pod("a2", "2026-11-23T10:00:05Z", ready=False)]
+    assert _build.plan_restart(waiting, asked) == (None, 1)
+    # the evicted pod on its way out does not count; its replacement is Ready: next one
+    going = [
+        *waiting[:1],
+        _pod("a", "2026-11-23T08:00:00Z", deleting=True),
+        _pod("a2", "2026-11-23T10:00:05Z"),
+    ]
+    assert _build.plan_restart(going, asked) == ("b", 1)
+    assert _build.plan_restart([_pod("c", "2026-11-23T10:00:01Z")], asked) == (None, 0)
+    assert _build.plan_restart(pods, "") == (None, 0)
+
+
+def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants() -> None:
+    owner = {"uid": "u1", "controller": True}
+    existing = [
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "m", "ownerReferences": [owner]}},
+        {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "m", "ownerReferences": [owner]}},
+        {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "hand-made"}},
+        {"apiVersion": "apps/v1", "kind": "Deployment",
+         "metadata": {"name": "other", "ownerReferences": [{"uid": "u2", "controller": True}]}},
+    ]  # fmt: skip
+    wanted = [("LeaderWorkerSet", "m-lws"), ("Service", "m")]
+    assert _build.stale_children(existing, wanted, "u1") == [("apps/v1", "Deployment", "m")]
+
+
+def test_a_refused_apply_keeps_the_plan_and_says_deployed_false() -> None:
+    previous = _build.build_deployed_status(
+        {}, plan_summary={"gpu": "L4x1"}, generation=2, ready=True, ready_message="1/1", now="t0", message="m"
+    )
+    status = _build.build_apply_failed_status(previous, message="HTTP 403: frozen", generation=2, now="t1")
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert status["phase"] == "Pending" and conditions["Deployed"]["status"] == "False"
+    assert conditions["Planned"]["status"] == "True" and conditions["Planned"]["lastTransitionTime"] == "t0"
+    assert "plan" not in status  # the plan in status stays as it was
+
+
+def test_a_deleted_models_metric_series_are_removed() -> None:
+    _metrics.OOM_INCIDENTS.labels("ns-gone", "chat", "host_memory").inc()
+    _metrics.REMEDIATIONS.labels("ns-gone", "chat", "raise_memory", "applied").inc()
+    _metrics.OOM_INCIDENTS.labels("ns-kept", "chat", "host_memory").inc()
+    assert _metrics.forget("ns-gone", "chat") == 2
+
+    def series(namespace: str) -> int:
+        return sum(
+            1
+            for metric in (_metrics.OOM_INCIDENTS, _metrics.REMEDIATIONS)
+            for family in metric.collect()
+            for sample in family.samples
+            if sample.labels.get("namespace") == namespace
+        )
+
+    assert series("ns-gone") == 0 and series("ns-kept") > 0

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from loadline.api import AppliedChange, Overrides, RemediationState
-from loadline.oom import classify, parse_incident, propose_remediation
+from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation
 from loadline.oom._model import Change, Remediation
 from loadline.oom._observe import build_incident, crash_id, loop_key, quantity_bytes
 from loadline.oom._policy import PolicyLimits, decide
@@ -183,3 +183,13 @@ def test_consecutive_memory_raises_are_not_mistaken_for_an_undo() -> None:
     )
     decision = decide(diagnosis, second, state, PolicyLimits(), NOW + timedelta(minutes=1))
     assert decision.apply and decision.state.overrides.memory_gi_b == 33
+
+
+def test_seen_crashes_are_bounded_and_forget_the_least_recently_seen() -> None:
+    seen = SeenCrashes(capacity=3)
+    for cid in ("a", "b", "c"):
+        seen.add(cid)
+    assert "a" in seen  # seen again: now the most recent
+    seen.add("d")
+    assert len(seen) == 3
+    assert "b" not in seen and {"a", "c", "d"} == {cid for cid in "abcd" if cid in seen}

@@ -7,6 +7,7 @@ and the operator can put it in status and an Event without rewording.
     ├── SpecError            a resource or CLI input is invalid (bad field value, unknown name)
     │   └── ModelConfigError the model's config.json cannot be read or lacks what sizing needs
     ├── NoFeasiblePlanError  the spec is valid but no GPU candidate fits (carries the rejections)
+    │   └── NoCapacityError  a plan fits, but the cluster has no free GPUs for it now (wait, retry)
     └── RenderError          the plan cannot be rendered for the chosen engine version
 """
 
@@ -14,7 +15,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-__all__ = ["LoadlineError", "ModelConfigError", "NoFeasiblePlanError", "RenderError", "SpecError"]
+__all__ = [
+    "LoadlineError",
+    "ModelConfigError",
+    "NoCapacityError",
+    "NoFeasiblePlanError",
+    "RenderError",
+    "SpecError",
+]
 
 
 class LoadlineError(Exception):
@@ -44,6 +52,12 @@ class NoFeasiblePlanError(LoadlineError):
     def __init__(self, message: str, rejections: Sequence[str] = ()) -> None:
         self.rejections = list(rejections)
         super().__init__(message)
+
+
+class NoCapacityError(NoFeasiblePlanError):
+    """A plan fits the spec, but the cluster has no free GPUs of the planned type(s) right now.
+
+    Unlike its parent this is the world's state, not the spec's: the operator waits and retries."""
 
 
 class RenderError(SpecError):

@@ -9,15 +9,20 @@ is the spec's problem (:class:`ModelConfigError`, naming the field); a network f
 
 from __future__ import annotations
 
+import hashlib
 import json
+import threading
+import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import OrderedDict
+from collections.abc import Callable
 from typing import Any
 
 from loadline.errors import LoadlineError, ModelConfigError
 
-__all__ = ["HubUnavailable", "config_url", "fetch_config"]
+__all__ = ["ConfigCache", "HubUnavailable", "config_url", "fetch_config"]
 
 DEFAULT_ENDPOINT = "https://huggingface.co"
 
@@ -76,3 +81,54 @@ def fetch_config(
             "spec.model.name", f"{repo_id}'s config.json is not an object", "give spec.model.config"
         )
     return config
+
+
+CacheKey = tuple[str, str, str, str]
+
+
+class ConfigCache:
+    """Fetched config.json files, keyed by endpoint, repository, revision *and* the credential used.
+
+    The credential is part of the key (as a SHA-256 digest, never the token itself) because a gated
+    model's config fetched with one namespace's token must not be served to a namespace whose token
+    has no access: each credential earns its own entry. Entries expire after ``ttl`` seconds, so a
+    revoked token or a moved ``main`` branch is seen again, and at most ``max_entries`` are kept (least
+    recently used first out). Thread-safe: the operator's handlers run in a thread pool.
+    """
+
+    def __init__(
+        self, ttl: float = 3600.0, max_entries: int = 512, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.ttl = ttl
+        self.max_entries = max_entries
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._entries: OrderedDict[CacheKey, tuple[float, dict[str, Any]]] = OrderedDict()
+
+    @staticmethod
+    def key(endpoint: str, repo_id: str, revision: str | None, token: str | None) -> CacheKey:
+        credential = hashlib.sha256(token.encode()).hexdigest() if token else ""
+        return (endpoint.rstrip("/"), repo_id, revision or "main", credential)
+
+    def get(self, key: CacheKey) -> dict[str, Any] | None:
+        with self._lock:
+            entry = self._entries.get(key)
+            if entry is None:
+                return None
+            stored_at, config = entry
+            if self._clock() - stored_at >= self.ttl:
+                del self._entries[key]
+                return None
+            self._entries.move_to_end(key)
+            return config
+
+    def put(self, key: CacheKey, config: dict[str, Any]) -> None:
+        with self._lock:
+            self._entries[key] = (self._clock(), config)
+            self._entries.move_to_end(key)
+            while len(self._entries) > self.max_entries:
+                self._entries.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._entries)

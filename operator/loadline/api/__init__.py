@@ -3,7 +3,6 @@
 from loadline.api._crd import (
     all_crds,
     build_inferencemodel_crd,
-    build_peering_crd,
     openapi_schema,
     render_crds_yaml,
     write_crds,
@@ -70,7 +69,6 @@ __all__ = [
     "all_crds",
     "apply_overrides",
     "build_inferencemodel_crd",
-    "build_peering_crd",
     "load_inference_models",
     "openapi_schema",
     "parse_inference_model",

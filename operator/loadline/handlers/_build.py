@@ -139,6 +139,23 @@ def build_failed_status(
     return {"phase": phase, "message": message, "observedGeneration": generation, "conditions": conditions}
 
 
+def build_apply_failed_status(
+    previous: Mapping[str, Any], *, message: str, generation: int | None, now: str
+) -> Status:
+    """Status when the plan stands but the API server refused (or did not take) the children."""
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [],
+        [build_condition(DEPLOYED, False, "ApplyFailed", message, generation)],
+        now,
+    )
+    return {
+        "phase": "Pending",
+        "message": message,
+        "observedGeneration": generation,
+        "conditions": conditions,
+    }
+
+
 def build_readiness_status(
     previous: Mapping[str, Any], *, ready: bool, message: str, now: str
 ) -> Status | None:
@@ -211,3 +228,48 @@ def unschedulable_reason(pods: Iterable[Mapping[str, Any]]) -> str:
                     f"pod {name} cannot be scheduled: {cond.get('message') or cond.get('reason', '')}".strip()
                 )
     return ""
+
+
+def _created(obj: Mapping[str, Any]) -> str:
+    return str((obj.get("metadata") or {}).get("creationTimestamp") or "")
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def plan_restart(pods: Iterable[Mapping[str, Any]], requested_at: str) -> tuple[str | None, int]:
+    """Which pod to evict now for a restart requested at ``requested_at``: ``(name or None, still to go)``.
+
+    A restart is done one pod at a time through the Eviction API (the API server honours the model's
+    PodDisruptionBudget): a pod created before the request is evicted only when every other pod of the
+    model is Ready, i.e. the previous eviction's replacement serves. Pods created after the request are
+    the restarted ones. Timestamps are RFC 3339 in UTC and compare as text.
+    """
+    alive = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
+    older = sorted((p for p in alive if _created(p) and _created(p) < requested_at), key=_created)
+    if not requested_at or not older:
+        return None, 0
+    if any(not _pod_ready(p) for p in alive if p is not older[0]):
+        return None, len(older)
+    return str(older[0]["metadata"]["name"]), len(older)
+
+
+def stale_children(
+    existing: Iterable[Mapping[str, Any]], wanted: Iterable[tuple[str, str]], owner_uid: str
+) -> list[tuple[str, str, str]]:
+    """Children this InferenceModel owns that its current manifests no longer include, as
+    ``(apiVersion, kind, name)``: e.g. the Deployment left behind when a re-plan moved the model to a
+    LeaderWorkerSet. Only objects whose controller owner reference is this model are ever returned, so
+    an object a person made with the same label is left alone."""
+    keep = set(wanted)
+    stale = []
+    for obj in existing:
+        meta = obj.get("metadata") or {}
+        owned = any(
+            o.get("uid") == owner_uid and o.get("controller") for o in meta.get("ownerReferences") or []
+        )
+        if owned and (obj.get("kind"), meta.get("name")) not in keep:
+            stale.append((str(obj.get("apiVersion")), str(obj.get("kind")), str(meta.get("name"))))
+    return sorted(stale)

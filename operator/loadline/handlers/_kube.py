@@ -6,6 +6,7 @@ besides the kopf registrations that talks to the API server.
 
 from __future__ import annotations
 
+import json
 import threading
 from collections.abc import Mapping
 from typing import Any
@@ -106,3 +107,43 @@ def patch_status(obj: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str
     )
     patched: dict[str, Any] = result.to_dict()
     return patched
+
+
+def evict(namespace: str, name: str) -> bool:
+    """Evict a pod through the Eviction API (honours PodDisruptionBudgets). False when the pod is gone
+    or a budget refuses it now (HTTP 429): the caller tries again later."""
+    body = client.V1Eviction(metadata=client.V1ObjectMeta(name=name, namespace=namespace))
+    dynamic()  # loads the configuration the typed client below uses
+    try:
+        client.CoreV1Api().create_namespaced_pod_eviction(name, namespace, body)
+    except ApiException as exc:
+        if exc.status in (404, 429):
+            return False
+        raise
+    return True
+
+
+def annotate(obj: Mapping[str, Any], annotations: Mapping[str, str]) -> dict[str, Any]:
+    """Merge-patch annotations onto ``obj`` (no resourceVersion guard: annotations merge by key)."""
+    meta = obj["metadata"]
+    resource = _resource(obj["apiVersion"], obj["kind"])
+    result = resource.patch(
+        body={"metadata": {"annotations": dict(annotations)}},
+        name=meta["name"],
+        namespace=meta.get("namespace"),
+        content_type="application/merge-patch+json",
+    )
+    patched: dict[str, Any] = result.to_dict()
+    return patched
+
+
+def api_error_text(exc: ApiException) -> str:
+    """``HTTP <status>: <the API server's message>`` from an API error (its Status body when it has one)."""
+    detail = str(exc.reason or "")
+    try:
+        body = json.loads(exc.body or "")
+    except (TypeError, ValueError):
+        body = None
+    if isinstance(body, dict) and body.get("message"):
+        detail = str(body["message"])
+    return f"HTTP {exc.status}: {detail}"[:1000]

@@ -24,6 +24,25 @@ RECONCILES = Counter("loadline_reconciles_total", "Reconciles, by result.", ["re
 _started = False
 
 
+def forget(namespace: str, name: str) -> int:
+    """Remove every series labelled with this InferenceModel; returns how many were removed.
+
+    Without this the series of deleted models would live as long as the process."""
+    removed = 0
+    for metric in (OOM_INCIDENTS, REMEDIATIONS):
+        names = metric._labelnames  # the label order .remove() takes
+        series = {
+            tuple(sample.labels[label] for label in names)
+            for family in metric.collect()
+            for sample in family.samples  # a counter has two samples per series (_total, _created)
+            if sample.labels.get("namespace") == namespace and sample.labels.get("inferencemodel") == name
+        }
+        for values in series:
+            metric.remove(*values)
+        removed += len(series)
+    return removed
+
+
 def serve(port: int) -> None:
     global _started
     if port and not _started:

@@ -1,16 +1,19 @@
-"""A vLLM pod's container terminated: detect an out-of-memory crash, classify it, remediate.
+"""A vLLM pod's container terminated: detect an out-of-memory crash, classify it, decide.
 
-Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). Order matters for
-restart-safety: the incident, the crash id and the new remediation state are written to the
-InferenceModel's status *before* the children are changed, so an operator that dies in between
-re-applies the same overrides on resume and never acts twice on one crash.
+Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). This handler never
+changes children itself: it writes the incident, the crash id and the decision (new overrides, a
+restart request) to the InferenceModel's status in one guarded patch, then stamps
+:data:`REMEDIATION_ANNOTATION` on the object so that kopf runs the ordinary reconcile, the one path that
+applies children, with kopf's retries and back-off when the roll-out fails (no free GPUs, an API error).
+An operator that dies between the two writes loses nothing: reconcile runs on resume and applies the
+overrides from status; the crash id in status means no crash is acted on twice.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,13 +22,17 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.handlers import _build, _kube, _metrics, _reconcile
 from loadline.handlers._settings import OperatorSettings
-from loadline.oom import classify, parse_incident, propose_remediation
+from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation
 from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
 from loadline.traffic import incident_metrics
 
 INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
 MAX_HANDLED = 50
+# Outside the "loadline.dev/" prefix on purpose: kopf leaves annotations of its own storage prefix out
+# of the diff it triggers update handlers on, and this one must trigger reconcile.
+REMEDIATION_ANNOTATION = "remediation.loadline.dev/crash"
+CONFLICT_RETRIES = 10
 
 
 def limits(settings: OperatorSettings) -> PolicyLimits:
@@ -73,17 +80,14 @@ def _finished_at(term: Mapping[str, Any]) -> float | None:
         return None
 
 
-# Crash ids this process has already handled: most pod events after a crash (rollout, deletion) carry
-# the same terminated state, and this set answers them without a request. The CR's status stays the
-# source of truth across restarts.
-_SEEN: set[str] = set()
+# Crash ids this process has already handled (bounded; see loadline.oom.SeenCrashes).
+SEEN = SeenCrashes(capacity=10_000)
 
 
 def on_pod_event(
     body: kopf.Body,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
-    view: Callable[[], _reconcile.ClusterView] | None = None,
 ) -> None:
     pod = dict(body)
     meta = pod.get("metadata", {})
@@ -93,11 +97,12 @@ def on_pod_event(
         return
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         cid = crash_id(pod, status)
-        if cid is not None and cid not in _SEEN:
-            _handle_crash(pod, status, cid, namespace, str(name), logger, settings, view)
-            if len(_SEEN) > 10_000:
-                _SEEN.clear()
-            _SEEN.add(cid)
+        if (
+            cid is not None
+            and cid not in SEEN
+            and _handle_crash(pod, status, cid, namespace, str(name), logger, settings)
+        ):
+            SEEN.add(cid)
 
 
 def _handle_crash(
@@ -108,16 +113,21 @@ def _handle_crash(
     name: str,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
-    view: Callable[[], _reconcile.ClusterView] | None = None,
-) -> None:
-    for _attempt in range(3):
+) -> bool:
+    """Record and decide one crash; True once it is in the model's status (or needs nothing).
+
+    A 409 means the InferenceModel changed since it was read: read it again and decide again from the
+    fresh object. After :data:`CONFLICT_RETRIES` conflicts in a row the crash is *not* marked seen, so
+    the next event of the pod brings it back: no crash is ever dropped.
+    """
+    for attempt in range(CONFLICT_RETRIES):
         parent = _kube.get("loadline.dev/v1alpha1", "InferenceModel", namespace, name)
         if parent is None:
-            return
+            return True
         owner_uids = {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
         state = _reconcile.remediation_state(parent)
         if cid in state.handled_crashes:
-            return
+            return True
         term = terminated_state(status) or {}
         container = str(status.get("name", ""))
         # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
@@ -130,7 +140,7 @@ def _handle_crash(
         )
         incident_dict = build_incident(pod, status, parent, log_tail=log_tail, node_oom_events=node_events)
         if incident_dict is None:
-            return
+            return True
         if settings.prometheus_url and term.get("finishedAt"):
             plan = (parent.get("status") or {}).get("plan") or {}
             metrics = incident_metrics(
@@ -148,7 +158,7 @@ def _handle_crash(
         incident = parse_incident(incident_dict)
         diagnosis = classify(incident)
         if incident.reason != "OOMKilled" and not diagnosis.signals:
-            return  # not an out-of-memory crash: nothing of ours to record
+            return True  # not an out-of-memory crash: nothing of ours to record
         proposal = propose_remediation(diagnosis, incident)
         mode = ((parent.get("spec") or {}).get("remediation") or {}).get("mode")
         now = datetime.now(UTC)
@@ -177,18 +187,25 @@ def _handle_crash(
         if decision.needs_person:
             changes["phase"], changes["message"] = "Degraded", decision.needs_person
         try:
-            patched = _kube.patch_status(parent, changes)
+            _kube.patch_status(parent, changes)
         except ApiException as exc:
             if exc.status == 409:
-                continue  # the InferenceModel changed meanwhile: decide again on its new state
+                logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
+                time.sleep(min(0.1 * 2**attempt, 2.0))
+                continue
             raise
         _report(parent, pod, container, diagnosis, decision, owner_uids)
         if decision.apply:
-            _converge(patched, logger, settings, view() if view else None)
+            # Reconcile applies it (kopf's update handler, with its retries): one path changes children.
+            _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
         finished = _finished_at(term)
         if finished is not None:
             _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
-        return
+        return True
+    logger.warning(
+        "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
+    )
+    return False
 
 
 def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,
@@ -210,30 +227,3 @@ def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, d
         _reconcile._event(parent, warning=True, reason="NeedsAPerson", message=decision.needs_person)
     else:
         _reconcile._event(parent, warning=False, reason="RemediationRecommended", message=decision.result)
-
-
-def _converge(
-    parent: Mapping[str, Any],
-    logger: logging.Logger | kopf.Logger,
-    settings: OperatorSettings,
-    cluster: _reconcile.ClusterView | None = None,
-) -> None:
-    """Re-plan and re-apply with the new overrides, as a reconcile would, and write its status."""
-    patch = kopf.Patch()
-    try:
-        _reconcile.reconcile(parent, patch, logger, settings, cluster)  # type: ignore[arg-type]
-    finally:
-        status = dict(patch.get("status") or {})
-        for _attempt in range(5):
-            if not status:
-                break
-            fresh = _kube.get("loadline.dev/v1alpha1", "InferenceModel", parent["metadata"]["namespace"],
-                              parent["metadata"]["name"])  # fmt: skip
-            if fresh is None:
-                break
-            try:
-                _kube.patch_status(fresh, status)
-                break
-            except ApiException as exc:
-                if exc.status != 409:
-                    raise

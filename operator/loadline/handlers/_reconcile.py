@@ -14,20 +14,21 @@ write at all.
 
 from __future__ import annotations
 
-import copy
+import base64
 import json
 import logging
 from collections.abc import Mapping
 from typing import Any, cast
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 
 from loadline.api import InferenceModel, RemediationState, apply_overrides, parse_inference_model
-from loadline.errors import LoadlineError, NoFeasiblePlanError, SpecError
+from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError, SpecError
 from loadline.handlers import _build, _kube
 from loadline.handlers._settings import OperatorSettings
-from loadline.hub import HubUnavailable, fetch_config
-from loadline.render import render_manifests
+from loadline.hub import ConfigCache, HubUnavailable, fetch_config
+from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import Plan, find_catalog_model, free_gpus_by_type, plan_inference_model
 
 INSTANCE_LABEL = "loadline.dev/inferencemodel"
@@ -60,12 +61,12 @@ def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | 
     return parsed
 
 
-_HUB_CACHE: dict[tuple[str, str], dict[str, Any]] = {}
+# config.json files fetched from the hub, keyed with the credential that fetched them and expiring
+# (loadline.hub.ConfigCache says why).
+HUB_CACHE = ConfigCache(ttl=3600, max_entries=512)
 
 
 def _secret_value(namespace: str, name: str, key: str, field: str) -> str:
-    import base64
-
     secret = _kube.get("v1", "Secret", namespace, name)
     if secret is None:
         raise kopf.TemporaryError(f"Secret {name} ({field}) not found", delay=30)
@@ -80,17 +81,20 @@ def _hub_config(obj: InferenceModel, namespace: str, settings: OperatorSettings)
     model = obj.spec.model
     if not settings.hf_fetch or model.config or model.config_map_ref or find_catalog_model(model.name):
         return None
-    key = (model.name, model.revision or "main")
-    if key not in _HUB_CACHE:
-        token = None
-        if model.token_secret_ref is not None:
-            ref = model.token_secret_ref
-            token = _secret_value(namespace, ref.name, ref.key, "spec.model.tokenSecretRef")
-        try:
-            _HUB_CACHE[key] = fetch_config(model.name, model.revision, token, endpoint=settings.hf_endpoint)
-        except HubUnavailable as exc:
-            raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
-    return _HUB_CACHE[key]
+    token = None
+    if model.token_secret_ref is not None:
+        ref = model.token_secret_ref
+        token = _secret_value(namespace, ref.name, ref.key, "spec.model.tokenSecretRef")
+    key = ConfigCache.key(settings.hf_endpoint, model.name, model.revision, token)
+    cached = HUB_CACHE.get(key)
+    if cached is not None:
+        return cached
+    try:
+        config = fetch_config(model.name, model.revision, token, endpoint=settings.hf_endpoint)
+    except HubUnavailable as exc:
+        raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
+    HUB_CACHE.put(key, config)
+    return config
 
 
 ClusterView = tuple[list[dict[str, Any]], list[dict[str, Any]]]
@@ -115,9 +119,6 @@ def _free_gpus(name: str, namespace: str, view: ClusterView | None) -> dict[str,
     return free_gpus_by_type(nodes, pods)
 
 
-RESTART_ANNOTATION = "loadline.dev/restarted-at"
-
-
 def remediation_state(body: Mapping[str, Any]) -> RemediationState:
     """The remediation state in force: its overrides hold only for the generation they were made for,
     so a person's spec change starts from the spec again."""
@@ -127,23 +128,6 @@ def remediation_state(body: Mapping[str, Any]) -> RemediationState:
         return RemediationState(day=state.day, actions_today=state.actions_today, history=state.history,
                                 handled_crashes=state.handled_crashes)  # fmt: skip
     return state
-
-
-def with_restart(manifest: dict[str, Any], requested_at: str) -> dict[str, Any]:
-    """Stamp the pod template(s) so that a requested restart rolls the pods (like `rollout restart`)."""
-    if not requested_at or manifest.get("kind") not in {"Deployment", "LeaderWorkerSet"}:
-        return manifest
-    out = copy.deepcopy(manifest)
-    spec = out["spec"]
-    templates = [spec["template"]] if "template" in spec else []
-    templates += [
-        spec["leaderWorkerTemplate"][key]
-        for key in ("leaderTemplate", "workerTemplate")
-        if key in spec.get("leaderWorkerTemplate", {})
-    ]
-    for template in templates:
-        template.setdefault("metadata", {}).setdefault("annotations", {})[RESTART_ANNOTATION] = requested_at
-    return out
 
 
 def _workload(manifests: list[dict[str, Any]]) -> dict[str, Any] | None:
@@ -187,6 +171,11 @@ def _fail(
         _event(body, warning=warn, reason=reason, message=message)
 
 
+def _rejection_message(exc: NoFeasiblePlanError) -> str:
+    lines = "; ".join(exc.rejections[:6])
+    return (f"{exc}" + (f" — {lines}" if lines else ""))[:2000]
+
+
 def reconcile(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -214,15 +203,12 @@ def reconcile(
             min_gpus=state.overrides.min_gpus_per_replica or 1,
             min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
         )
-        manifests = [with_restart(m, state.restart_requested_at) for m in render_manifests(obj, plan)]
+        manifests = render_manifests(obj, plan)
+    except NoCapacityError as exc:
+        _fail(body, patch, reason="NoCapacity", message=_rejection_message(exc), phase="Pending")
+        raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
     except NoFeasiblePlanError as exc:
-        lines = "; ".join(exc.rejections[:6])
-        message = f"{exc}" + (f" — {lines}" if lines else "")
-        capacity = "no free GPUs" in str(exc) or "allowFallback" in str(exc)
-        _fail(body, patch, reason="NoCapacity" if capacity else "NoFeasiblePlan", message=message[:2000],
-              phase="Pending" if capacity else "Failed")  # fmt: skip
-        if capacity:
-            raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
+        _fail(body, patch, reason="NoFeasiblePlan", message=_rejection_message(exc), phase="Failed")
         raise kopf.PermanentError(str(exc)) from None
     except SpecError as exc:
         _fail(body, patch, reason="InvalidSpec", message=str(exc), phase="Failed")
@@ -252,13 +238,36 @@ def reconcile(
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
-    for manifest in manifests:
-        child = _build.with_owner(manifest, owner, namespace)
-        result, changed = _kube.apply(child, settings.field_manager)
-        if changed:
-            changed_children.append(f"{child['kind']}/{child['metadata']['name']}")
-        if child is not None and child["kind"] in {"Deployment", "LeaderWorkerSet"}:
-            applied_workload = result
+    try:
+        for manifest in manifests:
+            child = _build.with_owner(manifest, owner, namespace)
+            result, changed = _kube.apply(child, settings.field_manager)
+            if changed:
+                changed_children.append(f"{child['kind']}/{child['metadata']['name']}")
+            if child["kind"] in {"Deployment", "LeaderWorkerSet"}:
+                applied_workload = result
+        removed = _remove_stale_children(namespace, name, meta["uid"], manifests)
+    except ApiException as exc:
+        # Refused by the API server (an admission policy, a quota, a conflict) or not reachable: the
+        # plan stands; kopf calls reconcile again after the delay until the children land.
+        message = f"applying the children failed ({_kube.api_error_text(exc)}); retrying"
+        previous = dict(body.get("status") or {})
+        status = _build.build_apply_failed_status(
+            previous, message=message, generation=meta.get("generation"), now=_build.now_iso()
+        )
+        changes = _build.status_changes(previous, status)
+        if changes:
+            patch.status.update(changes)
+            _event(body, warning=True, reason="ApplyFailed", message=message)
+        raise kopf.TemporaryError(message, delay=settings.retry_delay_seconds) from None
+    if removed:
+        _event(
+            body,
+            warning=False,
+            reason="Removed",
+            message="removed " + ", ".join(removed) + " (layout changed)",
+        )
+        logger.info("removed %s", ", ".join(removed))
     ready, ready_message = _build.readiness_from_workload(applied_workload or _workload(manifests))
     previous = dict(body.get("status") or {})
     message = _plan_message(plan)
@@ -284,6 +293,50 @@ def reconcile(
     if changed_children:
         _event(body, warning=False, reason="Applied", message="applied " + ", ".join(changed_children))
         logger.info("applied %s", ", ".join(changed_children))
+    if state.restart_requested_at:
+        _restart_pods(body, namespace, name, state.restart_requested_at, settings, logger)
+
+
+def _remove_stale_children(namespace: str, name: str, uid: str, manifests: list[dict[str, Any]]) -> list[str]:
+    """Delete the children of a layout no longer planned (found by label, kept only when this model is
+    their controller), so a Deployment ↔ LeaderWorkerSet move never leaves pods holding GPUs."""
+    wanted = {(m["kind"], m["metadata"]["name"]) for m in manifests}
+    existing = []
+    for api_version, kind in child_kinds():
+        if kind == "LeaderWorkerSet" and not _kube.has_kind(api_version, kind):
+            continue
+        for item in _kube.list_objects(
+            api_version, kind, namespace, label_selector=f"{INSTANCE_LABEL}={name}"
+        ):
+            existing.append({**item, "apiVersion": api_version, "kind": kind})
+    removed = []
+    for api_version, kind, child in _build.stale_children(existing, wanted, uid):
+        if _kube.delete(api_version, kind, namespace, child):
+            removed.append(f"{kind}/{child}")
+    return removed
+
+
+def _restart_pods(
+    body: kopf.Body,
+    namespace: str,
+    name: str,
+    requested_at: str,
+    settings: OperatorSettings,
+    logger: logging.Logger | kopf.Logger,
+) -> None:
+    """A requested restart (fragmentation): evict the model's pods one at a time, oldest first.
+
+    Eviction, not deletion: the API server refuses one that would break the PodDisruptionBudget (429),
+    and the workload controller replaces the pod. Until every pod is newer than the request, kopf
+    calls reconcile again after a delay (its own retries), so the restart survives an operator restart.
+    """
+    pods = _kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}")
+    victim, left = _build.plan_restart(pods, requested_at)
+    if victim is not None and _kube.evict(namespace, victim):
+        _event(body, warning=False, reason="Restarting", message=f"evicted pod {victim} ({left} to restart)")
+        logger.info("evicted %s for the requested restart (%d to go)", victim, left)
+    if left:
+        raise kopf.TemporaryError(f"restarting: {left} pod(s) older than {requested_at}", delay=5)
 
 
 def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> None:
@@ -316,11 +369,9 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch) -> None:
     status = dict(body.get("status") or {})
     plan = status.get("plan") or {}
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
-    api_version, kind = (
-        ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet") if multi_node else ("apps/v1", "Deployment")
-    )
     meta = body["metadata"]
-    workload = _kube.get(api_version, kind, meta["namespace"], meta["name"])
+    api_version, kind, workload_name = workload_ref(meta["name"], multi_node)
+    workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
     ready, message = _build.readiness_from_workload(workload)
     unschedulable = ""
     if not ready:

@@ -79,5 +79,10 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: 
 def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
     if kwargs.get("type") == "DELETED":
         return
-    nodes, pods = kwargs["gpu_nodes"], kwargs["gpu_pods"]
-    _oom.on_pod_event(body, logger, SETTINGS, lambda: _index.view(nodes, pods))
+    _oom.on_pod_event(body, logger, SETTINGS)
+
+
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+def forget(namespace: str | None, name: str, **_: Any) -> None:
+    """A deleted model's metric series go with it (optional: no finalizer holds the deletion)."""
+    _metrics.forget(namespace or "", name)

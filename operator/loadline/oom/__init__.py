@@ -30,6 +30,7 @@ from loadline.oom._model import (
 from loadline.oom._parse import parse_oom_text
 from loadline.oom._remediate import propose_remediation
 from loadline.oom._schema import parse_incident
+from loadline.oom._seen import SeenCrashes
 
 __all__ = [
     "CAUSES",
@@ -43,6 +44,7 @@ __all__ = [
     "Option",
     "Plan",
     "Remediation",
+    "SeenCrashes",
     "classify",
     "diagnose",
     "parse_incident",

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from loadline.api import InferenceModelSpec
-from loadline.errors import NoFeasiblePlanError
+from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.sizing._budget import (
     GIB,
     EngineSettings,
@@ -339,13 +339,13 @@ def plan_inference_model(
         placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
         if placeable and placeable[0] is not best:
             if not spec.gpu.allow_fallback:
-                raise NoFeasiblePlanError(
+                raise NoCapacityError(
                     f"spec.gpu.allowFallback: {best.label} is the cheapest plan but the cluster has no free "
                     f"{best.gpu.name} GPUs for it (fix: add capacity or set spec.gpu.allowFallback: true)"
                 )
             chosen, fallback_from = placeable[0], best.gpu.name
         elif not placeable:
-            raise NoFeasiblePlanError(
+            raise NoCapacityError(
                 f"spec: no free GPUs in the cluster for any feasible plan of {model.model_id} "
                 f"(cheapest: {best.label}; fix: add GPU nodes or lower replicas)",
                 [f"{c.label}: not enough free {c.gpu.name} GPUs" for c in feasible],
