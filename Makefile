@@ -45,12 +45,12 @@ crds: venv
 bench: venv
 	$(PY) benchmarks/plan_1000.py
 
-demo: venv cluster-up
+demo: venv tools cluster-up
 	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; done
 	e2e/demo.sh
 
-demo-down:
-	@if [ -f .e2e/operator.pid ]; then kill $$(cat .e2e/operator.pid) 2>/dev/null || true; rm -f .e2e/operator.pid; fi
+demo-down: venv
+	$(PY) e2e/chart.py down
 	e2e/cluster-down.sh
 
 cluster-up: venv

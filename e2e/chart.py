@@ -141,6 +141,7 @@ class ChartOperator:
     replicas: list[Replica] = field(default_factory=list)
     _stopping: threading.Event = field(default_factory=threading.Event)
     _supervisor: threading.Thread | None = None
+    detach: bool = False  # replicas outlive this process (make demo)
 
     @property
     def deployment(self) -> dict[str, Any]:
@@ -179,7 +180,7 @@ class ChartOperator:
         out = replica.log.open("ab")
         # The image's ENTRYPOINT is `loadline` (Dockerfile); the chart gives its args.
         replica.process = subprocess.Popen([str(LOADLINE), *image_args], stdout=out, stderr=subprocess.STDOUT,
-                                           env=env)  # fmt: skip
+                                           env=env, start_new_session=self.detach)  # fmt: skip
         return replica
 
     def scale_to(self, count: int) -> None:
@@ -262,7 +263,14 @@ class ChartOperator:
 
 
 def install(
-    kubectl: Kubectl, release: str, namespace: str, values: dict[str, Any], *, replicas: int | None = None
+    kubectl: Kubectl,
+    release: str,
+    namespace: str,
+    values: dict[str, Any],
+    *,
+    replicas: int | None = None,
+    supervise: bool = True,
+    detach: bool = False,
 ) -> ChartOperator:
     """Render the chart, apply every object, and start its Deployment's replicas as processes."""
     docs = render(release, namespace, values)
@@ -289,8 +297,10 @@ def install(
     )
     token_kubeconfig(kubectl, chart.service_account, namespace, chart.kubeconfig)
     wanted = replicas if replicas is not None else int(chart.deployment["spec"].get("replicas", 1))
+    chart.detach = detach
     chart.scale_to(wanted)
-    chart.supervise()
+    if supervise:
+        chart.supervise()
     return chart
 
 
@@ -304,3 +314,49 @@ def uninstall(chart: ChartOperator) -> None:
         if doc["metadata"].get("namespace"):
             args += ["-n", doc["metadata"]["namespace"]]
         chart.kubectl.run(*args, check=False)
+
+
+DEMO_PIDS = STATE_DIR / "demo-operator.pids"
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python e2e/chart.py up|down``: the chart on the local control plane for ``make demo``.
+
+    ``up`` installs release ``loadline`` in ``loadline-system`` and starts its replicas detached (their
+    pids in .e2e/demo-operator.pids, logs in .e2e/operator-loadline-*.log); ``down`` stops them."""
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="e2e/chart.py")
+    parser.add_argument("action", choices=["up", "down"])
+    args = parser.parse_args(argv)
+    if args.action == "down":
+        if DEMO_PIDS.exists():
+            for line in DEMO_PIDS.read_text().split():
+                try:
+                    os.kill(int(line), signal.SIGTERM)
+                except (ProcessLookupError, ValueError):
+                    continue
+            DEMO_PIDS.unlink()
+        return 0
+    if DEMO_PIDS.exists() and any(_alive(int(p)) for p in DEMO_PIDS.read_text().split()):
+        print(f"the chart's replicas already run (pids in {DEMO_PIDS})")
+        return 0
+    chart = install(Kubectl(), "loadline", OPERATOR_NAMESPACE, {}, supervise=False, detach=True)
+    DEMO_PIDS.write_text("\n".join(str(r.process.pid) for r in chart.replicas if r.process) + "\n")
+    active = chart.active(timeout=60)
+    print(f"loadline chart installed in {OPERATOR_NAMESPACE}: {len(chart.replicas)} replicas under "
+          f"ServiceAccount {chart.service_account}; {active.pod_name} holds the Lease; logs: "
+          f"{STATE_DIR}/operator-loadline-*.log")  # fmt: skip
+    return 0
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    return True
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make demo`: the local control plane, the CRDs, the operator, and the examples, end to end.
+# `make demo`: the local control plane, loadline installed by its Helm chart, and the examples, end to end.
 # Leaves the cluster and the operator running; `make demo-down` stops both.
 set -euo pipefail
 # shellcheck source=e2e/lib.sh
@@ -7,24 +7,14 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 VENV_BIN="${LOADLINE_REPO}/.venv/bin"
 KUBECTL="${K8S_BIN}/kubectl"
-PID_FILE="${STATE_DIR}/operator.pid"
-LOG_FILE="${STATE_DIR}/operator.log"
+LOG_FILE="${STATE_DIR}/operator-loadline-*.log"
 WAIT="${LOADLINE_DEMO_TIMEOUT:-180}"
 kubectl() { "${KUBECTL}" --kubeconfig "${KUBECONFIG_PATH}" "$@"; }
 
-log "installing the CRDs"
-kubectl apply --server-side -f "${LOADLINE_REPO}/crds" >/dev/null
-kubectl wait --for=condition=Established crd/inferencemodels.loadline.dev --timeout=60s >/dev/null
-
-if [[ -f "${PID_FILE}" ]] && kill -0 "$(cat "${PID_FILE}")" 2>/dev/null; then
-  log "the operator is already running (pid $(cat "${PID_FILE}"))"
-else
-  log "starting the operator: loadline run (log: ${LOG_FILE})"
-  KUBECONFIG="${KUBECONFIG_PATH}" LOADLINE_LIVENESS_PORT=0 \
-    nohup "${VENV_BIN}/loadline" run --standalone >"${LOG_FILE}" 2>&1 &
-  echo $! >"${PID_FILE}"
-fi
-
+log "installing loadline with its Helm chart (CRDs, ServiceAccount, RBAC, Deployment of 2 replicas)"
+# KWOK nodes run no containers: the Deployment's replicas run here as processes, each with the env the
+# chart gives its pod and a token of the chart's ServiceAccount (e2e/chart.py).
+"${VENV_BIN}/python" "${LOADLINE_E2E_DIR}/chart.py" up
 log "applying the examples"
 for file in "${LOADLINE_REPO}"/examples/*.yaml; do
   ns=$("${VENV_BIN}/python" -c 'import sys, yaml; print(yaml.safe_load(open(sys.argv[1]))["metadata"].get("namespace", "default"))' "${file}")
@@ -59,6 +49,7 @@ The cluster and the operator keep running. To talk to them:
   export KUBECONFIG=${KUBECONFIG_PATH}
   ${KUBECTL} get inferencemodels -A                 # or: kubectl get lim -A
   ${KUBECTL} describe inferencemodel chat -n team-a # plan, conditions, events
-  tail -f ${LOG_FILE}                               # the operator's log
+  ${KUBECTL} get lease loadline -n loadline-system  # which replica is active
+  tail -f ${LOG_FILE}             # the replicas' logs
 Stop everything with: make demo-down
 EOF

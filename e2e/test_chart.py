@@ -129,6 +129,7 @@ def test_namespace_scoped_install_grants_only_its_namespaces(kubectl: Kubectl, n
     """settings.namespaces: Roles and RoleBindings in exactly those namespaces; nothing namespaced is
     granted cluster-wide; the Lease Role stays in the release namespace."""
     release_ns = f"{namespace}-op"
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "charts" / "loadline" / "crds"))
     kubectl("create", "namespace", release_ns)
     try:
         docs = render("scoped", release_ns, {"settings": {"namespaces": namespace}}, include_crds=False)

@@ -7,6 +7,7 @@ Models are given inline (spec.model.config) so these tests do not depend on the 
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -18,10 +19,13 @@ from loadline.render import (
     ANNOTATION_NOTES,
     ANNOTATION_PLAN,
     canonical_flag,
+    child_kinds,
     flag_table,
     manifests_yaml,
     render_manifests,
+    service_name,
     version_text,
+    workload_ref,
 )
 from loadline.render._template import environment, quote
 from loadline.sizing import plan_inference_model
@@ -261,6 +265,8 @@ def test_owner_reference_when_uid_known() -> None:
         ({}, "metadata.name"),
         ({"name": "Chat.Model"}, "metadata.name"),
         ({"name": "9lives"}, "metadata.name"),
+        ({"name": "a" * 64}, "metadata.name"),
+        ({"name": "llama-lws"}, "metadata.name"),  # could take model llama's LWS Service name
         ({"name": "ok", "namespace": "Bad_NS"}, "metadata.namespace"),
     ],
 )
@@ -531,6 +537,14 @@ def test_multi_node_renders_a_leaderworkerset_with_ray() -> None:
     service = by_kind(objects)["Service"]
     assert service["spec"]["selector"]["loadline.dev/role"] == "leader"
     assert template["leaderTemplate"]["metadata"]["labels"]["loadline.dev/role"] == "leader"
+    # Names: the client Service and the PDB keep the model's name; the LWS (whose controller creates a
+    # headless Service of the LWS's own name) takes another.
+    assert [o["metadata"]["name"] for o in objects] == ["llama-405b-lws", "llama-405b", "llama-405b"]
+    for role in ("leader", "worker"):
+        assert (
+            template[f"{role}Template"]["metadata"]["labels"]["loadline.dev/inferencemodel"] == "llama-405b"
+        )
+    assert lws["metadata"]["labels"]["loadline.dev/inferencemodel"] == "llama-405b"
 
 
 def test_single_node_never_uses_ray() -> None:
@@ -635,13 +649,109 @@ def test_every_template_value_must_be_quoted() -> None:
     assert quote("\u2028") == '"\\u2028"'
 
 
-def test_multi_node_api_service_does_not_take_the_leaderworkerset_controllers_name() -> None:
-    """LWS owns a headless Service named after the LeaderWorkerSet; ours must use another name."""
-    from loadline.api import load_inference_models
-    from tests.conftest import REPO
+# ---- names: stable across layouts, valid for every derived object ----
 
-    [obj] = load_inference_models(REPO / "examples" / "llama-405b-multinode.yaml")
-    manifests = render_manifests(obj, plan_inference_model(obj.spec))
-    lws = next(m for m in manifests if m["kind"] == "LeaderWorkerSet")
-    service = next(m for m in manifests if m["kind"] == "Service")
-    assert service["metadata"]["name"] == f"{lws['metadata']['name']}-api"
+DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# Names at and around the limits: the longest kept as <name>-lws (41 + 4 = 45), the first one cut, one
+# cut right after a '-', and the longest a model may have.
+LONG_NAMES = ["a" * 41, "b" * 42, "c" * 31 + "-" + "d" * 20, "m" + "0123456789" * 6 + "yz"]
+
+
+def layouts_obj(name: str, gpu: str) -> InferenceModel:
+    """Llama 3.1 405B in bf16: two H100-80GB nodes (LeaderWorkerSet), or one H200 node (Deployment)."""
+    return make_obj(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-405B", "config": LLAMA_405B},
+            "gpu": {"types": [gpu], "allowMultiNode": True},
+            "concurrency": 1,
+        },
+        metadata={"name": name, "namespace": "research"},
+    )
+
+
+def both_layouts(name: str) -> dict[str, list[dict[str, Any]]]:
+    """The same InferenceModel rendered after a re-plan to another GPU type changed its layout."""
+    out = {}
+    for layout, gpu in (("single", "H200"), ("multi", "H100-80GB")):
+        obj = layouts_obj(name, gpu)
+        plan = plan_inference_model(obj.spec)
+        assert (plan.chosen.nodes > 1) == (layout == "multi")
+        out[layout] = render_manifests(obj, plan)
+    return out
+
+
+def test_client_service_keeps_its_name_when_the_layout_changes() -> None:
+    rendered = both_layouts("llama-405b")
+    single, multi = (by_kind(rendered[k])["Service"] for k in ("single", "multi"))
+    assert single["metadata"]["name"] == multi["metadata"]["name"] == "llama-405b"
+    assert service_name("llama-405b") == "llama-405b"
+    assert single["spec"]["ports"] == multi["spec"]["ports"]
+    # Only the role changes: the server pods of a Deployment, the leader pods of a LeaderWorkerSet.
+    assert single["spec"]["selector"] == {**multi["spec"]["selector"], "loadline.dev/role": "server"}
+    assert multi["spec"]["selector"]["loadline.dev/role"] == "leader"
+    assert multi["spec"]["selector"]["app.kubernetes.io/instance"] == "llama-405b"
+    pdbs = [by_kind(rendered[k])["PodDisruptionBudget"]["metadata"]["name"] for k in ("single", "multi")]
+    assert pdbs == ["llama-405b", "llama-405b"]
+    # The LWS controller's headless Service is named after the LWS: not the client Service's name.
+    lws = by_kind(rendered["multi"])["LeaderWorkerSet"]
+    assert lws["metadata"]["name"] != multi["metadata"]["name"]
+
+
+@pytest.mark.parametrize("name", ["llama-405b", *LONG_NAMES], ids=lambda n: f"len{len(n)}")
+def test_every_rendered_name_is_a_dns_1035_label(name: str) -> None:
+    assert len(LONG_NAMES[-1]) == 63
+    for layout, objects in both_layouts(name).items():
+        for obj in objects:
+            child = obj["metadata"]["name"]
+            assert len(child) <= 63 and DNS_1035.match(child), (layout, obj["kind"], child)
+            if obj["kind"] != "LeaderWorkerSet":
+                assert child == name
+            assert obj["metadata"]["labels"]["loadline.dev/inferencemodel"] == name
+
+
+@pytest.mark.parametrize("name", ["llama-405b", *LONG_NAMES], ids=lambda n: f"len{len(n)}")
+def test_names_the_leaderworkerset_controller_derives_stay_valid(name: str) -> None:
+    """What sigs.k8s.io/lws makes from the LWS name L, at the largest indices its webhook admits
+    (replicas <= 1,000,000; replicas x size <= 2^31-1): headless Service L; StatefulSets L and
+    L-<group>, whose pods carry controller-revision-hash=<StatefulSet>-<10-char hash>; pods L-<group>
+    and L-<group>-<worker>. Each must be a DNS-1035/1123 label of at most 63 characters."""
+    lws = by_kind(both_layouts(name)["multi"])["LeaderWorkerSet"]["metadata"]["name"]
+    group, worker, revision_hash = "999999", str(2**31 - 2), "x" * 10
+    headless_service = lws
+    statefulsets = [lws, f"{lws}-{group}"]
+    pods = [f"{lws}-{group}", f"{lws}-{group}-{worker}"]
+    revision_labels = [f"{sts}-{revision_hash}" for sts in statefulsets]
+    for derived in [headless_service, *statefulsets, *pods, *revision_labels]:
+        assert len(derived) <= 63 and DNS_1035.match(derived), derived
+    assert lws.endswith("-lws")
+    if len(name) + len("-lws") <= 45:
+        assert lws == f"{name}-lws"
+
+
+def test_long_names_that_share_a_prefix_get_distinct_leaderworkersets() -> None:
+    a, b = "x" * 62 + "a", "x" * 62 + "b"
+    lws = {workload_ref(n, multi_node=True)[2] for n in (a, b)}
+    assert len(lws) == 2
+    assert workload_ref(a, multi_node=True) == workload_ref(a, multi_node=True)  # deterministic
+
+
+@pytest.mark.parametrize("name", ["llama-405b", LONG_NAMES[-1]], ids=lambda n: f"len{len(n)}")
+def test_workload_ref_names_the_rendered_workload(name: str) -> None:
+    for layout, objects in both_layouts(name).items():
+        workload = objects[0]
+        assert workload["kind"] in {"Deployment", "LeaderWorkerSet"}
+        ref = (workload["apiVersion"], workload["kind"], workload["metadata"]["name"])
+        assert workload_ref(name, multi_node=layout == "multi") == ref
+    assert workload_ref(name, multi_node=False) == ("apps/v1", "Deployment", name)
+
+
+def test_child_kinds_are_exactly_what_either_layout_renders() -> None:
+    rendered = both_layouts("llama-405b")
+    produced = {(o["apiVersion"], o["kind"]) for objects in rendered.values() for o in objects}
+    kinds = child_kinds()
+    assert len(set(kinds)) == len(kinds)
+    assert set(kinds) == produced
+    assert kinds[:2] == (("apps/v1", "Deployment"), ("leaderworkerset.x-k8s.io/v1", "LeaderWorkerSet"))
+    # The workload of each layout is one of them, so the operator can always find the one left behind.
+    for multi_node in (False, True):
+        assert workload_ref("llama-405b", multi_node)[:2] in kinds

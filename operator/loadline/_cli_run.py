@@ -1,41 +1,204 @@
-"""``loadline run``: start the operator (kopf) with the handlers in :mod:`loadline.handlers._registry`."""
+"""``loadline run``: start the operator (kopf) with the handlers in :mod:`loadline.handlers._registry`.
+
+kopf always runs standalone: it never peers with other replicas. Without leader election
+(``LOADLINE_LEADER_ELECTION`` unset or false: one replica, local runs, tests) kopf starts at once.
+
+With leader election on (the Helm chart, two replicas) the process first stands by on the Lease
+(:class:`loadline.handlers._election.LeaderElector`), answering ``/healthz`` with ``standby`` so the
+kubelet's liveness probe leaves it alone. Once it holds the Lease it closes that server and starts kopf,
+which serves ``/healthz`` from then on, while a thread renews the Lease. Then either:
+
+* the Lease is lost (not renewed within the renew deadline, or someone else holds it): kopf is stopped
+  and the process exits with status 1, so the kubelet restarts it and it stands by again, the
+  controller-runtime convention. Should kopf not stop before a standby may take the Lease, the process
+  exits anyway, so two replicas never reconcile at once;
+* SIGTERM or SIGINT (a rolling update, a drain, Ctrl-C): kopf stops, the handler threads finish, and
+  then the Lease is released (an empty holder), so the standby takes over on its next read instead of
+  waiting for the Lease to expire. Exit status 0.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import os
+import signal
+import threading
+from collections.abc import Callable
+from types import FrameType
+from typing import TYPE_CHECKING, Any, TypeVarTuple, Unpack
+
+if TYPE_CHECKING:
+    from loadline.handlers._settings import OperatorSettings
+
+EXIT_LOST = 1
+"""Exit status after losing the Lease: the kubelet restarts the container, which then stands by."""
+
+log = logging.getLogger("loadline.election")
+_Ts = TypeVarTuple("_Ts")
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.namespace:
         os.environ["LOADLINE_NAMESPACES"] = ",".join(args.namespace)
-    if args.standalone:
-        os.environ["LOADLINE_STANDALONE"] = "true"
     import kopf
 
     from loadline.handlers import _registry
 
     settings = _registry.SETTINGS.__class__()  # re-read env after the flags above
     _registry.SETTINGS.__dict__.update(settings.__dict__)
-    namespaces = settings.namespace_list
     kopf.configure(verbose=args.verbose, debug=args.debug)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    kopf.run(
-        clusterwide=not namespaces,
-        namespaces=namespaces,
-        standalone=settings.standalone,
-        priority=settings.priority,
-        # A peering name makes peering mandatory in kopf (it pauses until the peering CRD exists).
-        peering_name=None if settings.standalone else settings.peering_name,
-        liveness_endpoint=liveness,
-    )
+    if settings.leader_election:
+        return _run_elected(settings, liveness)
+    namespaces = settings.namespace_list
+    kopf.run(clusterwide=not namespaces, namespaces=namespaces, standalone=True, liveness_endpoint=liveness)
     return 0
+
+
+class _Signals:
+    """While installed, SIGTERM and SIGINT only set ``flag`` (and record which came first), so that
+    every stop goes through the same orderly path: stop kopf, finish handlers, release the Lease."""
+
+    def __init__(self, flag: threading.Event) -> None:
+        self.flag = flag
+        self.received: str | None = None
+        self._previous: dict[signal.Signals, Callable[[int, FrameType | None], Any] | int | None] = {}
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.received is None:
+            self.received = signal.Signals(signum).name
+        self.flag.set()
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous = signal.signal(sig, self._handle)
+            self._previous.setdefault(sig, previous)
+
+    def restore(self) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous if previous is not None else signal.SIG_DFL)
+        self._previous.clear()
+
+
+class _RelayingLoop(asyncio.SelectorEventLoop):
+    """An event loop whose signal handlers also raise ``stop``.
+
+    kopf installs SIGTERM/SIGINT handlers on its loop and stops through them, but while a threading.Event
+    stop flag stays unset, its waiter on that flag cannot finish and kopf 1.45 waits 5 s for it before
+    cancelling; the standby would get the Lease that much later. Raising the flag with the signal makes
+    kopf's stop as quick as a stop by flag."""
+
+    def __init__(self, stop: threading.Event) -> None:
+        super().__init__()
+        self._stop = stop
+
+    def add_signal_handler(self, sig: int, callback: Callable[[Unpack[_Ts]], object], *args: *_Ts) -> None:
+        def relay(*received: *_Ts) -> None:
+            self._stop.set()
+            callback(*received)
+
+        super().add_signal_handler(sig, relay, *args)
+
+
+def _close_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """What ``asyncio.run`` does on the way out: cancel leftovers, close generators and the default
+    executor (where kopf waits on a threading.Event stop flag, set before this), then close."""
+    try:
+        leftovers = asyncio.all_tasks(loop)
+        for task in leftovers:
+            task.cancel()
+        if leftovers:
+            loop.run_until_complete(asyncio.gather(*leftovers, return_exceptions=True))
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+    finally:
+        loop.close()
+
+
+def _exit_now(grace: int) -> None:
+    log.error("kopf did not stop within %d s of losing the lease: exiting now", grace)
+    for handler in logging.getLogger().handlers:
+        handler.flush()
+    os._exit(EXIT_LOST)
+
+
+def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
+    """Stand by until this replica holds the Lease, then run kopf until a signal or the Lease is lost."""
+    import kopf
+
+    from loadline.handlers import _metrics
+    from loadline.handlers._election import LeaderElector, StandbyHealth
+
+    elector = LeaderElector.from_settings(settings)  # a SpecError when the Lease's namespace is unknown
+    stop = threading.Event()  # set by SIGTERM/SIGINT, or when the Lease is lost; kopf's stop flag
+    lost = threading.Event()
+    signals = _Signals(stop)
+    signals.install()
+    try:
+        # Standbys serve /metrics too: loadline_leader_election_status says which replica leads.
+        _metrics.serve(settings.metrics_port)
+        health = StandbyHealth(settings.liveness_port) if settings.liveness_port else None
+        try:
+            leading = elector.acquire(stop)
+        finally:
+            if health is not None:
+                health.close()  # kopf serves /healthz on this port from now on
+        if not leading or stop.is_set():
+            log.info("standby: stopping on %s", signals.received or "request")
+            if leading:
+                elector.release()
+            return 0
+
+        # A standby may take the Lease lease_duration after our last renewal, and on_lost comes at the
+        # renew deadline: kopf gets what is left (less a second) to stop, else the process exits.
+        grace = max(1, settings.lease_duration_seconds - settings.renew_deadline_seconds - 1)
+        watchdog = threading.Timer(grace, _exit_now, args=(grace,))
+        watchdog.daemon = True
+
+        def on_lost(_reason: str) -> None:
+            lost.set()
+            stop.set()
+            watchdog.start()
+
+        elector.start_renewing(on_lost)
+        kopf_settings = kopf.OperatorSettings()
+        namespaces = settings.namespace_list
+        # A loop of our own rather than asyncio.run inside kopf.run: kopf waits on a threading.Event
+        # stop flag in the loop's default executor, and asyncio.run would join that thread forever when
+        # kopf stops for another reason (an error). Here the flag is set before the loop is closed.
+        loop = _RelayingLoop(stop)
+        try:
+            kopf.run(
+                loop=loop,
+                settings=kopf_settings,
+                clusterwide=not namespaces,
+                namespaces=namespaces,
+                standalone=True,
+                stop_flag=stop,
+                liveness_endpoint=liveness,
+            )
+        finally:
+            stop.set()
+            _close_loop(loop)
+            signals.install()  # closing kopf's loop reset SIGTERM/SIGINT to their defaults
+            # Handler threads outlive kopf.run; the standby must not start while one still writes.
+            kopf_settings.execution.executor.shutdown(wait=True, cancel_futures=True)
+            watchdog.cancel()  # stopped in time
+            if not lost.is_set():
+                elector.release()
+        return EXIT_LOST if lost.is_set() else 0
+    finally:
+        signals.restore()
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     run = sub.add_parser("run", help="run the operator against the current kubeconfig or in-cluster config")
     run.add_argument("--namespace", "-n", action="append", help="watch only this namespace (repeatable)")
-    run.add_argument("--standalone", action="store_true", help="no peering with other operator replicas")
+    # Accepted so that existing command lines keep working; kopf never peers now, and whether replicas
+    # elect a leader is LOADLINE_LEADER_ELECTION's to say.
+    run.add_argument("--standalone", action="store_true", help=argparse.SUPPRESS)
     run.add_argument("--verbose", action="store_true")
     run.add_argument("--debug", action="store_true")
     run.set_defaults(func=_cmd_run)

@@ -25,10 +25,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
-    settings.peering.name = SETTINGS.peering_name
-    settings.peering.priority = SETTINGS.priority
-    settings.peering.standalone = SETTINGS.standalone
-    settings.peering.mandatory = not SETTINGS.standalone
+    # No kopf peering: one replica runs kopf at a time, elected on a Lease (loadline.handlers._election).
+    settings.peering.standalone = True
+    settings.peering.mandatory = False
     # Only our explicit Events reach `kubectl describe`; kopf's own INFO chatter would be a write per
     # handler run, which an idle resync must not make.
     settings.posting.level = logging.WARNING

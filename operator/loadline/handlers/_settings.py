@@ -5,8 +5,19 @@ The Helm chart sets these as env on the operator Deployment; `loadline run` flag
 
 from __future__ import annotations
 
-from pydantic import Field
+import os
+import secrets
+import socket
+from pathlib import Path
+from typing import Self
+
+from pydantic import Field, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from loadline.errors import SpecError
+
+SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+_PROCESS_SUFFIX = secrets.token_hex(3)  # drawn once: the identity must not change while we hold a Lease
 
 
 class OperatorSettings(BaseSettings):
@@ -26,12 +37,32 @@ class OperatorSettings(BaseSettings):
     watch_client_timeout: int = Field(
         default=330, ge=10, description="Seconds before the client gives up a watch."
     )
-    peering_name: str = Field(default="loadline", description="Peering object shared by operator replicas.")
-    standalone: bool = Field(
+    leader_election: bool = Field(
         default=False,
-        description="Run without peering (one replica only, or tests); else one replica is active.",
+        description="Elect one active replica through a coordination.k8s.io/v1 Lease (the chart turns "
+        "this on); off: this process reconciles on its own (one replica, or local runs).",
     )
-    priority: int = Field(default=0, description="Peering priority of this replica (highest active wins).")
+    lease_name: str = Field(
+        default="loadline", min_length=1, max_length=253, description="Name of the leader-election Lease."
+    )
+    lease_namespace: str = Field(
+        default="",
+        description="Namespace of the Lease; empty: env POD_NAMESPACE, then the pod's service-account "
+        "namespace file.",
+    )
+    identity: str = Field(
+        default="",
+        description="This replica's holderIdentity; empty: env POD_NAME, else hostname_<random suffix>.",
+    )
+    lease_duration_seconds: int = Field(
+        default=15, ge=1, description="A standby takes the Lease once it has gone unrenewed this long."
+    )
+    renew_deadline_seconds: int = Field(
+        default=10, ge=1, description="A leader that cannot renew for this long stops (and exits)."
+    )
+    retry_period_seconds: int = Field(
+        default=2, ge=1, description="How often the leader renews and a standby reads the Lease."
+    )
     capacity_aware: bool = Field(
         default=True,
         description="Plan with the cluster's free GPUs (fall back to the next GPU type when full).",
@@ -61,6 +92,50 @@ class OperatorSettings(BaseSettings):
     remediation_min_confidence: float = Field(default=0.6, ge=0, le=1, description="Act only above this.")
     remediation_max_memory_gib: float = Field(default=1024, gt=0, description="Cap on raised pod memory.")
 
+    @model_validator(mode="after")
+    def _election_timings(self) -> Self:
+        # The order client-go enforces: the leader gives up (renew deadline) before a standby may take
+        # over (lease duration), with at least one retry inside the deadline; else two replicas could
+        # reconcile at once, or a single slow renewal would cost the lease.
+        ordered = self.lease_duration_seconds > self.renew_deadline_seconds > self.retry_period_seconds
+        if self.leader_election and not ordered:
+            raise ValueError(
+                "leader election needs LOADLINE_LEASE_DURATION_SECONDS > LOADLINE_RENEW_DEADLINE_SECONDS > "
+                f"LOADLINE_RETRY_PERIOD_SECONDS, got {self.lease_duration_seconds} > "
+                f"{self.renew_deadline_seconds} > {self.retry_period_seconds}"
+            )
+        return self
+
     @property
     def namespace_list(self) -> list[str]:
         return [item.strip() for item in self.namespaces.split(",") if item.strip()]
+
+    def resolved_lease_namespace(self) -> str:
+        """The Lease's namespace: the setting, else env POD_NAMESPACE (the chart sets it from the
+        downward API), else the namespace the pod's service account token was issued in.
+
+        Raises :class:`~loadline.errors.SpecError` when none is known (a local run without
+        LOADLINE_LEASE_NAMESPACE): guessing ``default`` would let two installs elect across each other."""
+        for candidate in (self.lease_namespace, os.environ.get("POD_NAMESPACE", "")):
+            if candidate.strip():
+                return candidate.strip()
+        try:
+            from_file = SERVICE_ACCOUNT_NAMESPACE_FILE.read_text().strip()
+        except OSError:
+            from_file = ""
+        if from_file:
+            return from_file
+        raise SpecError(
+            "LOADLINE_LEASE_NAMESPACE",
+            "no namespace for the leader-election Lease (not set, no POD_NAMESPACE, not in a pod)",
+            "set LOADLINE_LEASE_NAMESPACE, or LOADLINE_LEADER_ELECTION=false for a single replica",
+        )
+
+    def resolved_identity(self) -> str:
+        """This replica's ``holderIdentity``: the setting, else env POD_NAME (unique among the replicas
+        that share the Lease, and what ``kubectl get lease`` readers recognise), else the hostname with
+        a random suffix drawn once per process (two processes on one host must not share one)."""
+        for candidate in (self.identity, os.environ.get("POD_NAME", "")):
+            if candidate.strip():
+                return candidate.strip()
+        return f"{socket.gethostname() or 'loadline'}_{_PROCESS_SUFFIX}"

@@ -3,6 +3,8 @@
 Pure functions only. :func:`render_manifests` returns plain dicts (Deployment or LeaderWorkerSet,
 Service, PodDisruptionBudget); :func:`manifests_yaml` prints them as a YAML stream. vLLM flags are
 chosen per version from the data table ``render/data/vllm_flags.json`` (see :func:`flag_table`).
+:func:`workload_ref`, :func:`service_name` and :func:`child_kinds` name the children without
+rendering, for the operator (readiness of the workload, clean-up after a layout change).
 """
 
 from loadline.render._args import PORT, VllmCommand, vllm_command
@@ -16,6 +18,7 @@ from loadline.render._flags import (
     resolve_version,
     version_text,
 )
+from loadline.render._names import child_kinds, service_name, workload_ref
 from loadline.render._render import ANNOTATION_NOTES, ANNOTATION_PLAN, ANNOTATION_VERSION, render_manifests
 from loadline.render._resources import PodResources, pod_resources, weights_total_gib
 from loadline.render._stream import manifests_yaml
@@ -32,12 +35,15 @@ __all__ = [
     "VllmCommand",
     "canonical_flag",
     "check_extra_args",
+    "child_kinds",
     "flag_table",
     "manifests_yaml",
     "pod_resources",
     "render_manifests",
     "resolve_version",
+    "service_name",
     "version_text",
     "vllm_command",
     "weights_total_gib",
+    "workload_ref",
 ]

@@ -11,6 +11,11 @@ Choices a reviewer should know:
   workers join its Ray cluster. Plus a ``Service`` (port 8000, named ``http``; leaders only) and a
   ``PodDisruptionBudget`` (``maxUnavailable: 1``, which never blocks a drain outright, even at one
   replica, and with multi-node replicas bounds drains to one broken group at a time).
+* Names (``_names``): the Deployment, the Service and the PodDisruptionBudget take the
+  InferenceModel's name; the LeaderWorkerSet is ``<name>-lws`` (cut and hashed when long), because its
+  controller owns a headless Service of the LWS's name. So the client Service is ``<name>`` in both
+  layouts and a re-plan that changes the layout keeps the clients' address. A model name ending in
+  ``-lws`` is refused: its Service could take another model's LWS Service name.
 * The container runs as UID 1000 (``runAsNonRoot``; the vLLM image defaults to root), so ``HOME``,
   ``HF_HOME`` and the caches point into the writable ``/data`` emptyDir and ``USER`` is set (torch's
   compile cache asks ``getpass.getuser()``, which fails for a UID without a passwd entry).
@@ -36,6 +41,7 @@ from loadline.api import API_VERSION, KIND, InferenceModel
 from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
 from loadline.render._flags import Version, flag_table, resolve_version, version_text
+from loadline.render._names import LWS_SUFFIX, service_name, workload_ref
 from loadline.render._resources import STARTUP_PERIOD_SECONDS, PodResources, pod_resources
 from loadline.render._template import environment, render_object
 from loadline.sizing import Plan
@@ -70,6 +76,13 @@ def _metadata_strings(obj: InferenceModel) -> tuple[str, str | None]:
             f"{name!r} cannot name a Service (a DNS-1035 label: at most 63 lower-case letters, digits "
             "and '-', starting with a letter)",
             "rename the InferenceModel, e.g. llama-70b",
+        )
+    if name.endswith(LWS_SUFFIX):
+        raise RenderError(
+            "metadata.name",
+            f"{name!r} ends in {LWS_SUFFIX!r}, the suffix of loadline's LeaderWorkerSets: its Service "
+            "could take the name of the headless Service another model's LeaderWorkerSet owns",
+            f"rename the InferenceModel so that it does not end in {LWS_SUFFIX}",
         )
     namespace = meta.get("namespace")
     if namespace is not None and (
@@ -203,12 +216,6 @@ def _pod(
     }
 
 
-def _service_name(name: str) -> str:
-    """The API Service of a multi-node model: ``<name>-api``, shortened to stay a DNS-1035 label."""
-    suffix = "-api"
-    return name[: 63 - len(suffix)].rstrip("-") + suffix
-
-
 def render_manifests(
     obj: InferenceModel, plan: Plan, *, vllm_version: str | None = None
 ) -> list[dict[str, Any]]:
@@ -264,6 +271,8 @@ def render_manifests(
             }
         ]
     small_meta = {key: value for key, value in meta.items() if key != "annotations"}
+    _, _, workload_name = workload_ref(name, multi_node)
+    workload_meta = {**meta, "name": workload_name}
     image = _image(obj, version_string)
     pod_labels = {**selector, LABEL_MODEL: name}
 
@@ -282,7 +291,7 @@ def render_manifests(
         objects.append(
             render_object(
                 "deployment.yaml.j2",
-                {"meta": meta, "replicas": plan.replicas, "selector": selector, "server": server},
+                {"meta": workload_meta, "replicas": plan.replicas, "selector": selector, "server": server},
             )
         )
         service_role = "server"
@@ -311,7 +320,7 @@ def render_manifests(
             render_object(
                 "leaderworkerset.yaml.j2",
                 {
-                    "meta": meta,
+                    "meta": workload_meta,
                     "replicas": plan.replicas,
                     "group_size": chosen.nodes,
                     "leader": leader,
@@ -320,11 +329,8 @@ def render_manifests(
             )
         )
         service_role = "leader"
-    service_meta = small_meta
-    if multi_node:
-        # The LeaderWorkerSet controller owns a headless Service named after the LWS (pod DNS for the
-        # Ray workers); ours must not take that name, or the two controllers fight over one object.
-        service_meta = {**small_meta, "name": _service_name(name)}
+    # The same name in both layouts (the LWS's own headless Service is named after the LWS, not N).
+    service_meta = {**small_meta, "name": service_name(name)}
     objects.append(
         render_object(
             "service.yaml.j2",
