@@ -15,6 +15,7 @@ machine share one, so each replica gets its own free ports for ``LOADLINE_LIVENE
 from __future__ import annotations
 
 import json
+import re
 import os
 import signal
 import socket
@@ -112,6 +113,7 @@ class Replica:
     process: subprocess.Popen[bytes] | None = None
     keep_running: bool = True
     restarts: int = 0
+    log_offset: int = 0  # where the running process's output starts in ``log``
 
     @property
     def health_url(self) -> str:
@@ -119,6 +121,17 @@ class Replica:
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
+
+    def identity(self) -> str:
+        """The Lease identity of the running process, as it logged it: the pod name and a suffix
+        drawn per process, so a restarted container is not mistaken for its crashed predecessor."""
+        if not self.log.exists():
+            return ""
+        with self.log.open("rb") as f:
+            f.seek(self.log_offset)
+            text = f.read().decode(errors="replace")
+        found = re.findall(r"candidate: for lease \S+ as (\S+)", text)
+        return found[-1] if found else ""
 
     def healthz(self) -> str | None:
         """What /healthz answers (as the kubelet's liveness probe sees it), None when it does not."""
@@ -178,6 +191,7 @@ class ChartOperator:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
                **replica.env, "KUBECONFIG": str(self.kubeconfig)}  # fmt: skip
         out = replica.log.open("ab")
+        replica.log_offset = out.tell()
         # The image's ENTRYPOINT is `loadline` (Dockerfile); the chart gives its args.
         replica.process = subprocess.Popen([str(LOADLINE), *image_args], stdout=out, stderr=subprocess.STDOUT,
                                            env=env, start_new_session=self.detach)  # fmt: skip
@@ -250,7 +264,7 @@ class ChartOperator:
 
         def check() -> Replica | None:
             holder = self.holder()
-            return next((r for r in self.replicas if holder.startswith(r.pod_name) and r.alive()), None)
+            return next((r for r in self.replicas if holder and r.alive() and r.identity() == holder), None)
 
         return wait_for(check, timeout=timeout, what=f"a living replica of {self.release} to hold the Lease")
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from chart import HUB_TOKEN_SECRET, OPERATOR_NAMESPACE, ChartOperator, render
-from kube import REPO, Kubectl
+from kube import REPO, Kubectl, wait_for
 from operator_helpers import example, wait_phase
 
 SA = f"system:serviceaccount:{OPERATOR_NAMESPACE}:loadline-loadline"
@@ -51,7 +51,10 @@ def test_one_replica_is_active_and_models_are_reconciled(
     assert len(alive) == 2
     # The standby answers the kubelet's liveness probe too (else the kubelet would kill it).
     standby = next(r for r in alive if r is not active)
-    assert standby.healthz() is not None and active.healthz() is not None
+    # (The leader's /healthz moves from the standby server to kopf's as it starts: one probe period,
+    # 20 s, is far less than the 3 failed probes the kubelet waits for.)
+    assert standby.healthz() == "standby"
+    wait_for(active.healthz, timeout=20, what="the leader to answer /healthz")
     kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
     wait_phase(kubectl, namespace, "chat", "Ready")
     # Only the leader reconciled it.
@@ -60,24 +63,51 @@ def test_one_replica_is_active_and_models_are_reconciled(
 
 
 @pytest.mark.parametrize("which", ["active", "standby"])
-def test_killing_either_replica_leaves_one_active(
+def test_losing_either_replica_leaves_one_active(
     operator: ChartOperator, kubectl: Kubectl, namespace: str, which: str
 ) -> None:
-    """SIGKILL (a node lost, no chance to release the Lease): the other replica takes over once the
-    Lease expires; killing the standby changes nothing. A model applied afterwards is reconciled."""
+    """SIGKILL and no restart (a node lost: no chance to release the Lease): the other replica takes
+    over once the Lease expires; losing the standby changes nothing. A model applied afterwards is
+    reconciled, and the pod the ReplicaSet creates in the lost one's place stands by."""
     active = operator.active()
     standby = next(r for r in operator.replicas if r.alive() and r is not active)
     victim, survivor = (active, standby) if which == "active" else (standby, active)
     start = time.monotonic()
-    operator.kill(victim, signal.SIGKILL)
+    operator.kill(victim, signal.SIGKILL, restart=False)
     assert operator.active(timeout=60) is survivor
     handover = time.monotonic() - start
     print(f"\nkill -9 of the {which} replica: {survivor.pod_name} active after {handover:.1f}s")
+    lease_duration = int(operator.lease()["spec"]["leaseDurationSeconds"])
     if which == "standby":
         assert handover < 2  # nothing changed hands
+    else:
+        assert handover >= lease_duration - 3  # it waited for the Lease to expire (renewed every 2 s)
     kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
     wait_phase(kubectl, namespace, "chat", "Ready", timeout=90)
-    operator.wait_replicas(2)  # the killed one is restarted (as by the kubelet) and stands by
+    operator.scale_to(2)  # the ReplicaSet's replacement pod
+    operator.wait_replicas(2)
+    assert operator.active() is survivor
+
+
+def test_a_crashed_container_restarted_in_its_pod_competes_fairly(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    """SIGKILL of the active replica's process, restarted by the kubelet in the same pod: the new
+    process is a new candidate (it does not resume the Lease its predecessor held), so for a whole
+    Lease duration nobody leads, then exactly one replica does and reconciles."""
+    active = operator.active()
+    old_identity = active.identity()
+    start = time.monotonic()
+    operator.kill(active, signal.SIGKILL, restart=True)
+    operator.wait_replicas(2)
+    leader = operator.active(timeout=60)
+    handover = time.monotonic() - start
+    print(f"\nkill -9 of the active process, restarted in its pod: {leader.pod_name} active after {handover:.1f}s")
+    assert operator.holder() != old_identity
+    lease_duration = int(operator.lease()["spec"]["leaseDurationSeconds"])
+    assert handover >= lease_duration - 3
+    kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready", timeout=90)
 
 
 def test_sigterm_hands_over_at_once(operator: ChartOperator, kubectl: Kubectl) -> None:
@@ -85,12 +115,13 @@ def test_sigterm_hands_over_at_once(operator: ChartOperator, kubectl: Kubectl) -
     active = operator.active()
     standby = next(r for r in operator.replicas if r.alive() and r is not active)
     start = time.monotonic()
-    operator.kill(active, signal.SIGTERM)
+    operator.kill(active, signal.SIGTERM, restart=False)
     assert operator.active(timeout=30) is standby
     handover = time.monotonic() - start
     print(f"\nSIGTERM of the active replica: {standby.pod_name} active after {handover:.1f}s")
     lease_duration = int(operator.lease()["spec"]["leaseDurationSeconds"])
     assert handover < lease_duration
+    operator.scale_to(2)
     operator.wait_replicas(2)
 
 

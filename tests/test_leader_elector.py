@@ -515,7 +515,9 @@ def test_identity_falls_back_to_pod_name_then_hostname_with_a_suffix(
     assert generated.startswith(f"{socket.gethostname()}_") and len(generated) > len(socket.gethostname()) + 1
     assert OperatorSettings().resolved_identity() == generated  # stable within the process
     monkeypatch.setenv("POD_NAME", "loadline-7c9f-abcde")
-    assert OperatorSettings().resolved_identity() == "loadline-7c9f-abcde"  # no suffix: kubectl shows the pod
+    from_pod = OperatorSettings().resolved_identity()
+    assert from_pod.startswith("loadline-7c9f-abcde_")  # kubectl shows the pod
+    assert from_pod != "loadline-7c9f-abcde_" and from_pod.endswith(generated.rsplit("_", 1)[1])
     monkeypatch.setenv("LOADLINE_IDENTITY", "explicit")
     assert OperatorSettings().resolved_identity() == "explicit"
 

@@ -48,7 +48,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = _registry.SETTINGS.__class__()  # re-read env after the flags above
     _registry.SETTINGS.__dict__.update(settings.__dict__)
-    kopf.configure(verbose=args.verbose, debug=args.debug)
+    # Object logs name their object ("[namespace/name] ..."): one operator log serves every model.
+    kopf.configure(verbose=args.verbose, debug=args.debug, log_prefix=True)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     if settings.leader_election:
         return _run_elected(settings, liveness)

@@ -296,6 +296,7 @@ class LeaderElector:
 
         Logs one line when it starts standing by and whenever the holder changes, one when it leads."""
         started = self._monotonic()
+        log.info("candidate: for lease %s as %s", self.lease, self.identity)
         while not stop.is_set():
             decision = self.try_acquire_or_renew()
             if decision is not None and decision.acquires:

@@ -132,10 +132,12 @@ class OperatorSettings(BaseSettings):
         )
 
     def resolved_identity(self) -> str:
-        """This replica's ``holderIdentity``: the setting, else env POD_NAME (unique among the replicas
-        that share the Lease, and what ``kubectl get lease`` readers recognise), else the hostname with
-        a random suffix drawn once per process (two processes on one host must not share one)."""
-        for candidate in (self.identity, os.environ.get("POD_NAME", "")):
-            if candidate.strip():
-                return candidate.strip()
-        return f"{socket.gethostname() or 'loadline'}_{_PROCESS_SUFFIX}"
+        """This replica's ``holderIdentity``: the setting verbatim, else env POD_NAME (what
+        ``kubectl get lease`` readers recognise) or the hostname, each with a suffix drawn once per
+        process. The suffix is what client-go does too: a container restarted in the same pod is a new
+        candidate, so it cannot mistake the Lease its crashed predecessor held for its own and resume
+        leading before the standby had its fair chance."""
+        if self.identity.strip():
+            return self.identity.strip()
+        base = os.environ.get("POD_NAME", "").strip() or socket.gethostname() or "loadline"
+        return f"{base}_{_PROCESS_SUFFIX}"
