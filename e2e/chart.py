@@ -15,8 +15,8 @@ machine share one, so each replica gets its own free ports for ``LOADLINE_LIVENE
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import signal
 import socket
 import subprocess

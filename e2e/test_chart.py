@@ -102,7 +102,9 @@ def test_a_crashed_container_restarted_in_its_pod_competes_fairly(
     operator.wait_replicas(2)
     leader = operator.active(timeout=60)
     handover = time.monotonic() - start
-    print(f"\nkill -9 of the active process, restarted in its pod: {leader.pod_name} active after {handover:.1f}s")
+    print(
+        f"\nkill -9 of the active process, restarted in its pod: {leader.pod_name} active after {handover:.1f}s"
+    )
     assert operator.holder() != old_identity
     lease_duration = int(operator.lease()["spec"]["leaseDurationSeconds"])
     assert handover >= lease_duration - 3
