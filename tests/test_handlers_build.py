@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import pydantic
+import pytest
+
+from loadline.api import Condition, RemediationState, parse_inference_model
 from loadline.handlers import _build, _metrics
 from loadline.handlers._build import (
     build_deployed_status,
@@ -15,13 +19,17 @@ from loadline.handlers._build import (
     status_changes,
     with_owner,
 )
+from loadline.sizing import plan_inference_model
+from tests.conftest import inference_model
 
 BODY = {
     "apiVersion": "loadline.dev/v1alpha1",
     "kind": "InferenceModel",
     "metadata": {"name": "chat", "namespace": "team-a", "uid": "1234", "generation": 3},
 }
-PLAN = {"gpu": "L4x1", "maxConcurrency": 4.2}
+# status.plan as a real plan gives it (the builders validate it against the PlanSummary model).
+PLAN = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+T0, T1, T2, T3 = (f"2026-11-2{d}T0{d}:00:00Z" for d in range(4))
 
 
 def deployed(previous: dict[str, object], ready: bool, now: str) -> dict[str, object]:
@@ -38,30 +46,45 @@ def test_resync_of_an_unchanged_object_changes_nothing() -> None:
 
 
 def test_transition_time_moves_only_when_the_status_flips() -> None:
-    old = merge_conditions(
-        [], [{"type": "Ready", "status": "False", "reason": "Progressing", "message": ""}], "t1"
-    )
+    old = merge_conditions([], [Condition(type="Ready", status="False", reason="Progressing")], T1)
     same = merge_conditions(
-        old, [{"type": "Ready", "status": "False", "reason": "Progressing", "message": "x"}], "t2"
+        old, [Condition(type="Ready", status="False", reason="Progressing", message="x")], T2
     )
-    flipped = merge_conditions(
-        same, [{"type": "Ready", "status": "True", "reason": "Available", "message": ""}], "t3"
-    )
-    assert same[0]["lastTransitionTime"] == "t1"
-    assert flipped[0]["lastTransitionTime"] == "t3"
+    flipped = merge_conditions(same, [Condition(type="Ready", status="True", reason="Available")], T3)
+    assert same[0]["lastTransitionTime"] == T1 and same[0]["message"] == "x"
+    assert flipped[0]["lastTransitionTime"] == T3
+
+
+def test_status_is_typed_by_the_api_models() -> None:
+    """What the CRD would prune without a word (a misspelt plan field, a phase it does not know, a
+    time that is not one) fails in the builder instead."""
+    with pytest.raises(pydantic.ValidationError, match="gpuz"):
+        build_deployed_status(
+            {},
+            plan_summary={**PLAN, "gpuz": 1},
+            generation=1,
+            ready=True,
+            ready_message="",
+            now=T0,
+            message="",
+        )
+    with pytest.raises(pydantic.ValidationError, match="phase"):
+        build_failed_status({}, reason="R", message="m", generation=1, now=T0, phase="Broken")  # type: ignore[arg-type]
+    with pytest.raises(pydantic.ValidationError, match="lastTransitionTime"):
+        merge_conditions([], [Condition(type="Ready", status="True")], "yesterday")
 
 
 def test_deployed_status_phases_and_conditions() -> None:
-    status = deployed({}, False, "t")
+    status = deployed({}, False, T0)
     assert status["phase"] == "Deploying" and status["observedGeneration"] == 3 and status["plan"] == PLAN
     kinds = {c["type"]: c["status"] for c in status["conditions"]}  # type: ignore[union-attr,index]
     assert kinds == {"Planned": "True", "Deployed": "True", "Ready": "False"}
-    assert deployed(status, True, "t2")["phase"] == "Ready"
+    assert deployed(status, True, T2)["phase"] == "Ready"
 
 
 def test_failed_status_keeps_the_reason_and_names_the_field() -> None:
     status = build_failed_status(
-        {}, reason="InvalidSpec", message="spec.maxModelLen: too long", generation=2, now="t"
+        {}, reason="InvalidSpec", message="spec.maxModelLen: too long", generation=2, now=T0
     )
     assert status["phase"] == "Failed"
     assert status["conditions"][0]["reason"] == "InvalidSpec"
@@ -79,12 +102,12 @@ def test_readiness_follows_the_workload() -> None:
 
 
 def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_failed() -> None:
-    ready = deployed({}, True, "t")
-    assert build_readiness_status(ready, ready=True, message="1/1 replicas available", now="t2") is None
-    change = build_readiness_status(ready, ready=False, message="0/1 replicas available", now="t2")
+    ready = deployed({}, True, T0)
+    assert build_readiness_status(ready, ready=True, message="1/1 replicas available", now=T2) is None
+    change = build_readiness_status(ready, ready=False, message="0/1 replicas available", now=T2)
     assert change is not None and change["phase"] == "Deploying"
     failed = {"phase": "Failed", "conditions": []}
-    assert build_readiness_status(failed, ready=True, message="", now="t") is None
+    assert build_readiness_status(failed, ready=True, message="", now=T0) is None
 
 
 def test_children_are_owned_for_garbage_collection() -> None:
@@ -152,12 +175,12 @@ def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants()
 
 def test_a_refused_apply_keeps_the_plan_and_says_deployed_false() -> None:
     previous = _build.build_deployed_status(
-        {}, plan_summary={"gpu": "L4x1"}, generation=2, ready=True, ready_message="1/1", now="t0", message="m"
+        {}, plan_summary=PLAN, generation=2, ready=True, ready_message="1/1", now=T0, message="m"
     )
-    status = _build.build_apply_failed_status(previous, message="HTTP 403: frozen", generation=2, now="t1")
+    status = _build.build_apply_failed_status(previous, message="HTTP 403: frozen", generation=2, now=T1)
     conditions = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == "Pending" and conditions["Deployed"]["status"] == "False"
-    assert conditions["Planned"]["status"] == "True" and conditions["Planned"]["lastTransitionTime"] == "t0"
+    assert conditions["Planned"]["status"] == "True" and conditions["Planned"]["lastTransitionTime"] == T0
     assert "plan" not in status  # the plan in status stays as it was
 
 
@@ -177,3 +200,30 @@ def test_a_deleted_models_metric_series_are_removed() -> None:
         )
 
     assert series("ns-gone") == 0 and series("ns-kept") > 0
+
+
+def test_a_crash_loop_counts_up_one_incident_and_a_new_class_adds_one() -> None:
+    crash = {
+        "loop": "chat-abc/vllm", "confidence": 0.83333, "evidence": ["x"], "caller_side": False,
+        "action": "raised memory", "result": "applied", "container": "vllm",
+    }  # fmt: skip
+    first = _build.merge_incident([], oom_class="host_memory", pod="chat-1", now=T0, **crash)
+    again = _build.merge_incident(first, oom_class="host_memory", pod="chat-2", now=T1, **crash)
+    other = _build.merge_incident(again, oom_class="kv_cache_overflow", pod="chat-2", now=T2, **crash)
+    assert (
+        len(again) == 1 and again[0]["count"] == 2 and again[0]["lastSeen"] == T1 and again[0]["time"] == T0
+    )
+    assert again[0]["pod"] == "chat-2" and again[0]["confidence"] == 0.83
+    assert [i["class"] for i in other] == ["host_memory", "kv_cache_overflow"]
+    with pytest.raises(pydantic.ValidationError, match="class"):
+        _build.merge_incident([], oom_class="cosmic_rays", pod="p", now=T0, **crash)
+
+
+def test_an_incident_status_writes_every_remediation_field_even_at_its_default() -> None:
+    """A merge patch leaves out what it does not name: a counter back at 0 must still be written."""
+    state = RemediationState(needs_person="")
+    status = _build.build_incident_status([], state)
+    assert status["remediation"]["actionsToday"] == 0 and status["remediation"]["needsPerson"] == ""
+    assert "phase" not in status
+    degraded = _build.build_incident_status([], state, needs_person="3 changes today; look at the prompts")
+    assert degraded["phase"] == "Degraded" and degraded["message"].startswith("3 changes")

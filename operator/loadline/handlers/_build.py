@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from loadline.api import Condition, Incident, InferenceModelStatus, Phase, PlanSummary, RemediationState
 
 Status = dict[str, Any]
 
@@ -20,29 +24,41 @@ def now_iso() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
 
 
+def _wire(model: BaseModel) -> dict[str, Any]:
+    """A model as the API server stores it: camelCase, JSON types, and no null for what is unset."""
+    return model.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+def _status_patch(**fields: Any) -> Status:
+    """A partial ``status`` with just ``fields`` (by their Python names), validated by
+    :class:`loadline.api.InferenceModelStatus`: a misspelt field or a phase the CRD does not allow
+    fails here, in a unit test, instead of being pruned by the API server without a word."""
+    # Nested models go in as their full wire form: "unset" must mean only "a field not given here",
+    # never a nested default (a merge patch would then keep a stale stored value).
+    wire = {key: _wire(value) if isinstance(value, BaseModel) else value for key, value in fields.items()}
+    status = InferenceModelStatus.model_validate(wire)
+    return status.model_dump(by_alias=True, mode="json", exclude_unset=True, exclude_none=True)
+
+
 def build_condition(
     kind: str, ok: bool | None, reason: str, message: str, generation: int | None
-) -> dict[str, Any]:
-    status = "Unknown" if ok is None else ("True" if ok else "False")
-    cond: dict[str, Any] = {"type": kind, "status": status, "reason": reason, "message": message}
-    if generation is not None:
-        cond["observedGeneration"] = generation
-    return cond
+) -> Condition:
+    status: Literal["True", "False", "Unknown"] = "Unknown" if ok is None else ("True" if ok else "False")
+    return Condition(type=kind, status=status, reason=reason, message=message, observed_generation=generation)
 
 
 def merge_conditions(
-    previous: Iterable[Mapping[str, Any]], updates: Iterable[Mapping[str, Any]], now: str
+    previous: Iterable[Mapping[str, Any]], updates: Iterable[Condition], now: str
 ) -> list[dict[str, Any]]:
     """Conditions after ``updates``; a condition keeps its transition time while its status holds."""
     merged: dict[str, dict[str, Any]] = {str(c.get("type")): dict(c) for c in previous}
     for update in updates:
-        old = merged.get(str(update["type"]))
-        new = dict(update)
-        if old is not None and old.get("status") == new["status"] and old.get("lastTransitionTime"):
-            new["lastTransitionTime"] = old["lastTransitionTime"]
-        else:
-            new["lastTransitionTime"] = now
-        merged[str(update["type"])] = new
+        old = merged.get(update.type)
+        kept = old is not None and old.get("status") == update.status and old.get("lastTransitionTime")
+        transition = str(old["lastTransitionTime"]) if kept and old is not None else now
+        merged[update.type] = _wire(
+            Condition.model_validate({**_wire(update), "lastTransitionTime": transition})
+        )
     order = {PLANNED: 0, DEPLOYED: 1, READY: 2}
     return sorted(merged.values(), key=lambda c: (order.get(str(c.get("type")), 9), str(c.get("type"))))
 
@@ -99,8 +115,10 @@ def build_deployed_status(
     ready_message: str,
     now: str,
     message: str,
+    needs_person: str = "",
 ) -> Status:
-    """Status after a successful plan and apply."""
+    """Status after a successful plan and apply; ``Degraded`` with what a person should look at
+    when the remediation budget is spent (``needs_person``)."""
     conditions = merge_conditions(
         previous.get("conditions", []) or [],
         [
@@ -110,15 +128,15 @@ def build_deployed_status(
         ],
         now,
     )
-    return {
-        "phase": "Ready" if ready else "Deploying",
+    return _status_patch(
+        phase="Degraded" if needs_person else ("Ready" if ready else "Deploying"),
         # The readiness detail lives in the Ready condition only, so that the readiness timer and a
         # later resync agree on the message and a resync writes nothing.
-        "message": message,
-        "observedGeneration": generation,
-        "plan": dict(plan_summary),
-        "conditions": conditions,
-    }
+        message=needs_person or message,
+        observed_generation=generation,
+        plan=PlanSummary.model_validate(plan_summary),
+        conditions=conditions,
+    )
 
 
 def build_failed_status(
@@ -128,7 +146,7 @@ def build_failed_status(
     message: str,
     generation: int | None,
     now: str,
-    phase: str = "Failed",
+    phase: Phase = "Failed",
 ) -> Status:
     """Status when the spec cannot be planned (Failed) or waits on the cluster (Pending)."""
     conditions = merge_conditions(
@@ -136,7 +154,7 @@ def build_failed_status(
         [build_condition(PLANNED, False, reason, message, generation)],
         now,
     )
-    return {"phase": phase, "message": message, "observedGeneration": generation, "conditions": conditions}
+    return _status_patch(phase=phase, message=message, observed_generation=generation, conditions=conditions)
 
 
 def build_apply_failed_status(
@@ -148,12 +166,9 @@ def build_apply_failed_status(
         [build_condition(DEPLOYED, False, "ApplyFailed", message, generation)],
         now,
     )
-    return {
-        "phase": "Pending",
-        "message": message,
-        "observedGeneration": generation,
-        "conditions": conditions,
-    }
+    return _status_patch(
+        phase="Pending", message=message, observed_generation=generation, conditions=conditions
+    )
 
 
 def build_readiness_status(
@@ -172,7 +187,18 @@ def build_readiness_status(
     )
     if new_phase == phase and conditions == previous.get("conditions"):
         return None
-    return {"phase": new_phase, "conditions": conditions}
+    return _status_patch(phase=new_phase, conditions=conditions)
+
+
+def build_incident_status(
+    incidents: list[dict[str, Any]], remediation: RemediationState, *, needs_person: str = ""
+) -> Status:
+    """Status after an out-of-memory crash was recorded: the incidents, the remediation state with
+    its decision, and ``Degraded`` when the budget is spent and a person must look."""
+    fields: dict[str, Any] = {"incidents": incidents, "remediation": remediation}
+    if needs_person:
+        fields |= {"phase": "Degraded", "message": needs_person}
+    return _status_patch(**fields)
 
 
 def status_changes(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> Status:
@@ -202,18 +228,20 @@ def merge_incident(
     incidents = [dict(i) for i in previous]
     last = incidents[-1] if incidents else None
     if last is not None and last.get("loop") == loop and last.get("class") == oom_class:
-        last.update(
-            count=int(last.get("count", 1)) + 1, lastSeen=now, pod=pod, action=action, result=result,
-            confidence=confidence, evidence=list(evidence),
-        )  # fmt: skip
+        counted = {
+            **last, "count": int(last.get("count", 1)) + 1, "lastSeen": now, "pod": pod, "action": action,
+            "result": result, "confidence": round(confidence, 2), "evidence": list(evidence),
+        }  # fmt: skip
+        incidents[-1] = _wire(Incident.model_validate(counted))
     else:
-        incidents.append(
+        incident = Incident.model_validate(
             {
                 "time": now, "lastSeen": now, "pod": pod, "container": container, "class": oom_class,
                 "confidence": round(confidence, 2), "evidence": list(evidence), "count": 1,
                 "action": action, "result": result, "loop": loop, "callerSide": caller_side,
             }
         )  # fmt: skip
+        incidents.append(_wire(incident))
     return incidents[-MAX_INCIDENTS:]
 
 

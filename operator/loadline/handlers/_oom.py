@@ -180,12 +180,7 @@ def _handle_crash(
             container=container,
             now=_build.now_iso(),
         )
-        changes: dict[str, Any] = {
-            "incidents": incidents,
-            "remediation": new_state.model_dump(by_alias=True, mode="json", exclude_none=True),
-        }
-        if decision.needs_person:
-            changes["phase"], changes["message"] = "Degraded", decision.needs_person
+        changes = _build.build_incident_status(incidents, new_state, needs_person=decision.needs_person)
         try:
             _kube.patch_status(parent, changes)
         except ApiException as exc:

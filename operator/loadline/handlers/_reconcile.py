@@ -23,7 +23,7 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import InferenceModel, RemediationState, apply_overrides, parse_inference_model
+from loadline.api import InferenceModel, Phase, RemediationState, apply_overrides, parse_inference_model
 from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError, SpecError
 from loadline.handlers import _build, _kube
 from loadline.handlers._settings import OperatorSettings
@@ -154,7 +154,7 @@ def _event(obj: Mapping[str, Any], *, warning: bool, reason: str, message: str) 
 
 
 def _fail(
-    body: Mapping[str, Any], patch: kopf.Patch, *, reason: str, message: str, phase: str, warn: bool = True
+    body: Mapping[str, Any], patch: kopf.Patch, *, reason: str, message: str, phase: Phase, warn: bool = True
 ) -> None:
     previous = dict(body.get("status") or {})
     status = _build.build_failed_status(
@@ -279,9 +279,8 @@ def reconcile(
         ready_message=ready_message,
         now=_build.now_iso(),
         message=message,
+        needs_person=state.needs_person,
     )
-    if state.needs_person:
-        status["phase"], status["message"] = "Degraded", state.needs_person
     changes = _build.status_changes(previous, status)
     if changes:
         patch.status.update(changes)
