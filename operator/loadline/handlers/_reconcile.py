@@ -15,6 +15,7 @@ write at all.
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import logging
 from collections.abc import Mapping
@@ -238,6 +239,7 @@ def reconcile(
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
+    removed: list[str] = []
     try:
         for manifest in manifests:
             child = _build.with_owner(manifest, owner, namespace)
@@ -251,6 +253,14 @@ def reconcile(
         # Refused by the API server (an admission policy, a quota, a conflict) or not reachable: the
         # plan stands; kopf calls reconcile again after the delay until the children land.
         message = f"applying the children failed ({_kube.api_error_text(exc)}); retrying"
+        if applied_workload is not None:
+            # The new workload exists, so the old layout may go now rather than after the rest lands:
+            # a child of the old layout can be what blocks the rest (an older LeaderWorkerSet's headless
+            # Service holding the client Service's name until the garbage collector removes it).
+            with contextlib.suppress(ApiException):
+                removed = _remove_stale_children(namespace, name, meta["uid"], manifests)
+            if removed:
+                _event(body, warning=False, reason="Removed", message="removed " + ", ".join(removed))
         previous = dict(body.get("status") or {})
         status = _build.build_apply_failed_status(
             previous, message=message, generation=meta.get("generation"), now=_build.now_iso()
