@@ -29,7 +29,8 @@ def chat_model(name: str, gpu_types: list[str], **spec: object) -> dict[str, obj
 
 
 def start_operator(namespace: str, log_name: str, **settings: str) -> subprocess.Popen[bytes]:
-    """`loadline run --standalone` watching only ``namespace``; ``settings`` become LOADLINE_* env."""
+    """`loadline run` (one replica, no leader election) watching only ``namespace``; ``settings``
+    become LOADLINE_* env."""
     env = {
         **os.environ,
         "KUBECONFIG": str(KUBECONFIG),
@@ -40,7 +41,7 @@ def start_operator(namespace: str, log_name: str, **settings: str) -> subprocess
     }
     log = (REPO / ".e2e" / log_name).open("wb")
     return subprocess.Popen(
-        [str(REPO / ".venv" / "bin" / "loadline"), "run", "--standalone"],
+        [str(REPO / ".venv" / "bin" / "loadline"), "run"],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,

@@ -1,11 +1,8 @@
-"""Helpers for e2e tests that run loadline's operator: start/stop it, apply examples, wait on status."""
+"""Helpers for e2e tests of loadline's operator: apply examples, wait on status, find pods."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -16,32 +13,6 @@ from kube import REPO, Kubectl, wait_for
 
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 LOADLINE = Path(sys.executable).parent / "loadline"
-
-
-def start_operator(
-    kubeconfig: Path, log: Path, extra_env: dict[str, str] | None = None
-) -> subprocess.Popen[bytes]:
-    env = {
-        **(extra_env or {}),
-        **os.environ,
-        "KUBECONFIG": str(kubeconfig),
-        "LOADLINE_LIVENESS_PORT": "0",
-        "LOADLINE_METRICS_PORT": "0",
-        "LOADLINE_RETRY_DELAY_SECONDS": "3",
-    }
-    out = log.open("ab")
-    return subprocess.Popen(
-        [str(LOADLINE), "run", "--standalone"], stdout=out, stderr=subprocess.STDOUT, env=env
-    )
-
-
-def stop_operator(proc: subprocess.Popen[bytes]) -> None:
-    proc.send_signal(signal.SIGINT)
-    try:
-        proc.wait(timeout=20)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def example(path: Path, namespace: str) -> dict[str, Any]:
