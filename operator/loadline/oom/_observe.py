@@ -7,28 +7,25 @@ the operator classify identically.
 
 from __future__ import annotations
 
-import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import datetime
+from decimal import Decimal
 from typing import Any
 
+from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
+
 GIB = 1024**3
-_QUANTITY = re.compile(r"^([0-9.]+)([EPTGMK]i?|[eE][0-9]+)?$")
-_FACTORS = {
-    "": 1, "Ki": 1024, "Mi": 1024**2, "Gi": 1024**3, "Ti": 1024**4, "Pi": 1024**5, "Ei": 1024**6,
-    "K": 1000, "M": 1000**2, "G": 1000**3, "T": 1000**4, "P": 1000**5, "E": 1000**6,
-}  # fmt: skip
+_parse_quantity: Callable[[str], Decimal] = _untyped_parse_quantity  # the client ships no types
 
 
 def quantity_bytes(value: Any) -> int | None:
-    """Kubernetes memory quantity ("22Gi", "512M", "1e9") in bytes."""
-    match = _QUANTITY.match(str(value).strip()) if value is not None else None
-    if not match:
+    """Kubernetes memory quantity ("22Gi", "512M", "1e9") in bytes, None when it is not one."""
+    if value is None:
         return None
-    number, suffix = match.groups()
-    if suffix and suffix[0] in "eE":
-        return int(float(number) * 10 ** int(suffix[1:]))
-    return int(float(number) * _FACTORS.get(suffix or "", 1))
+    try:
+        return int(_parse_quantity(str(value).strip()))
+    except ValueError:
+        return None
 
 
 def _time(text: Any) -> datetime | None:
