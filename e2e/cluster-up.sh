@@ -68,7 +68,11 @@ check_no_downloads() {
     die "kwokctl --dry-run printed no binary plan; its output format changed:"$'\n'"${plan}"
   # kubectl is fetched only when the cluster starts (to poll /version), so the
   # dry run does not show it: check the configured artifact instead.
-  kwokctl get artifacts 2>/dev/null | grep -qx "${K8S_BIN}/kubectl" ||
+  # (Read whole before grep: `cmd | grep -q` fails under pipefail when grep exits early and the
+  # writer gets SIGPIPE, which made this check flaky.)
+  local artifacts
+  artifacts=$(kwokctl get artifacts 2>/dev/null) || die "kwokctl get artifacts failed"
+  grep -qx "${K8S_BIN}/kubectl" <<<"${artifacts}" ||
     die "kwokctl would not use the cached kubectl (${K8S_BIN}/kubectl); fix e2e/cluster-up.sh"
 }
 

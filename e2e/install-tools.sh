@@ -145,7 +145,7 @@ GO
     "${ETCD_VERSION}" >"${src}/go.mod"
   log "etcd ${ETCD_VERSION}: building"
   (cd "${src}" && "${GO}" build -trimpath -ldflags "-s -w" -o "${ETCD_BIN}/etcd" .)
-  "${ETCD_BIN}/etcd" --version | grep -q "etcd Version: ${ETCD_VERSION#v}" ||
+  grep -q "etcd Version: ${ETCD_VERSION#v}" <<<"$("${ETCD_BIN}/etcd" --version)" ||
     die "etcd --version does not report ${ETCD_VERSION}"
   date -u +%FT%TZ >"${ETCD_BIN}/.complete"
 }
