@@ -7,11 +7,14 @@ such; this module only reads and types them, once per process.
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from typing import Any
+
+import yaml
 
 from loadline.errors import SpecError
 
@@ -112,26 +115,72 @@ class ModelCoefficients:
     weights_overhead_gib: float
 
 
-@cache
-def gpu_catalog() -> dict[str, GPUType]:
-    raw = _read_json("gpus.json")["gpus"]
-    catalog = {}
-    for entry in raw:
-        gpu = GPUType(
-            name=entry["name"],
-            product=entry["product"],
+#: A JSON or YAML file of GPU entries to add to (or replace in) the bundled catalog, in its shape:
+#: ``{"gpus": [{...}, ...]}``. A mounted ConfigMap works; ``loadline gpus --probe`` prints such a file.
+GPU_CATALOG_ENV = "LOADLINE_GPU_CATALOG"
+
+
+def _gpu_type(entry: Any, where: str) -> GPUType:
+    if not isinstance(entry, dict):
+        raise SpecError(where, "is not a mapping", "write each GPU as in loadline gpus --probe's output")
+    try:
+        return GPUType(
+            name=str(entry["name"]),
+            product=str(entry["product"]),
             memory_gib=float(entry["memory_gib"]),
             gpus_per_node=tuple(int(n) for n in entry["gpus_per_node"]),
-            interconnect=entry["interconnect"],
+            interconnect=str(entry["interconnect"]),
             multi_node=bool(entry.get("multi_node", False)),
             compute_capability=float(entry["compute_capability"]),
             bf16=bool(entry["bf16"]),
             fp8=bool(entry["fp8"]),
             flash_attention=bool(entry["flash_attention"]),
             price_per_gpu_hour=float(entry["price_per_gpu_hour"]),
-            instance_types=dict(entry.get("instance_types", {})),
+            instance_types={str(k): str(v) for k, v in dict(entry.get("instance_types") or {}).items()},
         )
+    except KeyError as exc:
+        raise SpecError(
+            f"{where}.{exc.args[0]}", "is missing", "add it (see loadline gpus --probe)"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise SpecError(where, f"has a value of the wrong type ({exc})", "compare with gpus.json") from None
+
+
+def read_gpu_catalog_file(path: str) -> list[GPUType]:
+    """The GPU entries of a user catalog file (JSON or YAML); a bad file is one SpecError naming it."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            raw = yaml.safe_load(handle)
+    except OSError as exc:
+        raise SpecError(
+            GPU_CATALOG_ENV, f"cannot read {path}: {exc.strerror}", "point it at a file"
+        ) from None
+    except yaml.YAMLError as exc:
+        raise SpecError(GPU_CATALOG_ENV, f"{path} is not JSON or YAML: {exc}", "fix the file") from None
+    entries = raw.get("gpus") if isinstance(raw, dict) else raw
+    if not isinstance(entries, list):
+        raise SpecError(GPU_CATALOG_ENV, f"{path} has no list under 'gpus'", 'write {"gpus": [...]}')
+    gpus = [_gpu_type(entry, f"{path}: gpus[{i}]") for i, entry in enumerate(entries)]
+    for i, gpu in enumerate(gpus):
+        if gpu.memory_gib <= 0 or not gpu.gpus_per_node or min(gpu.gpus_per_node) < 1:
+            raise SpecError(
+                f"{path}: gpus[{i}]", "needs a positive memory_gib and gpus_per_node", "fix the entry"
+            )
+    return gpus
+
+
+@cache
+def gpu_catalog() -> dict[str, GPUType]:
+    """The bundled GPU types, then those of the file ``LOADLINE_GPU_CATALOG`` names (same name: the
+    user's entry wins), so a platform team adds a GPU without waiting for a release."""
+    catalog = {}
+    for i, entry in enumerate(_read_json("gpus.json")["gpus"]):
+        gpu = _gpu_type(entry, f"gpus.json: gpus[{i}]")
         catalog[gpu.name] = gpu
+    user_file = os.environ.get(GPU_CATALOG_ENV, "").strip()
+    if user_file:
+        for gpu in read_gpu_catalog_file(user_file):
+            catalog[gpu.name] = gpu
     return catalog
 
 

@@ -2,8 +2,9 @@
 
 ``incident_metrics(base_url, namespace, pod, crash_time, engine_version)`` asks a Prometheus for the
 minutes before a vLLM pod crashed (KV-cache usage, running requests, preemptions, the longest prompts
-and their trend, GPU memory growth) and returns the dict :func:`loadline.oom.parse_incident` reads
-under ``"metrics"``. It never raises and never waits long: what Prometheus cannot tell is left out.
+and their trend, GPU memory growth from loadline's node agent or dcgm-exporter) and returns the
+dict :func:`loadline.oom.parse_incident` reads under ``"metrics"``. It never raises and never waits
+long: what Prometheus cannot tell is left out.
 
 The PromQL builders and the answer parsers are pure and public, for tests and for people who want to
 paste the same queries into Grafana. See docs/traffic.md.
@@ -11,7 +12,9 @@ paste the same queries into Grafana. See docs/traffic.md.
 
 from loadline.traffic._client import PrometheusClient
 from loadline.traffic._incident import Windows, crash_timestamp, incident_metrics, trend_times
+from loadline.traffic._measured import measured_gpu_memory
 from loadline.traffic._names import (
+    AGENT_CONTAINER_MEMORY_USED,
     DCGM_FB_USED,
     KV_CACHE_USAGE_NAMES,
     PREEMPTIONS,
@@ -23,8 +26,11 @@ from loadline.traffic._names import (
 )
 from loadline.traffic._parse import bucket_increases, samples, scalar, top_bucket
 from loadline.traffic._promql import (
+    agent_gpu_memory_growth_query,
     duration,
     gpu_memory_growth_query,
+    gpu_memory_trend_query,
+    gpu_memory_used_query,
     kv_cache_usage_query,
     label_value,
     preemptions_query,
@@ -34,6 +40,7 @@ from loadline.traffic._promql import (
 )
 
 __all__ = [
+    "AGENT_CONTAINER_MEMORY_USED",
     "DCGM_FB_USED",
     "KV_CACHE_USAGE_NAMES",
     "PREEMPTIONS",
@@ -42,14 +49,18 @@ __all__ = [
     "MetricName",
     "PrometheusClient",
     "Windows",
+    "agent_gpu_memory_growth_query",
     "bucket_increases",
     "crash_timestamp",
     "duration",
     "gpu_memory_growth_query",
+    "gpu_memory_trend_query",
+    "gpu_memory_used_query",
     "incident_metrics",
     "kv_cache_usage_names",
     "kv_cache_usage_query",
     "label_value",
+    "measured_gpu_memory",
     "parse_version",
     "preemptions_query",
     "prompt_buckets_query",

@@ -14,7 +14,7 @@ from typing import Any
 from loadline.traffic._client import PrometheusClient
 from loadline.traffic._parse import bucket_increases, scalar, top_bucket
 from loadline.traffic._promql import (
-    gpu_memory_growth_query,
+    gpu_memory_trend_query,
     kv_cache_usage_query,
     preemptions_query,
     prompt_buckets_query,
@@ -39,7 +39,8 @@ class Windows:
     of one interval and the first of the next would be in neither (with 15-second scrapes that is one
     request in eight). 60 seconds covers scrape intervals up to a minute; the price is that a long
     prompt may also show in the interval before its own, which can only flatten the trend a little.
-    GPU memory growth needs a longer view: ``deriv`` over ``growth`` (1 hour).
+    GPU memory growth needs a longer view: ``deriv`` over ``growth`` (1 hour), of loadline's node agent's
+    series where it runs, else of dcgm-exporter's.
     """
 
     recent: int = 600
@@ -143,7 +144,7 @@ def _collect(
                 recent.append(value)
         if recent:
             out["prompt_tokens_recent"] = recent
-    growth = scalar(ask(gpu_memory_growth_query(namespace, pod, windows.growth, node)))
+    growth = scalar(ask(gpu_memory_trend_query(namespace, pod, windows.growth, node)))
     if growth is not None:
         out["gpu_memory_growth_gib_per_hour"] = round(growth, 4)
     if client.failure is not None:

@@ -19,6 +19,7 @@ import re
 from dataclasses import dataclass
 
 __all__ = [
+    "AGENT_CONTAINER_MEMORY_USED",
     "DCGM_FB_USED",
     "KV_CACHE_USAGE_NAMES",
     "PREEMPTIONS",
@@ -59,6 +60,8 @@ PREEMPTIONS = "vllm:num_preemptions_total"
 PROMPT_TOKENS_HISTOGRAM = "vllm:request_prompt_tokens"
 #: DCGM exporter gauge: frame buffer (GPU memory) used, in MiB, per GPU.
 DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
+#: loadline's GPU node agent (docs/agent.md): bytes of one GPU held by one container's compute processes.
+AGENT_CONTAINER_MEMORY_USED = "loadline_gpu_container_memory_used_bytes"
 
 _VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
 

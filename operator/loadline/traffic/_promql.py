@@ -10,6 +10,7 @@ labels, as Prometheus' Kubernetes pod and service-monitor scrape configs attach 
 from __future__ import annotations
 
 from loadline.traffic._names import (
+    AGENT_CONTAINER_MEMORY_USED,
     DCGM_FB_USED,
     PREEMPTIONS,
     PROMPT_TOKENS_HISTOGRAM,
@@ -18,8 +19,11 @@ from loadline.traffic._names import (
 )
 
 __all__ = [
+    "agent_gpu_memory_growth_query",
     "duration",
     "gpu_memory_growth_query",
+    "gpu_memory_trend_query",
+    "gpu_memory_used_query",
     "kv_cache_usage_query",
     "label_value",
     "preemptions_query",
@@ -30,6 +34,8 @@ __all__ = [
 
 #: MiB per second (deriv of DCGM_FI_DEV_FB_USED) → GiB per hour.
 _MIB_PER_S_TO_GIB_PER_H = "3600 / 1024"
+#: Bytes per second (deriv of the agent's series) → GiB per hour.
+_B_PER_S_TO_GIB_PER_H = "3600 / 1073741824"
 
 
 def label_value(value: str) -> str:
@@ -115,3 +121,50 @@ def gpu_memory_growth_query(namespace: str, pod: str, window: int = 3600, node: 
         selectors.append(selector(Hostname=node))
     parts = [f"max(deriv({DCGM_FB_USED}{sel}[{win}]))" for sel in selectors]
     return f"({' or '.join(parts)}) * {_MIB_PER_S_TO_GIB_PER_H}"
+
+
+def _owner_selectors(namespace: str, pod: str) -> list[str]:
+    """The pod as the series' own labels, and as ``exported_*`` when scraped without honorLabels."""
+    return [_pod(namespace, pod), selector(exported_namespace=namespace, exported_pod=pod)]
+
+
+def agent_gpu_memory_growth_query(namespace: str, pod: str, window: int = 3600) -> str:
+    """GPU memory growth in GiB per hour from loadline's node agent, for the pod's fastest-growing GPU.
+
+    The agent's series is per GPU and container, in bytes and owned by the pod itself (its processes'
+    memory, not the whole GPU's), so a neighbour on a shared GPU does not count. ``sum by (uuid)``
+    adds the pod's containers on one GPU (deriv is linear, so the sum of derivatives is the
+    derivative of the sum); ``max`` picks the GPU that grows fastest.
+    """
+    win = duration(window)
+    parts = [
+        f"max(sum by (uuid) (deriv({AGENT_CONTAINER_MEMORY_USED}{sel}[{win}])))"
+        for sel in _owner_selectors(namespace, pod)
+    ]
+    return f"({' or '.join(parts)}) * {_B_PER_S_TO_GIB_PER_H}"
+
+
+def gpu_memory_trend_query(namespace: str, pod: str, window: int = 3600, node: str | None = None) -> str:
+    """GPU memory growth in GiB per hour from whichever source the cluster has: loadline's agent first
+    (per pod, exact), then dcgm-exporter (:func:`gpu_memory_growth_query`). One query, so a cluster
+    with either costs one round trip; PromQL ``or`` answers with the first source that has the pod.
+    """
+    return (
+        f"{agent_gpu_memory_growth_query(namespace, pod, window)} or "
+        f"{gpu_memory_growth_query(namespace, pod, window, node)}"
+    )
+
+
+def gpu_memory_used_query(namespace: str, pod: str) -> str:
+    """GiB of each GPU the pod's processes hold now, one sample per GPU with label ``uuid``.
+
+    From the agent (bytes, per container: summed per GPU), else from dcgm-exporter (MiB, per GPU,
+    label ``UUID`` copied to ``uuid``). For status: measured use beside the plan's per-GPU budget.
+    """
+    owners = _owner_selectors(namespace, pod)
+    agent = [f"sum by (uuid) ({AGENT_CONTAINER_MEMORY_USED}{sel})" for sel in owners]
+    dcgm = [
+        f'max by (uuid) (label_replace({DCGM_FB_USED}{sel}, "uuid", "$1", "UUID", "(.*)")) * 1048576'
+        for sel in owners
+    ]
+    return f"({' or '.join([*agent, *dcgm])}) / 1073741824"
