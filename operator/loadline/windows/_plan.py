@@ -1,0 +1,309 @@
+"""Choose the quietest restart window of a given length on each coming day.
+
+The plan is computed in real time (unix seconds) and judged in local time: candidate windows start on
+the bin grid, last exactly ``duration`` of real time (two hours across a daylight-saving change are
+still two hours), and their expected load is the profile's value at each bin's *wall-clock* slot. A
+candidate whose expected load is not known for most of its length (history never covered that time of
+day) is not a candidate: missing data is not quiet.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, time, timedelta
+from typing import Any, Literal, cast
+from zoneinfo import ZoneInfo
+
+from loadline.windows._duration import parse_duration
+from loadline.windows._errors import PolicyWindowError, SeriesError
+from loadline.windows._policy import PolicyWindow, parse_policy_windows, parse_timezone
+from loadline.windows._profile import Profile, build_profile
+from loadline.windows._series import Sample, combine_series
+
+__all__ = ["Method", "Tuning", "Window", "WindowPlan", "next_window", "plan_windows"]
+
+Method = Literal["learned", "policy", "default"]
+
+
+@dataclass(frozen=True)
+class Tuning:
+    """The finder's knobs. The defaults were chosen on the tuning traces only (docs/restarts.md)."""
+
+    #: Less observed history than this (days, gaps excluded) is not learned from.
+    min_history_days: float = 3.0
+    #: Weight, in days, of the all-days shape against the weekday's own days (see ``_profile``).
+    shrink: float = 2.0
+    #: Share cut off each end before averaging across days (0.5 = median, 0.25 = interquartile mean).
+    trim: float = 0.5
+    #: Profile smoothing: mean over this many neighbouring slots on each side.
+    smooth_slots: int = 0
+    #: A local day with fewer of its bins observed borrows the level of the nearest fuller day.
+    min_day_coverage: float = 0.5
+    #: Share of a candidate window whose expected load must be known.
+    min_window_coverage: float = 0.9
+    #: With short history and no policy windows: restart at this local time.
+    default_start: time = time(2, 0)
+    #: How many days ahead to look for ``days`` windows (policy windows may skip days).
+    search_days: int = 35
+
+
+@dataclass(frozen=True)
+class Window:
+    """One chosen window: ``start`` … ``end`` (aware, in the plan's time zone)."""
+
+    start: datetime
+    end: datetime
+    #: Expected mean load relative to a typical day's mean (1.0); None when not learned.
+    expected_load: float | None
+    source: Method
+
+    def as_dict(self) -> dict[str, str]:
+        return {"start": self.start.isoformat(), "end": self.end.isoformat()}
+
+
+@dataclass(frozen=True)
+class WindowPlan:
+    """The windows and why they were chosen."""
+
+    windows: tuple[Window, ...]
+    method: Method
+    reason: str
+    timezone: str
+    duration: timedelta
+    #: Observed history, gaps excluded, in days.
+    history_days: float
+    history_start: datetime | None = None
+    history_end: datetime | None = None
+    slot_seconds: int = 0
+    #: Most same-weekday days behind the profile (weeks of weekly history).
+    weeks: int = 0
+    notes: tuple[str, ...] = field(default=())
+
+
+def _aware(moment: datetime | float | None, default: float) -> float:
+    if moment is None:
+        return default
+    if isinstance(moment, datetime):
+        return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
+    return float(moment)
+
+
+def _midnight(day: date, tz: ZoneInfo) -> float:
+    return datetime.combine(day, time(0), tz).timestamp()
+
+
+class _Estimator:
+    """Expected load of real-time windows from a profile, with prefix sums over bins."""
+
+    def __init__(self, profile: Profile, first: int, last: int) -> None:
+        self.slot = profile.slot
+        self.first = first
+        load = [0.0]
+        known = [0.0]
+        for index in range(first, last + 1):
+            value = profile.at(index * profile.slot)
+            load.append(load[-1] + (value or 0.0))
+            known.append(known[-1] + (0.0 if value is None else 1.0))
+        self.load = load
+        self.known = known
+
+    def _cum(self, table: list[float], t: float) -> float:
+        x = (t / self.slot) - self.first
+        i = max(0, min(len(table) - 2, math.floor(x)))
+        frac = min(1.0, max(0.0, x - i))
+        return table[i] + frac * (table[i + 1] - table[i])
+
+    def window(self, start: float, end: float) -> tuple[float | None, float]:
+        """(mean expected load over the known part or None, known share of the window)."""
+        bins = (end - start) / self.slot
+        known = self._cum(self.known, end) - self._cum(self.known, start)
+        if known <= 0:
+            return None, 0.0
+        return (self._cum(self.load, end) - self._cum(self.load, start)) / known, known / bins
+
+
+def plan_windows(
+    samples: Sequence[Sample] | Sequence[Sequence[Sample]],
+    duration: timedelta | str | float,
+    tz: ZoneInfo | str = "UTC",
+    policy_windows: Sequence[Mapping[str, Any] | PolicyWindow] | None = None,
+    now: datetime | float | None = None,
+    *,
+    days: int = 7,
+    tuning: Tuning = Tuning(),
+) -> WindowPlan:
+    """The quietest window of ``duration`` on each of the next ``days`` days with a possible window.
+
+    ``samples`` are ``(unix seconds, value)`` pairs of a request rate (or running requests), or a
+    list of such series to be summed. ``now`` defaults to the end of the last sample's bin. Each local
+    day's window is chosen over the whole day; a day whose window starts before ``now`` is skipped, so
+    the first day is today only if today's quiet time is still ahead. With
+    ``policy_windows`` every window lies inside one of them; with history shorter than
+    ``tuning.min_history_days`` the policy windows (or else ``tuning.default_start``) are used as they
+    are. A window lies inside one occurrence of a policy window and is listed under the day that
+    occurrence starts (a Saturday-night window may begin at 02:00 on Sunday). The result says which
+    method was used, and why. Pure: no clock, no I/O.
+    """
+    zone = parse_timezone(tz)
+    length = parse_duration(duration)
+    policies = parse_policy_windows(policy_windows)
+    one_series = not samples or isinstance(samples[0][0], int | float)
+    many = cast(Sequence[Sequence[Sample]], [samples] if one_series else samples)
+    slot, bins = combine_series(many)
+    observed_days = len(bins) * slot / 86400
+    first_bin = min(bins) if bins else 0
+    last_bin = max(bins) if bins else 0
+    if not bins and now is None:
+        raise SeriesError("SERIES", "no samples and no 'now' to plan from", "pass samples or now=")
+    start_at = _aware(now, (last_bin + 1) * slot)
+    span = length.total_seconds()
+
+    learned = observed_days >= tuning.min_history_days
+    profile = (
+        build_profile(
+            slot,
+            bins,
+            zone,
+            shrink=tuning.shrink,
+            min_day_coverage=tuning.min_day_coverage,
+            trim=tuning.trim,
+            smooth=tuning.smooth_slots,
+        )
+        if learned
+        else None
+    )
+    first_day = datetime.fromtimestamp(start_at, zone).date()
+    last_day = first_day + timedelta(days=tuning.search_days)
+    allowed: list[tuple[float, float]] | None = None
+    if policies:
+        allowed = sorted(
+            occ
+            for p in policies
+            for occ in p.occurrences(first_day - timedelta(days=1), last_day, zone)
+            if occ[1] - occ[0] >= span
+        )
+        if not allowed:
+            raise PolicyWindowError(
+                "windows", f"no policy window is {length} long", "widen a window or shorten the restart"
+            )
+    estimator = (
+        _Estimator(
+            profile,
+            int(_midnight(first_day, zone) // slot) - 1,
+            int(_midnight(last_day + timedelta(days=2), zone) // slot) + int(span // slot) + 2,
+        )
+        if profile
+        else None
+    )
+
+    chosen: list[Window] = []
+    notes: list[str] = []
+    day = first_day
+    while len(chosen) < days and day < last_day:
+        begin = _midnight(day, zone)
+        stop = _midnight(day + timedelta(days=1), zone)
+        if allowed is None:
+            spans = [(begin, stop + span)]  # any start on this day; the window may run past midnight
+        else:  # the occurrences that start on this day, however far past midnight they run
+            spans = [(a, b) for a, b in allowed if begin <= a < stop]
+        candidates = sorted(
+            {
+                float(t)
+                for a, b in spans
+                for t in range(math.ceil(a / slot) * slot, math.floor(b - span) + 1, slot)
+                if allowed is not None or t < stop
+            }
+        )
+        window: Window | None = None
+        if estimator is not None and candidates:
+            best: tuple[float, float] | None = None
+            for t in candidates:
+                load, coverage = estimator.window(t, t + span)
+                if (
+                    load is not None
+                    and coverage >= tuning.min_window_coverage
+                    and (best is None or load < best[0] - 1e-12)
+                ):
+                    best = (load, t)
+            if best is not None:
+                window = _window(best[1], span, zone, best[0], "learned")
+            elif allowed is not None:
+                notes.append(f"{day}: no history covers the policy windows; the first one is used")
+        if window is None and candidates and (estimator is None or allowed is not None):
+            if allowed is not None:
+                window = _window(candidates[0], span, zone, None, "policy")  # the policy as written
+            else:
+                wanted = datetime.combine(day, tuning.default_start, zone).timestamp()
+                window = _window(wanted, span, zone, None, "default")
+        if window is not None and window.start.timestamp() >= start_at:
+            chosen.append(window)  # a day whose window has begun or passed is skipped, not re-planned
+        day += timedelta(days=1)
+
+    method: Method = "learned" if learned else ("policy" if policies else "default")
+    history_start = datetime.fromtimestamp(first_bin * slot, zone) if bins else None
+    history_end = datetime.fromtimestamp((last_bin + 1) * slot, zone) if bins else None
+    reason = _reason(method, observed_days, tuning, profile, zone, slot, bool(policies))
+    return WindowPlan(
+        windows=tuple(chosen),
+        method=method,
+        reason=reason,
+        timezone=str(zone.key),
+        duration=length,
+        history_days=round(observed_days, 3),
+        history_start=history_start,
+        history_end=history_end,
+        slot_seconds=slot,
+        weeks=profile.weeks if profile else 0,
+        notes=tuple(notes),
+    )
+
+
+def _window(start: float, span: float, zone: ZoneInfo, load: float | None, source: Method) -> Window:
+    return Window(
+        start=datetime.fromtimestamp(start, zone),
+        end=datetime.fromtimestamp(start + span, zone),
+        expected_load=None if load is None else round(load, 4),
+        source=source,
+    )
+
+
+def _reason(
+    method: Method,
+    observed: float,
+    tuning: Tuning,
+    profile: Profile | None,
+    zone: ZoneInfo,
+    slot: int,
+    policies: bool,
+) -> str:
+    if method == "learned" and profile is not None:
+        weekly = (
+            f"each weekday's own shape from {profile.weeks} weeks, blended with the all-days shape"
+            if profile.weeks >= 2
+            else "the all-days shape (under two weeks: weekdays not told apart yet)"
+        )
+        inside = "; inside the policy windows" if policies else ""
+        return (
+            f"learned from {observed:.1f} days of history ({slot // 60}-minute bins, {zone.key}): "
+            f"{weekly}{inside}"
+        )
+    short = f"history too short ({observed:.1f} days < {tuning.min_history_days:g})"
+    if method == "policy":
+        return f"{short}: the policy windows as they are"
+    return f"{short} and no policy windows: {tuning.default_start:%H:%M} {zone.key} each day"
+
+
+def next_window(
+    samples: Sequence[Sample] | Sequence[Sequence[Sample]],
+    duration: timedelta | str | float,
+    tz: ZoneInfo | str = "UTC",
+    policy_windows: Sequence[Mapping[str, Any] | PolicyWindow] | None = None,
+    now: datetime | float | None = None,
+    *,
+    tuning: Tuning = Tuning(),
+) -> Window | None:
+    """The earliest planned window that starts at or after ``now`` (None if none can be found)."""
+    plan = plan_windows(samples, duration, tz, policy_windows, now, days=1, tuning=tuning)
+    return plan.windows[0] if plan.windows else None
