@@ -6,6 +6,9 @@ and their trend, GPU memory growth from loadline's node agent or dcgm-exporter) 
 dict :func:`loadline.oom.parse_incident` reads under ``"metrics"``. It never raises and never waits
 long: what Prometheus cannot tell is left out.
 
+``query_range`` / ``query_range_async`` fetch request-rate history (through prometheus-api-client) for
+:mod:`loadline.windows`, under the same never-block, never-raise promise.
+
 The PromQL builders and the answer parsers are pure and public, for tests and for people who want to
 paste the same queries into Grafana. See docs/traffic.md.
 """
@@ -38,6 +41,7 @@ from loadline.traffic._promql import (
     requests_running_query,
     selector,
 )
+from loadline.traffic._range import query_range, query_range_async
 
 __all__ = [
     "AGENT_CONTAINER_MEMORY_USED",
@@ -64,6 +68,8 @@ __all__ = [
     "parse_version",
     "preemptions_query",
     "prompt_buckets_query",
+    "query_range",
+    "query_range_async",
     "requests_running_query",
     "samples",
     "scalar",
