@@ -44,6 +44,7 @@ crds: venv
 
 bench: venv
 	$(PY) benchmarks/plan_1000.py
+	$(PY) benchmarks/windows.py
 
 demo: venv tools cluster-up
 	@for f in examples/*.yaml; do echo "== loadline plan $$f"; $(VENV)/bin/loadline plan $$f || exit 1; done
