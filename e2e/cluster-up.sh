@@ -51,6 +51,12 @@ options:
   etcdBinary: ${ETCD_BIN}/etcd
   kwokControllerBinary: ${KWOK_BIN}/kwok
   cacheDir: ${KWOK_WORKDIR}/cache
+# Sized for a fleet (benchmarks/fleet.py: thousands of models, each with a Service): kube-apiserver's
+# default Service range is a /24, whose 255th Service fails with "range is full".
+componentsPatches:
+  - name: kube-apiserver
+    extraArgs:
+      - {key: service-cluster-ip-range, value: ${SERVICE_CIDR}}
 EOF
 }
 

@@ -25,6 +25,7 @@ HELM_BIN="${LOADLINE_CACHE}/bin/helm-${HELM_VERSION}"
 LWS_BIN="${LOADLINE_CACHE}/bin/lws-${LWS_VERSION}"
 PROMETHEUS_BIN="${LOADLINE_CACHE}/bin/prometheus"   # prometheus and promtool, from ${PROMETHEUS_DEB}
 
+SERVICE_CIDR="10.96.0.0/16"  # 65,534 Service IPs (kube-apiserver's default /24 holds 254)
 CLUSTER_NAME="${LOADLINE_CLUSTER_NAME:-loadline-e2e}"
 STATE_DIR="${LOADLINE_REPO}/.e2e"
 KUBECONFIG_PATH="${LOADLINE_KUBECONFIG:-${STATE_DIR}/kubeconfig}"

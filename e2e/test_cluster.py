@@ -251,3 +251,24 @@ def test_every_component_listens_on_loopback_only(kubectl: Kubectl) -> None:
         addresses = _listening_addresses(int(pid_file.read_text()))
         assert addresses, f"{pid_file.stem} listens on nothing"
         assert all(a.startswith(("127.0.0.1:", "::1:")) for a in addresses), (pid_file.stem, addresses)
+
+
+def test_the_service_range_holds_a_fleet(kubectl: Kubectl) -> None:
+    """Every InferenceModel has a Service: the API server's default /24 would refuse the 255th. The
+    cluster's ServiceCIDR (what allocates ClusterIPs since Kubernetes 1.33) is the /16 lib.sh sets,
+    and a Service created now gets an address from it."""
+    cidr = lib_var("SERVICE_CIDR")
+    cidrs = kubectl.json("get", "servicecidr", "kubernetes")["spec"]["cidrs"]
+    assert cidrs == [cidr]
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "range-probe", "namespace": "default"},
+        "spec": {"ports": [{"port": 80}], "selector": {"app": "none"}},
+    }
+    kubectl.apply(service, "default")
+    try:
+        address = kubectl.json("get", "service", "range-probe", "-n", "default")["spec"]["clusterIP"]
+        assert address.startswith(cidr.split(".0.0/")[0] + ".")
+    finally:
+        kubectl.run("delete", "service", "range-probe", "-n", "default", check=False)
