@@ -38,6 +38,7 @@ spec:
 def test_crds_directory_is_exactly_the_generated_output() -> None:
     shipped = sorted((REPO / "crds").glob("*.yaml"))
     assert [p.name for p in shipped] == [
+        "loadline.dev_fleetpolicies.yaml",
         "loadline.dev_inferencemodels.yaml",
     ]
     assert "".join(p.read_text() for p in shipped) != ""
