@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import pydantic
@@ -227,3 +228,24 @@ def test_an_incident_status_writes_every_remediation_field_even_at_its_default()
     assert "phase" not in status
     degraded = _build.build_incident_status([], state, needs_person="3 changes today; look at the prompts")
     assert degraded["phase"] == "Degraded" and degraded["message"].startswith("3 changes")
+
+
+def test_the_readiness_check_backs_off_to_once_a_minute() -> None:
+    """Over an hour stuck in Deploying, a timer firing every 5 s reads the cluster ~65 times (5, 10,
+    20, 40 s, then each minute), not 720; and always at once when this process has not looked yet."""
+    reads, last = [], None
+    for tick in range(0, 3600, 5):
+        if _build.readiness_check_due(float(tick), last):
+            reads.append(tick)
+            last = float(tick)
+    assert reads[:6] == [0, 5, 10, 20, 40, 100]
+    assert all(b - a == 60 for a, b in itertools.pairwise(reads[4:]))
+    assert len(reads) <= 65
+    assert _build.readiness_check_due(3000.0, None)  # a new leader looks once at once
+
+
+def test_deploying_since_is_when_ready_turned_false() -> None:
+    status = deployed({}, False, T1)
+    since = _build.deploying_since(status)
+    assert since is not None and since.isoformat().startswith("2026-11-21T01:00")
+    assert _build.deploying_since(deployed({}, True, T1)) is None

@@ -201,6 +201,37 @@ def build_incident_status(
     return _status_patch(**fields)
 
 
+READINESS_BACKOFF = (0.0, 5.0, 10.0, 20.0, 40.0)  # seconds into Deploying; then every READINESS_PERIOD
+READINESS_PERIOD = 60.0
+
+
+def readiness_check_due(elapsed: float, last_checked: float | None) -> bool:
+    """Whether the readiness timer should read the cluster now, ``elapsed`` seconds after the model
+    entered ``Deploying``, having last read it at ``last_checked`` (None: not in this process).
+
+    Child events report availability at once; the timer only closes the race where the child became
+    available before the parent's status was written, and covers LeaderWorkerSets (not watched). So it
+    checks soon and then backs off: a model stuck for hours (no GPU of its type free) costs one read a
+    minute, not one every few seconds."""
+    if last_checked is None:
+        return True
+    if elapsed < READINESS_BACKOFF[-1] + READINESS_PERIOD:
+        due = max((point for point in READINESS_BACKOFF if point <= elapsed), default=0.0)
+    else:
+        due = elapsed - (elapsed - READINESS_BACKOFF[-1]) % READINESS_PERIOD
+    return last_checked < due
+
+
+def deploying_since(status: Mapping[str, Any]) -> datetime | None:
+    """When the model last became not Ready (the Ready condition's transition), if it says."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == READY and condition.get("status") != "True":
+            stamp = condition.get("lastTransitionTime")
+            if stamp:
+                return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return None
+
+
 def status_changes(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> Status:
     """Only the top-level status fields that differ: an empty dict means there is nothing to write."""
     return {key: value for key, value in desired.items() if previous.get(key) != value}

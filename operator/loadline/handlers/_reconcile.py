@@ -18,7 +18,8 @@ import base64
 import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import kopf
@@ -369,20 +370,33 @@ def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> 
         logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
 
 
-def check_readiness(body: kopf.Body, patch: kopf.Patch) -> None:
+def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
     """Level-triggered check while Deploying: catches availability that no child event reported.
 
     The child's events can arrive before the parent's first status is written (KWOK and small models
-    become available within a second); this timer closes that race without a write when idle.
+    become available within a second); this timer closes that race without a write when idle. It backs
+    off (:func:`_build.readiness_check_due`), and lists the pods for an unschedulable reason only when
+    the workload changed since the last look: a stuck model costs one read a minute and no writes.
     """
     status = dict(body.get("status") or {})
+    since = _build.deploying_since(status)
+    now = datetime.now(UTC)
+    elapsed = (now - since).total_seconds() if since else 0.0
+    if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
+        return
+    memo["readiness_checked_at"] = elapsed
     plan = status.get("plan") or {}
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
     meta = body["metadata"]
     api_version, kind, workload_name = workload_ref(meta["name"], multi_node)
     workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
     ready, message = _build.readiness_from_workload(workload)
+    version = ((workload or {}).get("metadata") or {}).get("resourceVersion")
+    unchanged = version is not None and memo.get("readiness_workload_version") == version
+    memo["readiness_workload_version"] = version
     unschedulable = ""
+    if not ready and unchanged:
+        return  # nothing moved since the last look (the message in status already says why)
     if not ready:
         pods = _kube.list_objects(
             "v1", "Pod", meta["namespace"], label_selector=f"{INSTANCE_LABEL}={meta['name']}"

@@ -63,8 +63,9 @@ def _deploying(status: kopf.Status, **_: Any) -> bool:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
-def readiness(body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    _reconcile.check_readiness(body, patch)
+def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute).
+    _reconcile.check_readiness(body, patch, memo)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
