@@ -382,6 +382,8 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str
     since = _build.deploying_since(status)
     now = datetime.now(UTC)
     elapsed = (now - since).total_seconds() if since else 0.0
+    if memo.get("readiness_since") != since:  # a new Deploying episode: its back-off starts over
+        memo.update(readiness_since=since, readiness_checked_at=None, readiness_workload_version=None)
     if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
         return
     memo["readiness_checked_at"] = elapsed
