@@ -379,9 +379,10 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str
     the workload changed since the last look: a stuck model costs one read a minute and no writes.
     """
     status = dict(body.get("status") or {})
-    since = _build.deploying_since(status)
     now = datetime.now(UTC)
-    elapsed = (now - since).total_seconds() if since else 0.0
+    # Without a Ready condition to date it, the episode starts when this process first saw it.
+    since = _build.deploying_since(status) or memo.setdefault("readiness_first_seen", now)
+    elapsed = (now - since).total_seconds()
     if memo.get("readiness_since") != since:  # a new Deploying episode: its back-off starts over
         memo.update(readiness_since=since, readiness_checked_at=None, readiness_workload_version=None)
     if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
