@@ -20,6 +20,10 @@ _lock = threading.Lock()
 _client: DynamicClient | None = None
 
 
+# Read-decide-write rounds on 409 Conflict before a handler gives up and lets kopf retry it.
+CONFLICT_RETRIES = 10
+
+
 def dynamic() -> DynamicClient:
     """One discovery-backed client per process (in-cluster config, else KUBECONFIG)."""
     global _client

@@ -20,6 +20,7 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from loadline.api import API_VERSION, KIND
 from loadline.handlers import _build, _kube, _metrics, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation
@@ -32,7 +33,7 @@ MAX_HANDLED = 50
 # Outside the "loadline.dev/" prefix on purpose: kopf leaves annotations of its own storage prefix out
 # of the diff it triggers update handlers on, and this one must trigger reconcile.
 REMEDIATION_ANNOTATION = "remediation.loadline.dev/crash"
-CONFLICT_RETRIES = 10
+CONFLICT_RETRIES = _kube.CONFLICT_RETRIES
 
 
 def limits(settings: OperatorSettings) -> PolicyLimits:
@@ -121,7 +122,7 @@ def _handle_crash(
     the next event of the pod brings it back: no crash is ever dropped.
     """
     for attempt in range(CONFLICT_RETRIES):
-        parent = _kube.get("loadline.dev/v1alpha1", "InferenceModel", namespace, name)
+        parent = _kube.get(API_VERSION, KIND, namespace, name)
         if parent is None:
             return True
         owner_uids = {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}

@@ -25,7 +25,15 @@ from typing import Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import InferenceModel, Phase, RemediationState, apply_overrides, parse_inference_model
+from loadline.api import (
+    API_VERSION,
+    KIND,
+    InferenceModel,
+    Phase,
+    RemediationState,
+    apply_overrides,
+    parse_inference_model,
+)
 from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError, SpecError
 from loadline.handlers import _build, _kube
 from loadline.handlers._settings import OperatorSettings
@@ -352,19 +360,34 @@ def _restart_pods(
 def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> None:
     """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status."""
     meta = body.get("metadata", {})
-    owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == "InferenceModel"]
+    owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
         return
-    parent = _kube.get("loadline.dev/v1alpha1", "InferenceModel", meta.get("namespace"), owners[0]["name"])
-    if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
-        return
     ready, message = _build.readiness_from_workload(dict(body))
-    changes = _build.build_readiness_status(
-        parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
-    )
-    if changes is None:
-        return
-    _kube.patch_status(parent, changes)
+    for _attempt in range(_kube.CONFLICT_RETRIES):
+        parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owners[0]["name"])
+        if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
+            return
+        changes = _build.build_readiness_status(
+            parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
+        )
+        if changes is None:
+            return
+        try:
+            _kube.patch_status(parent, changes)
+            break
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
+            # The InferenceModel changed between our read and write (reconcile, an OOM decision):
+            # read it again and decide again, rather than dropping the workload's news.
+            logger.info(
+                "%s/%s changed meanwhile; deciding its readiness again",
+                meta.get("namespace"),
+                owners[0]["name"],
+            )
+    else:
+        raise kopf.TemporaryError("the InferenceModel kept changing; retrying its readiness", delay=1)
     if changes.get("phase") != (parent.get("status") or {}).get("phase"):
         _event(parent, warning=False, reason="Ready" if ready else "Progressing", message=message)
         logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
