@@ -1,4 +1,6 @@
-"""``loadline render``: plan the InferenceModels of a file and print their manifests, like ``helm template``.
+"""``loadline render``: plan the InferenceModels of files and print their manifests, like ``helm template``.
+
+FleetPolicy documents among the files govern the models as in the cluster (see ``_cli_policy``).
 
 The output is a YAML stream GitOps users can commit. Errors (an ``extraArgs`` flag the chosen vLLM
 version lacks, an unplannable spec) are :class:`loadline.errors.LoadlineError`s, which the CLI prints
@@ -10,9 +12,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadline.api import load_inference_models
+from loadline._cli_policy import govern
+from loadline.api import load_manifests
 from loadline.render import manifests_yaml, render_manifests, resolve_version
-from loadline.sizing import plan_inference_model
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -20,16 +22,16 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if override is not None:
         resolve_version(override, "--vllm-version")
     out = []
-    for obj in load_inference_models(args.file):
-        if override is not None:
-            # Plan for the version that will run: batching defaults differ between releases.
-            engine = obj.spec.engine.model_copy(update={"version": override})
-            obj = obj.model_copy(update={"spec": obj.spec.model_copy(update={"engine": engine})})
-        plan = plan_inference_model(obj.spec)
-        objects = render_manifests(obj, plan, vllm_version=override)
+    # FleetPolicies among the files fill defaults and refuse as admission would; the plan is made for
+    # the version that will run (batching defaults differ between releases) and within the limits.
+    for governed in govern(load_manifests(args.file), vllm_version=override):
+        obj = governed.obj
+        objects = render_manifests(obj, governed.plan, vllm_version=override)
         meta = obj.metadata
         where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-        out.append(manifests_yaml(objects, source=f"{args.file} (InferenceModel {where}{meta.get('name')})"))
+        out.append(
+            manifests_yaml(objects, source=f"{governed.source} (InferenceModel {where}{meta.get('name')})")
+        )
     sys.stdout.write("".join(out))
     return 0
 
@@ -39,7 +41,11 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "render",
         help="plan the InferenceModels in a YAML file and print their vLLM manifests (like helm template)",
     )
-    p.add_argument("file", help="InferenceModel YAML (one or more documents)")
+    p.add_argument(
+        "file",
+        nargs="+",
+        help="YAML files of InferenceModels, FleetPolicies and Namespaces; - for standard input",
+    )
     p.add_argument(
         "--vllm-version",
         metavar="V",

@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from loadline.api import load_inference_models
+from loadline._cli_policy import Governed, describe_policies, govern
+from loadline.api import load_manifests
 from loadline.errors import SpecError
 from loadline.sizing import (
     Candidate,
@@ -25,7 +26,6 @@ from loadline.sizing import (
     gpu_catalog,
     model_catalog,
     parse_hf_config,
-    plan_inference_model,
     resolve_dtype,
     resolve_quantization,
 )
@@ -174,17 +174,34 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 0
     if not args.file:
         raise SpecError("FILE", "is required", "pass an InferenceModel YAML file")
-    results = []
-    for obj in load_inference_models(args.file):
-        name = f"{obj.metadata.get('namespace', 'default')}/{obj.metadata.get('name', '?')}"
-        plan = plan_inference_model(obj.spec)
-        results.append((name, plan))
+    manifests = load_manifests(args.file)
+    if not manifests.models:
+        print(describe_policies(manifests.policies))
+        return 0
+    # FleetPolicies among the files govern the models as admission does in the cluster.
+    results = govern(manifests)
     if args.output == "json":
-        payload = [{"name": name, **plan.to_dict()} for name, plan in results]
+        payload = [
+            {
+                "name": g.name,
+                **g.plan.to_dict(),
+                **({"policies": [p.name for p in g.policies]} if g.policies else {}),
+            }
+            for g in results
+        ]
         print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
     else:
-        print("\n\n".join(_plan_table(name, plan) for name, plan in results))
+        print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def _governed_table(governed: Governed) -> str:
+    table = _plan_table(governed.name, governed.plan)
+    if not governed.policies:
+        return table
+    names = ", ".join(f"{p.name} ({p.spec.enforcement})" for p in governed.policies)
+    lines = [f"  policies: {names}", *(f"  default: {note}" for note in governed.notes)]
+    return table + "\n" + "\n".join(lines)
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -208,8 +225,15 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     size.add_argument("--output", choices=("text", "json"), default="text")
     size.set_defaults(func=_cmd_size)
 
-    plan = sub.add_parser("plan", help="plan GPUs for the InferenceModels in a YAML file")
-    plan.add_argument("file", nargs="?", help="InferenceModel YAML (one or more documents)")
+    plan = sub.add_parser(
+        "plan",
+        help="plan GPUs for the InferenceModels in YAML files, under the FleetPolicies among them",
+    )
+    plan.add_argument(
+        "file",
+        nargs="*",
+        help="YAML files of InferenceModels, FleetPolicies and Namespaces; - for standard input",
+    )
     plan.add_argument("--output", choices=("table", "json"), default="table")
     plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog")
     plan.set_defaults(func=_cmd_plan)

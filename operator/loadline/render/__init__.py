@@ -19,7 +19,13 @@ from loadline.render._flags import (
     version_text,
 )
 from loadline.render._names import child_kinds, service_name, workload_ref
-from loadline.render._render import ANNOTATION_NOTES, ANNOTATION_PLAN, ANNOTATION_VERSION, render_manifests
+from loadline.render._render import (
+    ANNOTATION_NOTES,
+    ANNOTATION_PLAN,
+    ANNOTATION_VERSION,
+    default_image,
+    render_manifests,
+)
 from loadline.render._resources import PodResources, pod_resources, weights_total_gib
 from loadline.render._stream import manifests_yaml
 
@@ -36,6 +42,7 @@ __all__ = [
     "canonical_flag",
     "check_extra_args",
     "child_kinds",
+    "default_image",
     "flag_table",
     "manifests_yaml",
     "pod_resources",

@@ -163,11 +163,16 @@ def _plan_annotation(plan: Plan, version: Version) -> str:
     return json.dumps(summary, separators=(",", ":"))
 
 
+def default_image(version_string: str) -> str:
+    """The image used when ``spec.engine.image`` is empty (fleet policies check its registry too)."""
+    tag = version_string.strip().removeprefix("v")
+    return f"vllm/vllm-openai:v{tag}"
+
+
 def _image(obj: InferenceModel, version_string: str) -> str:
     if obj.spec.engine.image:
         return obj.spec.engine.image
-    tag = version_string.strip().removeprefix("v")
-    return f"vllm/vllm-openai:v{tag}"
+    return default_image(version_string)
 
 
 @cache

@@ -1,0 +1,134 @@
+"""FleetPolicies offline: ``loadline plan`` and ``loadline render`` govern the InferenceModels of their
+files with the FleetPolicies among them exactly as admission does in the cluster.
+
+Deny refusals are collected over every model, so one run names every problem; the command then exits
+2 with one line per violation. Warn and dryrun violations go to standard error as warnings. What
+offline use cannot know is said, not guessed: namespace labels (needed by a policy's
+``namespaceSelector``) are known only from Namespace objects among the files.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TextIO
+
+from loadline.api import FleetPolicy, InferenceModel, Manifests
+from loadline.errors import LoadlineError
+from loadline.policy import (
+    apply_defaults,
+    check,
+    combine,
+    decide,
+    describe_selector,
+    enforced,
+    fills,
+    needs_namespace_labels,
+    planning_spec,
+    policy_governs,
+    select_policies,
+)
+from loadline.sizing import Plan, plan_inference_model
+
+
+class PolicyRefusal(LoadlineError):
+    """Deny-mode FleetPolicies refuse one or more InferenceModels; ``lines`` name policy, field and fix."""
+
+    def __init__(self, lines: Sequence[str]) -> None:
+        self.lines = list(lines)
+        super().__init__("\n".join(self.lines))
+
+
+@dataclass(frozen=True)
+class Governed:
+    """One InferenceModel after its policies: defaults filled, planned within their limits."""
+
+    source: str
+    obj: InferenceModel
+    plan: Plan
+    policies: tuple[FleetPolicy, ...]
+    notes: tuple[str, ...]  # defaults filled, for the plan table
+
+    @property
+    def name(self) -> str:
+        meta = self.obj.metadata
+        return f"{meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+
+
+def _unknown_labels_note(policy: FleetPolicy, obj: InferenceModel, namespace: str) -> str | None:
+    """Say so when only the namespace's unknown labels keep ``policy`` from governing ``obj``."""
+    if not needs_namespace_labels(policy):
+        return None
+    labels = obj.metadata.get("labels") or {}
+    probe = policy.model_copy(deep=True)
+    probe.spec.selector.namespace_selector = None
+    if not policy_governs(probe, namespace, {}, labels):
+        return None
+    return (
+        f"FleetPolicy {policy.name} selects namespaces by label and the labels of namespace {namespace} "
+        f"are unknown offline, so it is not applied to {namespace}/{obj.metadata.get('name', '?')} "
+        "(fix: add the Namespace object to the files)"
+    )
+
+
+def govern(
+    manifests: Manifests, *, err: TextIO | None = None, vllm_version: str | None = None
+) -> list[Governed]:
+    """Apply the files' FleetPolicies to the files' InferenceModels, as admission would.
+
+    Prints warnings and notes to ``err`` (standard error); raises :class:`PolicyRefusal` naming every
+    deny violation. ``vllm_version`` (``render --vllm-version``) replaces the engine version after the
+    defaults, before the checks: the version that will run is the one judged.
+    """
+    out_err = err or sys.stderr
+    refusals: list[str] = []
+    governed: list[Governed] = []
+    warned: set[str] = set()
+    for source, obj in manifests.models:
+        namespace = str(obj.metadata.get("namespace") or "default")
+        labels = obj.metadata.get("labels") or {}
+        ns_labels = manifests.namespaces.get(namespace)
+        if ns_labels is None:
+            for policy in manifests.policies:
+                note = _unknown_labels_note(policy, obj, namespace)
+                if note and note not in warned:
+                    warned.add(note)
+                    print(f"loadline: note: {note}", file=out_err)
+        policies = select_policies(manifests.policies, namespace, ns_labels, labels)
+        acting = combine(enforced(policies))
+        spec = apply_defaults(obj.spec, acting)
+        notes = tuple(
+            f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in fills(obj.spec, acting)
+        )
+        if vllm_version is not None:
+            spec = spec.model_copy(
+                update={"engine": spec.engine.model_copy(update={"version": vllm_version})}
+            )
+        everything = combine(policies)
+        evaluation = check(spec, everything)
+        decision = decide(evaluation.violations, policies)
+        name = f"{namespace}/{obj.metadata.get('name', '?')}"
+        for warning in decision.warnings:
+            print(f"loadline: warning: {name}: {warning}", file=out_err)
+        if not decision.allowed:
+            refusals.append(f"{name} ({source}) refused:")
+            refusals.extend(f"  {line}" for line in decision.message.splitlines())
+            continue
+        plan = evaluation.plan
+        if plan is None or len(acting.policies) != len(everything.policies):
+            # Warn/dryrun left no plan within all limits, or dryrun policies must not shape the plan.
+            plan = plan_inference_model(planning_spec(spec, acting))
+        governed.append(Governed(source, obj.model_copy(update={"spec": spec}), plan, tuple(policies), notes))
+    if refusals:
+        raise PolicyRefusal(refusals)
+    return governed
+
+
+def describe_policies(policies: Sequence[FleetPolicy]) -> str:
+    """One line per policy, for a run whose files hold policies but no InferenceModel."""
+    return "\n".join(
+        f"FleetPolicy {p.name}: {p.spec.enforcement}, priority {p.spec.priority}, governs "
+        f"{describe_selector(p.spec.selector)} (no InferenceModel among the files to check)"
+        for p in policies
+    )
