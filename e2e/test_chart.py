@@ -25,7 +25,8 @@ def can_i(kubectl: Kubectl, *args: str, user: str = SA) -> bool:
 def test_chart_renders_and_the_api_server_accepts_every_object(kubectl: Kubectl, namespace: str) -> None:
     docs = render("loadline", namespace, {})
     kinds = sorted(d["kind"] for d in docs)
-    assert kinds.count("CustomResourceDefinition") == 1
+    crds = sorted(d["metadata"]["name"] for d in docs if d["kind"] == "CustomResourceDefinition")
+    assert crds == ["fleetpolicies.loadline.dev", "inferencemodels.loadline.dev"]
     assert {
         "Deployment",
         "ServiceAccount",

@@ -301,8 +301,9 @@ class RestartWindow(_Model):
         description="Days the window starts on: Mon, Tue, Wed, Thu, Fri, Sat, Sun; default: every day.",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
-    start: str = Field(description='Start, "HH:MM" wall-clock time.', pattern=_CLOCK_PATTERN)
-    end: str = Field(description='End, "HH:MM" ("24:00": midnight).', pattern=_CLOCK_PATTERN)
+    # maxLength bounds the CEL rule's cost as the API server estimates it (unbounded strings exceed it).
+    start: str = Field(description='Start, "HH:MM" wall-clock time.', pattern=_CLOCK_PATTERN, max_length=5)
+    end: str = Field(description='End, "HH:MM" ("24:00": midnight).', pattern=_CLOCK_PATTERN, max_length=5)
     timezone: str | None = Field(
         default=None,
         min_length=1,
