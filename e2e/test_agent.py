@@ -21,14 +21,18 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
+from tests.conftest import inference_model
 from tests.fake_nvml import GIB, FakeGPU, build, nvml_env, write_script
 
-from chart import render
+from chart import OPERATOR_NAMESPACE, ChartOperator, install, render, uninstall
 from kube import Kubectl, lib_var, wait_for
+from loadline.handlers._build import planned_gpu_gib
 from loadline.traffic import gpu_memory_used_query, incident_metrics, measured_gpu_memory
+from operator_helpers import model, pods_of, wait_phase
 
 CID = "c0" * 32
 UID = "7d0e6f42-1c1b-4c55-9d2e-5a3b2c1d0e9f"
@@ -48,6 +52,10 @@ class Running:
     agent_port: int
     prometheus_url: str
     started: float
+    proc_root: Path
+    containers: Path
+    #: Further processes on GPU 1 (host pid, bytes) a test adds; the script is rewritten within 0.5 s.
+    extra: list[tuple[int, int]]
 
 
 def _wait_http(url: str, what: str, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -80,9 +88,15 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
     script = root / "gpus.txt"
     started = time.time()
 
+    extra: list[tuple[int, int]] = []
+
     def gpus() -> list[FakeGPU]:
         used = BASE + int((time.time() - started) * GROWTH_BYTES_PER_S)
-        return [FakeGPU("GPU-e2e00000", used=used, procs=[(4242, used)]), FakeGPU("GPU-e2e11111", used=GIB)]
+        gpu1 = GIB + sum(size for _pid, size in extra)
+        return [
+            FakeGPU("GPU-e2e00000", used=used, procs=[(4242, used)]),
+            FakeGPU("GPU-e2e11111", used=gpu1, procs=list(extra)),
+        ]
 
     write_script(script, gpus())
     stop = threading.Event()
@@ -127,7 +141,7 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         _wait_http(f"http://127.0.0.1:{agent_port}/metrics", "the agent", agent, agent_log)
         url = f"http://127.0.0.1:{prom_port}"
         _wait_http(f"{url}/-/ready", "prometheus", prometheus, prom_log)
-        yield Running(agent_port, url, started)
+        yield Running(agent_port, url, started, proc_root, containers, extra)
     finally:
         stop.set()
         for proc in (prometheus, agent):
@@ -214,3 +228,99 @@ def test_the_chart_daemonset_is_accepted_by_the_api_server(kubectl: Kubectl, nam
     assert not [
         d for d in render("loadline", namespace, {}, include_crds=False) if "agent" in d["metadata"]["name"]
     ]
+
+
+# --- the chart's operator writes the measured use into status, beside the plan ---
+
+MEASURE_SECONDS = 2
+
+
+@pytest.fixture
+def measuring_operator(kubectl: Kubectl, namespace: str, running: Running) -> Iterator[ChartOperator]:
+    """The chart installed as a platform team would with the agent: its Prometheus (the one scraping
+    the agent above) and a short measuring interval. A release of its own that watches only the test's
+    namespace (and its own Lease), so it never shares a model with the session's operator."""
+    values = {
+        "replicas": 1,
+        "leaderElection": {"leaseName": "loadline-measure"},
+        "settings": {
+            "namespaces": namespace,
+            "prometheusUrl": running.prometheus_url,
+            "measureIntervalSeconds": MEASURE_SECONDS,
+            "retryDelaySeconds": 3,
+        },
+    }
+    chart = install(kubectl, "measure", OPERATOR_NAMESPACE, values)
+    try:
+        chart.active(timeout=60)
+        yield chart
+    finally:
+        uninstall(chart)
+        kubectl.run("delete", "lease", "loadline-measure", "-n", OPERATOR_NAMESPACE, check=False)
+
+
+def _place_on_gpu(running: Running, pod: dict[str, Any], pid: int, size: int) -> None:
+    """A vLLM process of ``pod`` (the real pod the Deployment made) on GPU 1, as the node shows it:
+    its cgroup names the pod's UID and a container ID, the kubelet's log symlink maps that ID to the pod."""
+    meta = pod["metadata"]
+    cid = f"{pid:064x}"
+    (running.proc_root / str(pid)).mkdir()
+    (running.proc_root / str(pid) / "cgroup").write_text(
+        f"0::/kubepods.slice/kubepods-pod{meta['uid'].replace('-', '_')}.slice/cri-containerd-{cid}.scope\n"
+    )
+    container = pod["spec"]["containers"][0]["name"]
+    (running.containers / f"{meta['name']}_{meta['namespace']}_{container}-{cid}.log").touch()
+    running.extra.append((pid, size))
+
+
+def test_status_shows_the_measured_use_beside_the_plan(
+    measuring_operator: ChartOperator, kubectl: Kubectl, namespace: str, running: Running
+) -> None:
+    doc = inference_model()
+    doc["metadata"] = {"name": "measured", "namespace": namespace}
+    kubectl.apply(doc, namespace)
+    obj = wait_phase(kubectl, namespace, "measured", "Ready", timeout=90)
+    planned = planned_gpu_gib(obj["status"]["plan"])
+    assert planned is not None and planned > 1
+    (pod,) = pods_of(kubectl, namespace, "measured")
+    assert pod["status"]["phase"] == "Running"
+    # No GPU process of the model yet: nothing measured, nothing written.
+    time.sleep(2 * MEASURE_SECONDS + 1)
+    assert "measuredGpuMemory" not in model(kubectl, namespace, "measured")["status"]
+
+    # The model's vLLM process holds 1.5 GiB more than the plan on GPU 1.
+    _place_on_gpu(running, pod, 5151, int((planned + 1.5) * GIB))
+
+    def measured() -> dict[str, Any] | None:
+        status = model(kubectl, namespace, "measured")["status"]
+        return status.get("measuredGpuMemory")
+
+    reading = wait_for(measured, timeout=60, what="status.measuredGpuMemory", interval=0.5)
+    assert {k: reading[k] for k in ("gpus", "source", "plannedGiB")} == {
+        "gpus": 1,
+        "source": "loadline-agent",
+        "plannedGiB": planned,
+    }
+    assert reading["maxUsedGiB"] == pytest.approx(planned + 1.5, abs=0.02)
+    assert reading["driftGiB"] == pytest.approx(1.5, abs=0.02)
+    assert reading["time"].endswith("Z")
+    # `kubectl get -o wide` shows it beside the plan.
+    header, row = kubectl("get", "inferencemodel", "measured", "-n", namespace, "-o", "wide").splitlines()
+    assert "GPU-USED-GIB" in header.split()
+    assert float(row.split()[header.split().index("GPU-USED-GIB")]) == reading["maxUsedGiB"]
+
+    # Idle: readings within 0.5 GiB of the stored one write nothing.
+    version = model(kubectl, namespace, "measured")["metadata"]["resourceVersion"]
+    running.extra[-1] = (5151, int((planned + 1.7) * GIB))
+    time.sleep(3 * MEASURE_SECONDS + 1)
+    assert model(kubectl, namespace, "measured")["metadata"]["resourceVersion"] == version
+
+    # Growth by a GiB is written.
+    running.extra[-1] = (5151, int((planned + 2.5) * GIB))
+    grown = wait_for(
+        lambda: (r := measured()) is not None and r["maxUsedGiB"] > planned + 2 and r,
+        timeout=30,
+        what="the grown reading in status",
+        interval=0.5,
+    )
+    assert grown["driftGiB"] == pytest.approx(2.5, abs=0.02)

@@ -51,12 +51,14 @@ def test_pod_names_are_escaped() -> None:
 
 def test_used_query_reads_both_sources_per_gpu() -> None:
     q = gpu_memory_used_query("team-a", "vllm-0")
-    assert q.startswith(f"(sum by (uuid) (loadline_gpu_container_memory_used_bytes{SEL}) or ")
+    assert q.startswith(f"(label_replace(sum by (uuid) (loadline_gpu_container_memory_used_bytes{SEL}) or ")
     assert (
         f'max by (uuid) (label_replace(DCGM_FI_DEV_FB_USED{SEL}, "uuid", "$1", "UUID", "(.*)")) * 1048576'
         in q
     )
-    assert q.endswith(") / 1073741824")
+    # Each sample says its source; DCGM's answers only for a GPU the agent does not report.
+    assert '"source", "loadline-agent", "", "") or on (uuid) label_replace(' in q
+    assert q.endswith('"source", "dcgm", "", "")) / 1073741824')
 
 
 def vector(*samples: tuple[dict[str, str], float]) -> dict[str, Any]:
@@ -77,6 +79,16 @@ def test_measured_use_compares_the_busiest_gpu_with_the_plan() -> None:
         "plannedGiB": 70.9,
         "driftGiB": 0.36,
     }
+
+
+def test_measured_use_names_the_busiest_gpus_source() -> None:
+    answers = {
+        "vllm-0": vector(({"uuid": "GPU-a", "source": "dcgm"}, 70.4)),
+        "vllm-1": vector(({"uuid": "GPU-b", "source": "loadline-agent"}, 71.0)),
+    }
+    assert measured_gpu_memory(answers, planned_gib=70.9)["source"] == "loadline-agent"  # type: ignore[index]
+    other = {"vllm-0": vector(({"uuid": "GPU-a", "source": "nvidia-smi"}, 1.0))}
+    assert "source" not in (measured_gpu_memory(other, 1.0) or {})
 
 
 def test_nothing_measured_leaves_status_alone() -> None:

@@ -249,3 +249,67 @@ def test_deploying_since_is_when_ready_turned_false() -> None:
     since = _build.deploying_since(status)
     assert since is not None and since.isoformat().startswith("2026-11-21T01:00")
     assert _build.deploying_since(deployed({}, True, T1)) is None
+
+
+# --- measured GPU memory beside the plan's budget (status.measuredGpuMemory) ---
+
+READING = {"gpus": 1, "maxUsedGiB": 20.3, "plannedGiB": 21.0, "driftGiB": -0.7, "source": "loadline-agent"}
+
+
+def test_planned_gpu_gib_is_the_plans_per_gpu_budget() -> None:
+    memory = PLAN["memory"]
+    parts = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
+    assert _build.planned_gpu_gib(PLAN) == pytest.approx(sum(memory[k] for k in parts), abs=0.01)
+    # The budget is what vLLM takes: about gpuMemoryUtilization of the GPU, never more than the GPU.
+    assert _build.planned_gpu_gib(PLAN) <= memory["totalGiB"]
+    assert _build.planned_gpu_gib(None) is None
+    assert _build.planned_gpu_gib({"memory": {"weightsGiB": 1.0}}) is None
+
+
+def test_a_first_reading_is_written_with_its_time_and_source() -> None:
+    status = _build.build_measured_status({}, READING, now=T0)
+    assert status == {"measuredGpuMemory": {**READING, "time": T0}}
+    assert _build.build_measured_status(None, READING, now=T0) == status
+
+
+def test_nothing_measured_writes_nothing_and_keeps_the_last_figure() -> None:
+    previous = _build.build_measured_status({}, READING, now=T0)
+    assert _build.build_measured_status(previous, None, now=T1) == {}
+    assert _build.build_measured_status({}, None, now=T1) == {}
+    assert _build.build_measured_status(None, {}, now=T1) == {}
+
+
+def test_an_idle_model_writes_nothing_within_the_step() -> None:
+    previous = _build.build_measured_status({}, READING, now="2026-11-20T00:00:00Z")
+    for minute, used in enumerate((20.3, 20.5, 20.71, 19.9, 20.79)):
+        reading = {**READING, "maxUsedGiB": used, "driftGiB": round(used - 21.0, 2)}
+        now = f"2026-11-20T00:{minute + 1:02d}:00Z"
+        assert _build.build_measured_status(previous, reading, now=now) == {}, used
+
+
+def test_a_move_of_a_step_or_a_changed_shape_is_written() -> None:
+    previous = _build.build_measured_status({}, READING, now=T0)
+    grown = _build.build_measured_status(previous, {**READING, "maxUsedGiB": 20.8, "driftGiB": -0.2}, now=T1)
+    assert grown["measuredGpuMemory"]["maxUsedGiB"] == 20.8 and grown["measuredGpuMemory"]["time"] == T1
+    for change in ({"gpus": 2}, {"plannedGiB": 30.0, "driftGiB": -9.7}, {"source": "dcgm"}):
+        assert _build.build_measured_status(previous, {**READING, **change}, now=T1), change
+    # A reading without a source (answers that do not say) replaces one that had it.
+    no_source = {k: v for k, v in READING.items() if k != "source"}
+    assert "source" not in _build.build_measured_status(previous, no_source, now=T1)["measuredGpuMemory"]
+
+
+def test_a_steady_figure_is_refreshed_hourly_so_its_time_tells_it_from_a_stale_one() -> None:
+    previous = _build.build_measured_status({}, READING, now="2026-11-20T00:00:00Z")
+    assert _build.build_measured_status(previous, READING, now="2026-11-20T00:59:59Z") == {}
+    refreshed = _build.build_measured_status(previous, READING, now="2026-11-20T01:00:00Z")
+    assert refreshed["measuredGpuMemory"]["time"] == "2026-11-20T01:00:00Z"
+    # A stored time that cannot be read is rewritten rather than trusted.
+    broken = {"measuredGpuMemory": {**previous["measuredGpuMemory"], "time": "yesterday"}}
+    assert _build.build_measured_status(broken, READING, now=T1)
+
+
+def test_a_reading_the_api_would_not_take_fails_here() -> None:
+    with pytest.raises(pydantic.ValidationError):
+        _build.build_measured_status({}, {**READING, "source": "nvidia-smi"}, now=T0)
+    with pytest.raises(pydantic.ValidationError):
+        _build.build_measured_status({}, {**READING, "gpus": -1}, now=T0)

@@ -144,6 +144,12 @@ def build_inferencemodel_crd() -> dict[str, Any]:
                             "jsonPath": ".status.plan.maxConcurrency",
                             "priority": 1,
                         },
+                        {
+                            "name": "GPU-Used-GiB",
+                            "type": "number",
+                            "jsonPath": ".status.measuredGpuMemory.maxUsedGiB",
+                            "priority": 1,
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {

@@ -442,6 +442,32 @@ class PlanSummary(_Model):
     engine_version: str = Field(default="", description="vLLM version planned for.")
 
 
+class MeasuredGpuMemory(_Model):
+    """GPU memory the model's pods really hold, read from Prometheus, beside the plan's per-GPU budget."""
+
+    gpus: int = Field(ge=0, description="GPUs on which the model's pods hold memory.")
+    max_used_gi_b: float = Field(
+        alias="maxUsedGiB", description="GiB held on the busiest of those GPUs (the one that runs out first)."
+    )
+    planned_gi_b: float = Field(
+        alias="plannedGiB",
+        description="What the plan expects one GPU to hold: weights, activation peak, non-torch, CUDA "
+        "graphs and KV cache (status.plan.memory).",
+    )
+    drift_gi_b: float = Field(
+        alias="driftGiB", description="maxUsedGiB - plannedGiB: above 0, the model holds more than planned."
+    )
+    time: datetime = Field(
+        description="When this reading was taken. Readings within 0.5 GiB of it are not written (an idle "
+        "model makes no writes); it is refreshed at least hourly while the figure is measured."
+    )
+    source: Literal["loadline-agent", "dcgm"] | None = Field(
+        default=None,
+        description="Where the figure comes from: loadline's GPU node agent (per container) or "
+        "dcgm-exporter (the whole GPU).",
+    )
+
+
 class Incident(_Model):
     """One out-of-memory incident (a crash loop counts once, with a count)."""
 
@@ -539,6 +565,11 @@ class InferenceModelStatus(_Model):
         default_factory=list, max_length=50, description="Recent out-of-memory incidents, newest last."
     )
     remediation: RemediationState | None = Field(default=None, description="Out-of-memory remediation state.")
+    measured_gpu_memory: MeasuredGpuMemory | None = Field(
+        default=None,
+        description="Measured per-GPU memory beside the plan's budget, from loadline's node agent or "
+        "dcgm-exporter through Prometheus (docs/agent.md); absent when nothing was measured.",
+    )
 
 
 class InferenceModel(_Model):

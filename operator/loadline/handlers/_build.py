@@ -13,7 +13,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel
 
-from loadline.api import Condition, Incident, InferenceModelStatus, Phase, PlanSummary, RemediationState
+from loadline.api import (
+    Condition,
+    Incident,
+    InferenceModelStatus,
+    MeasuredGpuMemory,
+    Phase,
+    PlanSummary,
+    RemediationState,
+)
 
 Status = dict[str, Any]
 
@@ -199,6 +207,67 @@ def build_incident_status(
     if needs_person:
         fields |= {"phase": "Degraded", "message": needs_person}
     return _status_patch(**fields)
+
+
+#: Measured GPU memory is written only when it moved by at least this many GiB (or the GPU count, the
+#: plan's budget or the source changed): an idle model's readings stay within it and cause no writes.
+MEASURE_STEP_GIB = 0.5
+#: ...and at least this often while it is measured, so ``time`` tells a steady figure from a stale one.
+MEASURE_REFRESH_SECONDS = 3600.0
+_PLANNED_PARTS = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
+
+
+def planned_gpu_gib(plan: Mapping[str, Any] | None) -> float | None:
+    """What the plan expects one GPU to hold (``status.plan.memory``: weights, activation peak,
+    non-torch, CUDA graphs, KV cache), or None when status has no plan to compare with."""
+    memory = (plan or {}).get("memory") or {}
+    try:
+        parts = [float(memory[key]) for key in _PLANNED_PARTS]
+    except (KeyError, TypeError, ValueError):
+        return None
+    return round(sum(parts), 2)
+
+
+def _age_seconds(stamp: Any, now: str) -> float | None:
+    try:
+        then = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+        current = datetime.fromisoformat(now.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return (current - then).total_seconds()
+
+
+def build_measured_status(
+    previous: Mapping[str, Any] | None,
+    measured: Mapping[str, Any] | None,
+    *,
+    now: str,
+    step: float = MEASURE_STEP_GIB,
+    refresh: float = MEASURE_REFRESH_SECONDS,
+) -> Status:
+    """``status.measuredGpuMemory`` from a reading (:func:`loadline.traffic.measured_gpu_memory`'s
+    dict), or ``{}`` when there is nothing to write.
+
+    Nothing is written when nothing was measured (no agent, no dcgm-exporter, Prometheus down: the last
+    figure stays, its ``time`` says how old it is), nor when the reading is within ``step`` GiB of the
+    stored one with the same GPU count, budget and source, unless the stored one is ``refresh``
+    seconds old. So an idle model makes no writes between hourly refreshes.
+    """
+    if not measured:
+        return {}
+    reading = MeasuredGpuMemory.model_validate({**measured, "time": now})
+    old = (previous or {}).get("measuredGpuMemory") or {}
+    if old:
+        same = (
+            old.get("gpus") == reading.gpus
+            and old.get("source") == reading.source
+            and abs(float(old.get("plannedGiB", 0.0)) - reading.planned_gi_b) < 0.01
+            and abs(float(old.get("maxUsedGiB", 0.0)) - reading.max_used_gi_b) < step
+        )
+        age = _age_seconds(old.get("time"), now)
+        if same and age is not None and age < refresh:
+            return {}
+    return _status_patch(measured_gpu_memory=reading)
 
 
 READINESS_BACKOFF = (0.0, 5.0, 10.0, 20.0, 40.0)  # seconds into Deploying; then every READINESS_PERIOD

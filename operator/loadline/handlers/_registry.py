@@ -8,7 +8,7 @@ from typing import Any
 import kopf
 
 from loadline.api import GROUP, PLURAL, VERSION
-from loadline.handlers import _index, _metrics, _oom, _reconcile
+from loadline.handlers import _index, _measure, _metrics, _oom, _reconcile
 from loadline.handlers._settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
@@ -66,6 +66,20 @@ def _deploying(status: kopf.Status, **_: Any) -> bool:
 def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute).
     _reconcile.check_readiness(body, patch, memo)
+
+
+def _measurable(status: kopf.Status, **_: Any) -> bool:
+    return _measure.measuring(SETTINGS, status)
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=max(SETTINGS.measure_interval_seconds, 1),
+    initial_delay=min(max(SETTINGS.measure_interval_seconds, 1), 10), when=_measurable,
+)  # fmt: skip
+def measured_gpu_memory(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+    # Off without LOADLINE_PROMETHEUS_URL or with LOADLINE_MEASURE_INTERVAL_SECONDS=0 (then `when` never
+    # holds and kopf starts no timer); bounded by one Prometheus deadline, never blocks long.
+    _measure.measure(body, patch, SETTINGS, logger)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)

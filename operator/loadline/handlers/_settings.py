@@ -71,6 +71,13 @@ class OperatorSettings(BaseSettings):
         default="",
         description="Prometheus to read vLLM metrics from just before a crash (e.g. http://prometheus:9090).",
     )
+    measure_interval_seconds: int = Field(
+        default=60,
+        ge=0,
+        description="How often to read each Ready or Degraded model's GPU memory from Prometheus "
+        "(loadline's node agent or dcgm-exporter) into status.measuredGpuMemory; 0: never. Needs "
+        "LOADLINE_PROMETHEUS_URL.",
+    )
     hf_fetch: bool = Field(
         default=False,
         description="Fetch config.json from the Hugging Face hub for models that are not in the catalog.",

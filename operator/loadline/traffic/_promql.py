@@ -159,12 +159,17 @@ def gpu_memory_used_query(namespace: str, pod: str) -> str:
     """GiB of each GPU the pod's processes hold now, one sample per GPU with label ``uuid``.
 
     From the agent (bytes, per container: summed per GPU), else from dcgm-exporter (MiB, per GPU,
-    label ``UUID`` copied to ``uuid``). For status: measured use beside the plan's per-GPU budget.
+    label ``UUID`` copied to ``uuid``); each sample's label ``source`` says which (``loadline-agent``
+    or ``dcgm``), and ``or on (uuid)`` keeps DCGM's figure only for a GPU the agent does not report.
+    For status: measured use beside the plan's per-GPU budget.
     """
     owners = _owner_selectors(namespace, pod)
-    agent = [f"sum by (uuid) ({AGENT_CONTAINER_MEMORY_USED}{sel})" for sel in owners]
-    dcgm = [
+    agent = " or ".join(f"sum by (uuid) ({AGENT_CONTAINER_MEMORY_USED}{sel})" for sel in owners)
+    dcgm = " or ".join(
         f'max by (uuid) (label_replace({DCGM_FB_USED}{sel}, "uuid", "$1", "UUID", "(.*)")) * 1048576'
         for sel in owners
-    ]
-    return f"({' or '.join([*agent, *dcgm])}) / 1073741824"
+    )
+    return (
+        f'(label_replace({agent}, "source", "loadline-agent", "", "") or on (uuid) '
+        f'label_replace({dcgm}, "source", "dcgm", "", "")) / 1073741824'
+    )

@@ -1,0 +1,162 @@
+"""The operator's measured-GPU-memory timer (loadline.handlers._measure), against a stand-in Prometheus
+that answers the used-memory query, with the pod listing replaced (no cluster)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import kopf
+import pytest
+
+from loadline.api import parse_inference_model
+from loadline.handlers import _build, _measure
+from loadline.handlers._settings import OperatorSettings
+from loadline.sizing import plan_inference_model
+from tests.conftest import inference_model
+
+PLAN = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+LOG = logging.getLogger("test")
+
+
+class _Prometheus(BaseHTTPRequestHandler):
+    """Answers the agent's per-GPU figure for pod chat-0 only; records every query."""
+
+    queries: list[str] = []  # noqa: RUF012 (one server per test; reset by the fixture)
+    delay = 0.0
+
+    def do_GET(self) -> None:
+        query = parse_qs(urlsplit(self.path).query)["query"][0]
+        type(self).queries.append(query)
+        time.sleep(self.delay)
+        result = []
+        if 'pod="chat-0"' in query:
+            result = [{"metric": {"uuid": "GPU-a", "source": "loadline-agent"}, "value": [0, "20.25"]}]
+        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def prometheus() -> Iterator[str]:
+    _Prometheus.queries = []
+    _Prometheus.delay = 0.0
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+def pod(name: str, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name, "namespace": "team-a"}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-20T00:00:00Z"
+    return {"metadata": meta, "status": {"phase": phase}}
+
+
+def body(phase: str = "Ready", **status: Any) -> kopf.Body:
+    raw = {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "chat", "namespace": "team-a", "uid": "1", "generation": 1},
+        "status": {"phase": phase, "plan": PLAN, **status},
+    }
+    return kopf.Body(raw)
+
+
+@pytest.fixture
+def selectors(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The model's pods as the API lists them; the label selectors the handler listed them by."""
+    seen: list[str] = []
+
+    def list_objects(api_version: str, kind: str, namespace: str | None = None, **sel: str) -> list[Any]:
+        assert (api_version, kind, namespace) == ("v1", "Pod", "team-a")
+        seen.append(sel["label_selector"])
+        return [pod("chat-0"), pod("chat-1"), pod("chat-2", "Pending")]
+
+    monkeypatch.setattr(_measure._kube, "list_objects", list_objects)
+    return seen
+
+
+def settings(url: str, interval: int = 60) -> OperatorSettings:
+    return OperatorSettings(prometheus_url=url, measure_interval_seconds=interval)
+
+
+def test_only_running_models_with_prometheus_are_measured() -> None:
+    on = settings("http://prometheus:9090")
+    assert _measure.measuring(on, {"phase": "Ready"}) and _measure.measuring(on, {"phase": "Degraded"})
+    for phase in ("Pending", "Deploying", "Failed", None):
+        assert not _measure.measuring(on, {"phase": phase})
+    assert not _measure.measuring(settings(""), {"phase": "Ready"})
+    assert not _measure.measuring(settings("http://prometheus:9090", 0), {"phase": "Ready"})
+
+
+def test_only_running_pods_are_asked_about() -> None:
+    listed = [pod("b"), pod("a"), pod("c", "Pending"), pod("d", deleting=True), pod("e", "Succeeded")]
+    assert _measure.running_pods(listed) == ["a", "b"]
+
+
+def test_a_reading_lands_in_status_beside_the_plan(prometheus: str, selectors: list[str]) -> None:
+    patch = kopf.Patch()
+    _measure.measure(body(), patch, settings(prometheus), LOG)
+    reading = patch["status"]["measuredGpuMemory"]
+    planned = _build.planned_gpu_gib(PLAN)
+    assert planned is not None
+    assert {k: v for k, v in reading.items() if k != "time"} == {
+        "gpus": 1, "maxUsedGiB": 20.25, "plannedGiB": planned, "driftGiB": round(20.25 - planned, 2),
+        "source": "loadline-agent",
+    }  # fmt: skip
+    # The pods by the model's label; only the running ones asked about, each once.
+    assert selectors == ["loadline.dev/inferencemodel=chat"]
+    assert len(_Prometheus.queries) == 2 and all('namespace="team-a"' in q for q in _Prometheus.queries)
+    # The same reading again: nothing to write.
+    again = kopf.Patch()
+    _measure.measure(body(measuredGpuMemory=reading), again, settings(prometheus), LOG)
+    assert not again
+
+
+def test_nothing_is_asked_or_written_outside_the_measured_phases(
+    prometheus: str, selectors: list[str]
+) -> None:
+    for status in (body("Deploying"), body("Failed")):
+        patch = kopf.Patch()
+        _measure.measure(status, patch, settings(prometheus), LOG)
+        assert not patch
+    no_plan = kopf.Body({**dict(body()), "status": {"phase": "Ready"}})
+    _measure.measure(no_plan, kopf.Patch(), settings(prometheus), LOG)
+    assert _Prometheus.queries == []
+
+
+def test_an_unreachable_prometheus_costs_one_failed_request_and_writes_nothing(
+    selectors: list[str],
+) -> None:
+    with socket.socket() as s:  # a loopback port where nothing listens
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"
+    patch = kopf.Patch()
+    started = time.monotonic()
+    _measure.measure(body(), patch, settings(url), LOG)
+    assert time.monotonic() - started < 2 and not patch
+
+
+def test_a_slow_prometheus_is_bounded_by_the_deadline(prometheus: str, selectors: list[str]) -> None:
+    _Prometheus.delay = 3.0  # longer than a query's timeout
+    patch = kopf.Patch()
+    started = time.monotonic()
+    _measure.measure(body(), patch, settings(prometheus), LOG)
+    assert time.monotonic() - started < _measure.QUERY_TIMEOUT_SECONDS + 1.5 and not patch
