@@ -565,6 +565,16 @@ class InferenceModelStatus(_Model):
         default_factory=list, max_length=50, description="Recent out-of-memory incidents, newest last."
     )
     remediation: RemediationState | None = Field(default=None, description="Out-of-memory remediation state.")
+    policies: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="FleetPolicies that govern this model, by precedence.",
+    )
+    violated_policies: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="FleetPolicies this model breaks (the PolicyCompliant condition says how and the fix).",
+    )
     measured_gpu_memory: MeasuredGpuMemory | None = Field(
         default=None,
         description="Measured per-GPU memory beside the plan's budget, from loadline's node agent or "

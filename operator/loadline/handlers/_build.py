@@ -7,7 +7,7 @@ status did not change: that is what keeps a resync of an unchanged object from w
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -67,7 +67,7 @@ def merge_conditions(
         merged[update.type] = _wire(
             Condition.model_validate({**_wire(update), "lastTransitionTime": transition})
         )
-    order = {PLANNED: 0, DEPLOYED: 1, READY: 2}
+    order = {PLANNED: 0, DEPLOYED: 1, READY: 2, "PolicyCompliant": 3}
     return sorted(merged.values(), key=lambda c: (order.get(str(c.get("type")), 9), str(c.get("type"))))
 
 
@@ -196,6 +196,37 @@ def build_readiness_status(
     if new_phase == phase and conditions == previous.get("conditions"):
         return None
     return _status_patch(phase=new_phase, conditions=conditions)
+
+
+POLICY_COMPLIANT = "PolicyCompliant"
+
+
+def build_policy_status(
+    previous: Mapping[str, Any],
+    *,
+    governing: Sequence[str],
+    violations: Sequence[str],
+    violated: Sequence[str],
+    generation: int | None,
+    now: str,
+) -> Status:
+    """Which FleetPolicies govern the model and whether it keeps them. A model that breaks a policy
+    keeps running as it is (a policy never tears down what runs); the ``PolicyCompliant`` condition
+    names each policy, field and fix. Unchanged compliance writes nothing (see :func:`status_changes`)."""
+    if not governing:
+        ok, reason, message = True, "NoPolicy", "no FleetPolicy governs this model"
+    elif violations:
+        ok, reason, message = False, "Violation", "; ".join(violations)[:2000]
+    else:
+        ok, reason, message = True, "Compliant", "keeps " + ", ".join(governing)
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [],
+        [build_condition(POLICY_COMPLIANT, ok, reason, message, generation)],
+        now,
+    )
+    return _status_patch(
+        policies=list(governing), violated_policies=sorted(set(violated)), conditions=conditions
+    )
 
 
 def build_incident_status(

@@ -20,12 +20,13 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import API_VERSION, KIND
-from loadline.handlers import _build, _kube, _metrics, _reconcile
+from loadline.api import API_VERSION, KIND, FleetPolicy
+from loadline.handlers import _build, _kube, _metrics, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation
 from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
+from loadline.policy import combine, enforced, remediation_limits, select_policies
 from loadline.traffic import incident_metrics
 
 INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
@@ -43,6 +44,23 @@ def limits(settings: OperatorSettings) -> PolicyLimits:
         cooldown=timedelta(minutes=settings.remediation_cooldown_minutes),
         min_confidence=settings.remediation_min_confidence,
         max_memory_gib=settings.remediation_max_memory_gib,
+    )
+
+
+def model_limits(
+    parent: Mapping[str, Any], policies: list[FleetPolicy], settings: OperatorSettings
+) -> PolicyLimits:
+    """The remediation limits for one model: its governing FleetPolicies' (the strictest of them), and
+    the environment's for what no policy sets (the cluster-wide fallback)."""
+    meta = parent["metadata"]
+    governing = select_policies(
+        policies,
+        meta["namespace"],
+        _policies.namespace_labels(meta["namespace"], policies),
+        meta.get("labels") or {},
+    )
+    return (
+        remediation_limits(combine(enforced(governing)), limits(settings)) if governing else limits(settings)
     )
 
 
@@ -89,6 +107,7 @@ def on_pod_event(
     body: kopf.Body,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
+    policies: list[FleetPolicy] | None = None,
 ) -> None:
     pod = dict(body)
     meta = pod.get("metadata", {})
@@ -101,7 +120,7 @@ def on_pod_event(
         if (
             cid is not None
             and cid not in SEEN
-            and _handle_crash(pod, status, cid, namespace, str(name), logger, settings)
+            and _handle_crash(pod, status, cid, namespace, str(name), logger, settings, policies or [])
         ):
             SEEN.add(cid)
 
@@ -114,8 +133,10 @@ def _handle_crash(
     name: str,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
+    policies: list[FleetPolicy],
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
+    The remediation limits are the governing FleetPolicies', else the operator's environment.
 
     A 409 means the InferenceModel changed since it was read: read it again and decide again from the
     fresh object. After :data:`CONFLICT_RETRIES` conflicts in a row the crash is *not* marked seen, so
@@ -163,7 +184,9 @@ def _handle_crash(
         proposal = propose_remediation(diagnosis, incident)
         mode = ((parent.get("spec") or {}).get("remediation") or {}).get("mode")
         now = datetime.now(UTC)
-        decision = decide(diagnosis, proposal, state, limits(settings), now, mode=mode)
+        decision = decide(
+            diagnosis, proposal, state, model_limits(parent, policies, settings), now, mode=mode
+        )
         new_state = decision.state
         new_state.handled_crashes = [*new_state.handled_crashes, cid][-MAX_HANDLED:]
         new_state.observed_generation = parent["metadata"].get("generation")

@@ -28,16 +28,19 @@ from kubernetes.client.exceptions import ApiException
 from loadline.api import (
     API_VERSION,
     KIND,
+    FleetPolicy,
     InferenceModel,
+    InferenceModelSpec,
     Phase,
     RemediationState,
     apply_overrides,
     parse_inference_model,
 )
 from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError, SpecError
-from loadline.handlers import _build, _kube
+from loadline.handlers import _build, _kube, _policies
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
+from loadline.policy import PlanFn
 from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import Plan, find_catalog_model, free_gpus_by_type, plan_inference_model
 
@@ -186,14 +189,34 @@ def _rejection_message(exc: NoFeasiblePlanError) -> str:
     return (f"{exc}" + (f" — {lines}" if lines else ""))[:2000]
 
 
+def compliance_inputs(
+    body: Mapping[str, Any], settings: OperatorSettings
+) -> tuple[InferenceModelSpec, PlanFn]:
+    """The spec a model runs with (remediation's overrides applied) and how to plan it (its config.json
+    from wherever it comes), for judging it against FleetPolicies outside reconcile."""
+    raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+    obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])})
+    obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, remediation_state(body).overrides)})
+    namespace = body["metadata"]["namespace"]
+    config = _config_map_config(obj, namespace)
+    hub = _hub_config(obj, namespace, settings)
+
+    def plan_fn(spec: InferenceModelSpec) -> Plan:
+        return plan_inference_model(spec, config_map_config=config, hub_config=hub)
+
+    return obj.spec, plan_fn
+
+
 def reconcile(
     body: kopf.Body,
     patch: kopf.Patch,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
     view: ClusterView | None = None,
+    policies: list[FleetPolicy] | None = None,
 ) -> None:
-    """Bring an InferenceModel's children to what its spec asks for."""
+    """Bring an InferenceModel's children to what its spec asks for, and say whether it keeps the
+    FleetPolicies that govern it (``policies``: every FleetPolicy of the cluster)."""
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
@@ -300,9 +323,17 @@ def reconcile(
         message=message,
         needs_person=state.needs_person,
     )
+
+    def plan_fn(spec: InferenceModelSpec) -> Plan:
+        return plan_inference_model(spec, config_map_config=config, hub_config=hub)
+
+    compliance = _policies.compliance_status({**body, "status": {**previous, **status}}, obj.spec,
+                                             policies or [], plan_fn)  # fmt: skip
+    status = {**status, **compliance}
     changes = _build.status_changes(previous, status)
     if changes:
         patch.status.update(changes)
+    report_compliance(body, previous, status)
     if previous.get("plan") != status["plan"]:
         _event(body, warning=False, reason="Planned", message=message)
         if plan.fallback_from:
@@ -313,6 +344,21 @@ def reconcile(
         logger.info("applied %s", ", ".join(changed_children))
     if state.restart_requested_at:
         _restart_pods(body, namespace, name, state.restart_requested_at, settings, logger)
+
+
+def report_compliance(
+    body: Mapping[str, Any], previous: Mapping[str, Any], status: Mapping[str, Any]
+) -> None:
+    """An Event when the set of FleetPolicies the model breaks changes (not on every resync)."""
+    before, after = previous.get("violatedPolicies") or [], status.get("violatedPolicies") or []
+    if before == after:
+        return
+    conditions = status.get("conditions") or []
+    message = next(
+        (str(c.get("message", "")) for c in conditions if c.get("type") == _build.POLICY_COMPLIANT), ""
+    )
+    reason = "PolicyViolation" if after else "PolicyCompliant"
+    _event(body, warning=bool(after), reason=reason, message=message[:1000])
 
 
 def _remove_stale_children(namespace: str, name: str, uid: str, manifests: list[dict[str, Any]]) -> list[str]:

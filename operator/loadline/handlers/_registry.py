@@ -7,8 +7,8 @@ from typing import Any
 
 import kopf
 
-from loadline.api import GROUP, PLURAL, VERSION
-from loadline.handlers import _index, _measure, _metrics, _oom, _reconcile
+from loadline.api import GROUP, PLURAL, POLICY_PLURAL, VERSION
+from loadline.handlers import _fleet, _index, _measure, _metrics, _oom, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
@@ -54,8 +54,40 @@ def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any] | None:
 @kopf.on.create(GROUP, VERSION, PLURAL)
 @kopf.on.update(GROUP, VERSION, PLURAL)
 def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
-    # kopf passes every index by name: gpu_nodes and gpu_pods below.
-    _reconcile.reconcile(body, patch, logger, SETTINGS, _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"]))
+    # kopf passes every index by name: gpu_nodes, gpu_pods and fleet_policies below.
+    bodies = _policy_bodies(kwargs["fleet_policies"])
+    policies = _policies.parse_policies(bodies.values())
+    view = _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
+    _reconcile.reconcile(body, patch, logger, SETTINGS, view, policies)
+    # A change in what the model keeps moves the counts on the FleetPolicies (no timer on them: a
+    # timer would make kopf put a finalizer on every policy, and deleting one would wait on us).
+    if _fleet.compliance_moved(body.get("status") or {}, patch.status):
+        _fleet.refresh_counts(
+            bodies, SETTINGS, updated={**body, "status": {**(body.get("status") or {}), **patch.status}}
+        )
+
+
+@kopf.index(GROUP, VERSION, POLICY_PLURAL)
+def fleet_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
+    """Every FleetPolicy (few, small): reconcile judges each model against those that govern it."""
+    return {name: {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec", "status") if k in body}}
+
+
+def _policy_bodies(index: kopf.Index[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    return {name: next(iter(store)) for name, store in index.items() if store}
+
+
+@kopf.on.event(GROUP, VERSION, POLICY_PLURAL)
+def policy_event(body: kopf.Body, type: str, **kwargs: Any) -> None:
+    """A FleetPolicy came, changed or went: judge every model again (status only, nothing rolls).
+    Our own count writes (status) change no generation and are skipped."""
+    status = body.get("status") or {}
+    if type == "MODIFIED" and status.get("observedGeneration") == body["metadata"].get("generation"):
+        return
+    bodies = _policy_bodies(kwargs["fleet_policies"])
+    if type == "DELETED":
+        bodies.pop(body["metadata"]["name"], None)
+    _fleet.on_policies_changed(bodies, SETTINGS)
 
 
 def _deploying(status: kopf.Status, **_: Any) -> bool:
@@ -93,7 +125,8 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: 
 def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
     if kwargs.get("type") == "DELETED":
         return
-    _oom.on_pod_event(body, logger, SETTINGS)
+    policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
+    _oom.on_pod_event(body, logger, SETTINGS, policies)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
