@@ -40,7 +40,7 @@ def test_example_reaches_ready_on_the_planned_gpu(
     obj = wait_phase(kubectl, namespace, name, "Ready")
     plan = obj["status"]["plan"]
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
-    assert conditions == {"Planned": "True", "Deployed": "True", "Ready": "True"}
+    assert conditions == {"Planned": "True", "Deployed": "True", "Ready": "True", "PolicyCompliant": "True"}
     assert obj["status"]["observedGeneration"] == obj["metadata"]["generation"]
     pods = pods_of(kubectl, namespace, name)
     nodes_per_replica = plan["nodesPerReplica"]
