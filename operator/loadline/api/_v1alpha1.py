@@ -557,7 +557,7 @@ class InferenceModelStatus(_Model):
     observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Planned, Deployed, Ready.",
+        description="Planned, Deployed, Ready, PolicyCompliant.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     plan: PlanSummary | None = Field(default=None, description="The current plan.")
