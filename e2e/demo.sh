@@ -43,6 +43,15 @@ kubectl get pods -A -l app.kubernetes.io/managed-by!=nonexistent,loadline.dev/in
   -o custom-columns='NAMESPACE:.metadata.namespace,POD:.metadata.name,STATUS:.status.phase,NODE:.spec.nodeName,GPUS:.spec.containers[0].resources.limits.nvidia\.com/gpu'
 echo
 kubectl get nodes -L nvidia.com/gpu.product,node.kubernetes.io/instance-type
+
+log "applying the example FleetPolicy (examples/policies/): the models it governs say so in status"
+kubectl apply -f "${LOADLINE_REPO}/examples/policies/fleet-policy.yaml"
+for _ in $(seq 1 15); do
+  [[ -n "$(kubectl get fleetpolicies -o jsonpath='{.items[*].status.modelsGoverned}')" ]] && break
+  sleep 1
+done
+kubectl get fleetpolicies -o wide
+kubectl get inferencemodels -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,POLICIES:.status.policies,BREAKS:.status.violatedPolicies'
 cat <<EOF
 
 The cluster and the operator keep running. To talk to them:
@@ -50,6 +59,7 @@ The cluster and the operator keep running. To talk to them:
   ${KUBECTL} get inferencemodels -A                 # or: kubectl get lim -A
   ${KUBECTL} describe inferencemodel chat -n team-a # plan, conditions, events
   ${KUBECTL} get lease loadline -n loadline-system  # which replica is active
+  ${KUBECTL} get fleetpolicies -o wide              # policies, the models they govern and violations
   tail -f ${LOG_FILE}             # the replicas' logs
 Stop everything with: make demo-down
 EOF
