@@ -307,13 +307,42 @@ def test_user_env_overrides_defaults_without_duplicates() -> None:
     assert "HF_HOME" in objects[0]["metadata"]["annotations"][ANNOTATION_NOTES]
 
 
-def test_either_alloc_conf_name_replaces_both_defaults() -> None:
-    obj = make_obj(
-        {"engine": {"env": [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:512"}]}}
-    )
-    env = container(render(obj))["env"]
-    alloc = [e for e in env if e["name"] in {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}]
-    assert alloc == [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:512"}]
+def alloc_env(env: list[dict[str, Any]] | None = None, extra_args: list[str] | None = None) -> list[Any]:
+    obj = make_obj({"engine": {"env": env or [], "extraArgs": extra_args or []}})
+    rendered = container(render(obj))["env"]
+    return [e for e in rendered if e["name"] in {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}]
+
+
+def test_allocator_options_are_merged_over_expandable_segments_never_dropped() -> None:
+    """Setting max_split_size_mb must not silently lose expandable segments (the fragmentation fix),
+    and torch must see the same options under whichever name it reads."""
+    merged = alloc_env([{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:512"}])
+    assert {e["value"] for e in merged} == {"expandable_segments:True,max_split_size_mb:512"}
+    assert {e["name"] for e in merged} == {"PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF"}
+    off = alloc_env([{"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:False"}])
+    assert {e["value"] for e in off} == {"expandable_segments:False"}  # said explicitly: the user's
+    assert {e["value"] for e in alloc_env()} == {"expandable_segments:True"}
+
+
+def test_sleep_mode_and_expandable_segments_exclude_each_other() -> None:
+    assert alloc_env(extra_args=["--enable-sleep-mode"]) == []  # the default is left off
+    with pytest.raises(RenderError, match=r"spec\.engine\.extraArgs.*sleep-mode"):
+        alloc_env(
+            [{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"}],
+            ["--enable-sleep-mode"],
+        )
+
+
+def test_a_malformed_or_contradicting_allocator_option_names_the_variable() -> None:
+    with pytest.raises(RenderError, match=r"spec\.engine\.env\[0\].*key:value"):
+        alloc_env([{"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments"}])
+    with pytest.raises(RenderError, match=r"spec\.engine\.env\[1\]"):
+        alloc_env(
+            [
+                {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "max_split_size_mb:512"},
+                {"name": "PYTORCH_ALLOC_CONF", "value": "max_split_size_mb:128"},
+            ]
+        )
 
 
 def test_duplicate_user_env_is_an_error() -> None:

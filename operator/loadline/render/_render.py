@@ -20,10 +20,12 @@ Choices a reviewer should know:
   ``HF_HOME`` and the caches point into the writable ``/data`` emptyDir and ``USER`` is set (torch's
   compile cache asks ``getpass.getuser()``, which fails for a UID without a passwd entry).
 * Environment: loadline's defaults first, then ``spec.engine.env``. A user variable with the name of
-  a default replaces it in place (never a duplicate name); setting either of ``PYTORCH_CUDA_ALLOC_CONF``
-  and ``PYTORCH_ALLOC_CONF`` (its newer name, which newer torch reads first) drops both defaults, so
-  the user's value is the one torch sees. ``HF_TOKEN`` may only come from
-  ``spec.model.tokenSecretRef`` (a ``secretKeyRef``), never as a literal.
+  a default replaces it in place (never a duplicate name). The allocator options
+  (``PYTORCH_CUDA_ALLOC_CONF`` and its newer name ``PYTORCH_ALLOC_CONF``, which newer torch reads
+  first) are merged, not replaced: the user's options over ``expandable_segments:True``, under both
+  names; with ``--enable-sleep-mode`` expandable segments are left off (and refused when asked for).
+  ``HF_TOKEN`` may only come from ``spec.model.tokenSecretRef`` (a ``secretKeyRef``), never as a
+  literal.
 * CR labels are copied onto the rendered objects (loadline's own keys win); CR annotations are not
   (they often carry tool state such as ``kubectl.kubernetes.io/last-applied-configuration``).
 * When ``metadata.uid`` is known (objects read from the cluster), the children get an owner reference
@@ -130,17 +132,64 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
                 "store it in a Secret and set spec.model.tokenSecretRef",
             )
         user[var.name] = index
-    if any(name in user for name in _ALLOC_CONF):
-        defaults = [var for var in defaults if var["name"] not in _ALLOC_CONF]
-    env = [var for var in defaults if var["name"] not in user]
-    overridden = [var["name"] for var in defaults if var["name"] in user]
+    alloc = _allocator_conf(spec, user, notes)
+    env: list[dict[str, Any]] = []
+    for default in defaults:
+        if default["name"] in _ALLOC_CONF:
+            if alloc:  # the user's allocator options, merged (both names: torch reads either)
+                env.append({"name": default["name"], "value": alloc})
+        elif default["name"] not in user:
+            env.append(default)
+    overridden = [var["name"] for var in defaults if var["name"] in user and var["name"] not in _ALLOC_CONF]
     if overridden:
         notes.append(f"spec.engine.env overrides loadline's defaults for {', '.join(overridden)}")
     ref = spec.model.token_secret_ref
     if ref is not None:
         env.append({"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}})
-    env.extend({"name": var.name, "value": var.value} for var in spec.engine.env)
+    env.extend(
+        {"name": var.name, "value": var.value} for var in spec.engine.env if var.name not in _ALLOC_CONF
+    )
     return env
+
+
+def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str]) -> str:
+    """The PyTorch allocator options the container gets, under both names torch reads (the newer
+    ``PYTORCH_ALLOC_CONF`` first): the user's options merged over ``expandable_segments:True``, never
+    dropped. vLLM's sleep mode allocates through its own memory pool, which expandable segments break,
+    so with ``--enable-sleep-mode`` the default is left out and an explicit ``True`` is refused."""
+    options: dict[str, str] = {}
+    for name in _ALLOC_CONF:
+        if name not in user:
+            continue
+        field = f"spec.engine.env[{user[name]}]"
+        for item in filter(None, (part.strip() for part in spec.engine.env[user[name]].value.split(","))):
+            key, sep, value = item.partition(":")
+            if not sep or not key.strip() or not value.strip():
+                raise RenderError(
+                    field, f"{name} option {item!r} is not key:value", "write it like max_split_size_mb:512"
+                )
+            if options.get(key.strip(), value.strip()) != value.strip():
+                raise RenderError(field, f"{name} sets {key.strip()} unlike the other allocator variable",
+                                  "give both variables the same options, or set only one")  # fmt: skip
+            options[key.strip()] = value.strip()
+    sleep_mode = any(arg.split("=", 1)[0] in {"--enable-sleep-mode", "--enable_sleep_mode"}
+                     for arg in spec.engine.extra_args)  # fmt: skip
+    if sleep_mode:
+        if options.get("expandable_segments", "False").lower() == "true":
+            raise RenderError(
+                "spec.engine.extraArgs",
+                "--enable-sleep-mode cannot run with expandable_segments:True (its memory pool refuses it)",
+                "remove expandable_segments:True from the allocator variable, or --enable-sleep-mode",
+            )
+        if "expandable_segments" not in options:
+            notes.append(
+                "--enable-sleep-mode: expandable segments left off (sleep mode's memory pool refuses them)"
+            )
+    elif "expandable_segments" not in options:
+        options = {"expandable_segments": "True", **options}
+    elif any(name in user for name in _ALLOC_CONF):
+        notes.append("spec.engine.env sets expandable_segments itself")
+    return ",".join(f"{key}:{value}" for key, value in options.items())
 
 
 def _plan_annotation(plan: Plan, version: Version) -> str:
