@@ -51,7 +51,8 @@ def test_text_output_is_the_default(capsys: pytest.CaptureFixture[str]) -> None:
 def test_reads_standard_input(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
     import io
 
-    monkeypatch.setattr("sys.stdin", io.StringIO(json.dumps({"reason": "OOMKilled", "exit_code": 137})))
+    data = json.dumps({"reason": "OOMKilled", "exit_code": 137}).encode()
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(data)))  # like the real one: has .buffer
     assert main(["classify", "-", "-o", "json"]) == 0
     assert json.loads(capsys.readouterr().out)["class"] == "host_memory"
 

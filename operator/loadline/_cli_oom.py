@@ -9,29 +9,11 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 from typing import Any
 
-from loadline.errors import SpecError
+from loadline._cli_input import read_json
 
 __all__ = ["register"]
-
-
-def _read(path: str) -> Any:
-    try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text(encoding="utf-8")
-    except OSError as exc:
-        raise SpecError(
-            "INCIDENT", f"cannot read {path}: {exc.strerror}", "give a readable JSON file"
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SpecError(
-            "INCIDENT",
-            f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
-            "fix the JSON syntax",
-        ) from None
 
 
 def _text(result: dict[str, Any]) -> str:
@@ -55,7 +37,7 @@ def _text(result: dict[str, Any]) -> str:
 def _cmd_classify(args: argparse.Namespace) -> int:
     from loadline.oom import diagnose, parse_incident
 
-    result = diagnose(parse_incident(_read(args.incident)))
+    result = diagnose(parse_incident(read_json(args.incident, "INCIDENT", "give a readable JSON file")))
     if args.output == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:

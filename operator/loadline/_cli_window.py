@@ -10,9 +10,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
-from typing import Any
 
+from loadline._cli_input import read_json
 from loadline.windows import SeriesError
 
 __all__ = ["register"]
@@ -20,33 +19,17 @@ __all__ = ["register"]
 _FIX = "pass the JSON file that Prometheus' /api/v1/query_range returned"
 
 
-def _read(path: str) -> Any:
-    try:
-        raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
-    except IsADirectoryError:
-        raise SeriesError("SERIES", f"{path} is a directory", _FIX) from None
-    except OSError as exc:
-        raise SeriesError("SERIES", f"cannot read {path}: {exc.strerror}", _FIX) from None
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError:
-        raise SeriesError(
-            "SERIES", f"{path} is not UTF-8 text (a binary or compressed file?)", _FIX
-        ) from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SeriesError(
-            "SERIES", f"{path} is not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})", _FIX
-        ) from None
-
-
 def _cmd_window(args: argparse.Namespace) -> int:
     from loadline.windows import parse_duration, parse_timezone, plan_windows, series_from_prometheus
 
     duration = parse_duration(args.duration)  # flags first: a typo fails before the file is read
     zone = parse_timezone(args.timezone)
-    plan = plan_windows(series_from_prometheus(_read(args.series)), duration, zone, days=args.days)
+    plan = plan_windows(
+        series_from_prometheus(read_json(args.series, "SERIES", _FIX, SeriesError)),
+        duration,
+        zone,
+        days=args.days,
+    )
     if args.output == "json":
         sys.stdout.write(json.dumps({"windows": [w.as_dict() for w in plan.windows]}, indent=2) + "\n")
         return 0
