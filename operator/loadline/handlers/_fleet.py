@@ -37,11 +37,11 @@ def judge_models(policies: list[FleetPolicy], settings: OperatorSettings) -> lis
         model = {**model, "apiVersion": API_VERSION, "kind": KIND}
         previous = dict(model.get("status") or {})
         try:
-            spec, plan_fn = _reconcile.compliance_inputs(model, settings)
+            inputs = _reconcile.model_inputs(model, settings)
         except (LoadlineError, kopf.TemporaryError):
             judged.append(model)  # reconcile reports why it cannot be planned
             continue
-        compliance = _policies.compliance_status(model, spec, policies, plan_fn)
+        compliance = _policies.compliance_status(model, inputs.obj.spec, policies, inputs.plan)
         changes = _build.status_changes(previous, compliance)
         if changes:
             try:

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Mapping, MutableMapping
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, cast
 
@@ -40,7 +41,6 @@ from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError,
 from loadline.handlers import _build, _kube, _policies
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
-from loadline.policy import PlanFn
 from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import Plan, find_catalog_model, free_gpus_by_type, plan_inference_model
 
@@ -189,22 +189,33 @@ def _rejection_message(exc: NoFeasiblePlanError) -> str:
     return (f"{exc}" + (f" — {lines}" if lines else ""))[:2000]
 
 
-def compliance_inputs(
-    body: Mapping[str, Any], settings: OperatorSettings
-) -> tuple[InferenceModelSpec, PlanFn]:
-    """The spec a model runs with (remediation's overrides applied) and how to plan it (its config.json
-    from wherever it comes), for judging it against FleetPolicies outside reconcile."""
+@dataclass(frozen=True)
+class ModelInputs:
+    """What planning a model needs, read once: the model with remediation's overrides applied (they
+    hold for the spec generation they were made for), its remediation state, and its config.json from
+    a ConfigMap or the hub when it is not inline or in the catalog."""
+
+    obj: InferenceModel
+    state: RemediationState
+    config: dict[str, Any] | None
+    hub: dict[str, Any] | None
+
+    def plan(self, spec: InferenceModelSpec | None = None, **options: Any) -> Plan:
+        """Plan ``spec`` (default: the model's) with the model's config.json (a :data:`PlanFn`)."""
+        return plan_inference_model(
+            spec or self.obj.spec, config_map_config=self.config, hub_config=self.hub, **options
+        )
+
+
+def model_inputs(body: Mapping[str, Any], settings: OperatorSettings) -> ModelInputs:
+    """Reconcile and the FleetPolicy judge read a model the same way (raises on a bad spec)."""
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+    state = remediation_state(body)
     obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])})
-    obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, remediation_state(body).overrides)})
+    obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, state.overrides)})
     namespace = body["metadata"]["namespace"]
     config = _config_map_config(obj, namespace)
-    hub = _hub_config(obj, namespace, settings)
-
-    def plan_fn(spec: InferenceModelSpec) -> Plan:
-        return plan_inference_model(spec, config_map_config=config, hub_config=hub)
-
-    return obj.spec, plan_fn
+    return ModelInputs(obj, state, config, _hub_config(obj, namespace, settings))
 
 
 def reconcile(
@@ -217,21 +228,13 @@ def reconcile(
 ) -> None:
     """Bring an InferenceModel's children to what its spec asks for, and say whether it keeps the
     FleetPolicies that govern it (``policies``: every FleetPolicy of the cluster)."""
-    raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    state = remediation_state(body)
     try:
-        obj = parse_inference_model({**raw, "metadata": dict(meta)})
-        # Remediation's overrides (status.remediation) hold for the spec generation they were made for.
-        obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, state.overrides)})
-        config = _config_map_config(obj, namespace)
-        hub = _hub_config(obj, namespace, settings)
+        inputs = model_inputs(body, settings)
+        obj, state = inputs.obj, inputs.state
         free = _free_gpus(name, namespace, view) if settings.capacity_aware else None
-        plan = plan_inference_model(
-            obj.spec,
-            config_map_config=config,
-            hub_config=hub,
+        plan = inputs.plan(
             free_gpus=free,
             min_gpus=state.overrides.min_gpus_per_replica or 1,
             min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
@@ -324,11 +327,8 @@ def reconcile(
         needs_person=state.needs_person,
     )
 
-    def plan_fn(spec: InferenceModelSpec) -> Plan:
-        return plan_inference_model(spec, config_map_config=config, hub_config=hub)
-
-    compliance = _policies.compliance_status({**body, "status": {**previous, **status}}, obj.spec,
-                                             policies or [], plan_fn)  # fmt: skip
+    judged = {**body, "status": {**previous, **status}}
+    compliance = _policies.compliance_status(judged, obj.spec, policies or [], inputs.plan)
     status = {**status, **compliance}
     changes = _build.status_changes(previous, status)
     if changes:
