@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
@@ -21,6 +17,7 @@ from loadline.traffic import (
     incident_metrics,
     measured_gpu_memory,
 )
+from tests.promserver import FakePrometheus
 
 SEL = '{namespace="team-a",pod="vllm-0"}'
 EXPORTED = '{exported_namespace="team-a",exported_pod="vllm-0"}'
@@ -96,31 +93,12 @@ def test_nothing_measured_leaves_status_alone() -> None:
     assert measured_gpu_memory({"vllm-0": None}, 70.0) is None
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    """Answers the agent's growth (and nothing else), as a cluster with the agent but no DCGM would."""
-
-    def do_GET(self) -> None:
-        query = parse_qs(urlsplit(self.path).query)["query"][0]
-        body = vector(({}, 0.75)) if AGENT_CONTAINER_MEMORY_USED in query else vector()
-        data = json.dumps(body).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture
 def prometheus() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+    """Answers the agent's growth (and nothing else), as a cluster with the agent but no DCGM would."""
+    server = FakePrometheus(lambda q: vector(({}, 0.75)) if AGENT_CONTAINER_MEMORY_USED in q else vector())
+    yield server.url
+    server.close()
 
 
 def test_incident_metrics_take_the_growth_from_the_agent(prometheus: str) -> None:

@@ -3,15 +3,11 @@ that answers the used-memory query, with the pod listing replaced (no cluster)."
 
 from __future__ import annotations
 
-import json
 import logging
 import socket
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
 
 import kopf
 import pytest
@@ -21,45 +17,30 @@ from loadline.handlers import _build, _measure
 from loadline.handlers._settings import OperatorSettings
 from loadline.sizing import plan_inference_model
 from tests.conftest import inference_model
+from tests.promserver import FakePrometheus
 
 PLAN = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
 LOG = logging.getLogger("test")
 
 
-class _Prometheus(BaseHTTPRequestHandler):
-    """Answers the agent's per-GPU figure for pod chat-0 only; records every query."""
-
-    queries: list[str] = []  # noqa: RUF012 (one server per test; reset by the fixture)
-    delay = 0.0
-
-    def do_GET(self) -> None:
-        query = parse_qs(urlsplit(self.path).query)["query"][0]
-        type(self).queries.append(query)
-        time.sleep(self.delay)
-        result = []
-        if 'pod="chat-0"' in query:
-            result = [{"metric": {"uuid": "GPU-a", "source": "loadline-agent"}, "value": [0, "20.25"]}]
-        data = json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+def _answer(query: str) -> dict[str, Any]:
+    """The agent's per-GPU figure for pod chat-0 only."""
+    result = []
+    if 'pod="chat-0"' in query:
+        result = [{"metric": {"uuid": "GPU-a", "source": "loadline-agent"}, "value": [0, "20.25"]}]
+    return {"status": "success", "data": {"resultType": "vector", "result": result}}
 
 
 @pytest.fixture
-def prometheus() -> Iterator[str]:
-    _Prometheus.queries = []
-    _Prometheus.delay = 0.0
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Prometheus)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
-    server.server_close()
+def fake() -> Iterator[FakePrometheus]:
+    server = FakePrometheus(_answer)
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def prometheus(fake: FakePrometheus) -> str:
+    return fake.url
 
 
 def pod(name: str, phase: str = "Running", deleting: bool = False) -> dict[str, Any]:
@@ -111,7 +92,9 @@ def test_only_running_pods_are_asked_about() -> None:
     assert _measure.running_pods(listed) == ["a", "b"]
 
 
-def test_a_reading_lands_in_status_beside_the_plan(prometheus: str, selectors: list[str]) -> None:
+def test_a_reading_lands_in_status_beside_the_plan(
+    fake: FakePrometheus, prometheus: str, selectors: list[str]
+) -> None:
     patch = kopf.Patch()
     _measure.measure(body(), patch, settings(prometheus), LOG)
     reading = patch["status"]["measuredGpuMemory"]
@@ -123,7 +106,7 @@ def test_a_reading_lands_in_status_beside_the_plan(prometheus: str, selectors: l
     }  # fmt: skip
     # The pods by the model's label; only the running ones asked about, each once.
     assert selectors == ["loadline.dev/inferencemodel=chat"]
-    assert len(_Prometheus.queries) == 2 and all('namespace="team-a"' in q for q in _Prometheus.queries)
+    assert len(fake.queries) == 2 and all('namespace="team-a"' in q for q in fake.queries)
     # The same reading again: nothing to write.
     again = kopf.Patch()
     _measure.measure(body(measuredGpuMemory=reading), again, settings(prometheus), LOG)
@@ -131,7 +114,7 @@ def test_a_reading_lands_in_status_beside_the_plan(prometheus: str, selectors: l
 
 
 def test_nothing_is_asked_or_written_outside_the_measured_phases(
-    prometheus: str, selectors: list[str]
+    fake: FakePrometheus, prometheus: str, selectors: list[str]
 ) -> None:
     for status in (body("Deploying"), body("Failed")):
         patch = kopf.Patch()
@@ -139,7 +122,7 @@ def test_nothing_is_asked_or_written_outside_the_measured_phases(
         assert not patch
     no_plan = kopf.Body({**dict(body()), "status": {"phase": "Ready"}})
     _measure.measure(no_plan, kopf.Patch(), settings(prometheus), LOG)
-    assert _Prometheus.queries == []
+    assert fake.queries == []
 
 
 def test_an_unreachable_prometheus_costs_one_failed_request_and_writes_nothing(
@@ -154,8 +137,10 @@ def test_an_unreachable_prometheus_costs_one_failed_request_and_writes_nothing(
     assert time.monotonic() - started < 2 and not patch
 
 
-def test_a_slow_prometheus_is_bounded_by_the_deadline(prometheus: str, selectors: list[str]) -> None:
-    _Prometheus.delay = 3.0  # longer than a query's timeout
+def test_a_slow_prometheus_is_bounded_by_the_deadline(
+    fake: FakePrometheus, prometheus: str, selectors: list[str]
+) -> None:
+    fake.delay = 3.0  # longer than a query's timeout
     patch = kopf.Patch()
     started = time.monotonic()
     _measure.measure(body(), patch, settings(prometheus), LOG)
