@@ -7,18 +7,29 @@ container (``valueFrom.fieldRef`` resolved as the kubelet resolves it, for a pod
 a token of the chart's ServiceAccount, issued by the API server's TokenRequest API, in a kubeconfig of
 its own. The process never sees the cluster-admin kubeconfig.
 
-The one thing that differs from a pod: two pods have two network namespaces, two processes on one
-machine share one, so each replica gets its own free ports for ``LOADLINE_LIVENESS_PORT`` and
-``LOADLINE_METRICS_PORT`` (the chart's ports, moved like a hostPort would be). Nothing else is changed.
+What differs from a pod, and stands in for what the kubelet and the Service network do:
+
+* two pods have two network namespaces, two processes on one machine share one, so each replica gets
+  its own free ports for ``LOADLINE_LIVENESS_PORT``, ``LOADLINE_METRICS_PORT`` and
+  ``LOADLINE_WEBHOOK_PORT`` (the chart's ports, moved like a hostPort would be);
+* the chart's Secret and ConfigMap volumes are written, as the kubelet writes them (files behind a
+  ``..data`` symlink swapped at once), to a directory per replica, and env values naming the mount path
+  name that directory; while supervised they follow the object's changes within seconds;
+* the API server reaches the webhooks through e2e/forwarder.py on 127.0.0.1 (``webhook.url``), which
+  stands in for the webhook Service and kube-proxy: each connection to the next replica that accepts.
+
+Nothing else is changed.
 """
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import threading
@@ -31,11 +42,11 @@ from typing import Any
 
 import yaml
 
-from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, lib_var, wait_for
+from kube import E2E_DIR, KUBECONFIG, REPO, STATE_DIR, Kubectl, lib_var, wait_for
 
 CHART = REPO / "charts" / "loadline"
 LOADLINE = Path(sys.executable).parent / "loadline"
-PORT_ENV = ("LOADLINE_LIVENESS_PORT", "LOADLINE_METRICS_PORT")
+PORT_ENV = ("LOADLINE_LIVENESS_PORT", "LOADLINE_METRICS_PORT", "LOADLINE_WEBHOOK_PORT")
 OPERATOR_NAMESPACE = "loadline-system"  # the e2e session's release namespace
 HUB_TOKEN_SECRET = "hf"  # the Secret name the session's values let the operator read (hub tokens)
 
@@ -55,8 +66,10 @@ def render(
     STATE_DIR.mkdir(exist_ok=True)
     values_file = STATE_DIR / f"values-{release}-{namespace}.yaml"
     values_file.write_text(yaml.safe_dump(values))
+    # --dry-run=server: the chart's `lookup` reads the cluster as on `helm upgrade` (the webhook's
+    # certificate is kept, or rotated with the old CA still trusted).
     cmd = [str(helm()), "template", release, str(CHART), "--namespace", namespace, "--kube-version", "1.36.3",
-           "-f", str(values_file)]  # fmt: skip
+           "-f", str(values_file), "--dry-run=server", "--kubeconfig", str(KUBECONFIG)]  # fmt: skip
     if include_crds:
         cmd.append("--include-crds")
     out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=120).stdout
@@ -82,6 +95,55 @@ def pod_env(container: dict[str, Any], pod_name: str, namespace: str) -> dict[st
             raise ValueError(f"env {item['name']}: the harness cannot resolve {item.get('valueFrom')}")
         env[item["name"]] = fields[ref["fieldPath"]]
     return env
+
+
+def _mounted_sources(deployment: dict[str, Any]) -> dict[str, tuple[str, str]]:
+    """The container's Secret and ConfigMap volumes: mount path -> (kind, object name)."""
+    pod = deployment["spec"]["template"]["spec"]
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    out: dict[str, tuple[str, str]] = {}
+    for mount in pod["containers"][0].get("volumeMounts") or []:
+        volume = volumes.get(mount["name"]) or {}
+        if "secret" in volume:
+            out[mount["mountPath"]] = ("secret", volume["secret"]["secretName"])
+        elif "configMap" in volume:
+            out[mount["mountPath"]] = ("configmap", volume["configMap"]["name"])
+    return out
+
+
+def _object_files(kubectl: Kubectl, kind: str, name: str, namespace: str) -> dict[str, bytes] | None:
+    proc = kubectl.run("get", kind, name, "-n", namespace, "-o", "json", check=False)
+    if proc.returncode != 0:
+        return None
+    obj = json.loads(proc.stdout)
+    if kind == "secret":
+        return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
+    return {k: v.encode() for k, v in (obj.get("data") or {}).items()}
+
+
+def write_volume(directory: Path, files: dict[str, bytes]) -> bool:
+    """Write ``files`` as the kubelet writes a Secret volume: into a fresh directory, then one rename of
+    the ``..data`` symlink, so a reader never sees a new certificate beside an old key. False: unchanged."""
+    directory.mkdir(parents=True, exist_ok=True)
+    current = directory / "..data"
+    if current.exists() and all(
+        (current / k).exists() and (current / k).read_bytes() == v for k, v in files.items()
+    ):
+        return False
+    version = directory / f"..{time.time_ns()}"
+    version.mkdir()
+    for key, value in files.items():
+        (version / key).write_bytes(value)
+    link = directory / "..data_tmp"
+    link.unlink(missing_ok=True)
+    link.symlink_to(version.name)
+    link.replace(current)
+    for key in files:
+        entry = directory / key
+        if not entry.is_symlink():
+            entry.unlink(missing_ok=True)
+            entry.symlink_to(f"..data/{key}")
+    return True
 
 
 def token_kubeconfig(kubectl: Kubectl, service_account: str, namespace: str, path: Path) -> Path:
@@ -155,6 +217,31 @@ class ChartOperator:
     _stopping: threading.Event = field(default_factory=threading.Event)
     _supervisor: threading.Thread | None = None
     detach: bool = False  # replicas outlive this process (make demo)
+    values: dict[str, Any] = field(default_factory=dict)
+    forwarder: subprocess.Popen[bytes] | None = None  # the webhook Service's stand-in (e2e/forwarder.py)
+    webhook_targets: Path | None = None  # the ports the forwarder sends to, one per replica
+
+    @property
+    def webhook_url(self) -> str:
+        return str((self.values.get("webhook") or {}).get("url") or "")
+
+    def volume_dir(self, replica: Replica) -> Path:
+        return STATE_DIR / f"volumes-{self.release}-{replica.pod_name}"
+
+    def sync_volumes(self, replicas: list[Replica] | None = None) -> None:
+        """Write each replica's Secret and ConfigMap volumes where they changed (the kubelet's sync)."""
+        for mount_path, (kind, name) in _mounted_sources(self.deployment).items():
+            files = _object_files(self.kubectl, kind, name, self.namespace)
+            if files is None:
+                continue
+            for replica in replicas if replicas is not None else self.replicas:
+                write_volume(self.volume_dir(replica) / mount_path.strip("/").replace("/", "_"), files)
+
+    def _write_targets(self) -> None:
+        if self.webhook_targets is not None:
+            ports = [r.env["LOADLINE_WEBHOOK_PORT"] for r in self.replicas
+                     if r.keep_running and "LOADLINE_WEBHOOK_PORT" in r.env]  # fmt: skip
+            self.webhook_targets.write_text("".join(f"{p}\n" for p in ports))
 
     @property
     def deployment(self) -> dict[str, Any]:
@@ -180,10 +267,18 @@ class ChartOperator:
         pod_name = f"{self.deployment['metadata']['name']}-{suffix[:5]}"
         env = pod_env(self.container, pod_name, self.namespace)
         for name in PORT_ENV:
-            env[name] = str(free_port())
+            if name in env:
+                env[name] = str(free_port())
         log = STATE_DIR / f"operator-{self.release}-{pod_name}.log"
         replica = Replica(pod_name, env, log)
+        for mount_path in _mounted_sources(self.deployment):
+            host_dir = str(self.volume_dir(replica) / mount_path.strip("/").replace("/", "_"))
+            for key, value in env.items():
+                if value == mount_path or value.startswith(mount_path.rstrip("/") + "/"):
+                    env[key] = host_dir + value[len(mount_path.rstrip("/")) :]
+        self.sync_volumes([replica])
         self.replicas.append(replica)
+        self._write_targets()
         return replica
 
     def start(self, replica: Replica) -> Replica:
@@ -206,6 +301,7 @@ class ChartOperator:
         it. With ``restart`` the supervisor starts it again (a container restart in the same pod)."""
         assert replica.process is not None
         replica.keep_running = restart
+        self._write_targets()
         replica.process.send_signal(sig)
         try:
             replica.process.wait(timeout=30)
@@ -219,10 +315,26 @@ class ChartOperator:
             replica.keep_running = False
             if replica.alive():
                 self.kill(replica, signal.SIGTERM)
+        if self.forwarder is not None and self.forwarder.poll() is None:
+            self.forwarder.terminate()
+            self.forwarder.wait(timeout=10)
+
+    def upgrade(self, values: dict[str, Any]) -> None:
+        """``helm upgrade`` with ``values`` merged over the installed ones: the chart rendered again
+        (its lookups reading the cluster) and every object but the CRDs applied."""
+        merged = _merge(self.values, values)
+        self.docs = render(self.release, self.namespace, merged, include_crds=False)
+        stream = "".join("---\n" + yaml.safe_dump(d) for d in self.docs)
+        self.kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=stream)
 
     def lease(self) -> dict[str, Any]:
         result: dict[str, Any] = self.kubectl.json("get", "lease", self.lease_name, "-n", self.namespace)
         return result
+
+    def wait_webhooks(self, timeout: float = 60) -> None:
+        """Until the webhook URL answers TLS (a replica serves admission requests behind it)."""
+        wait_for(lambda: served_certificate(self.webhook_url) is not None or None, timeout=timeout,
+                 what=f"the admission webhooks of {self.release} at {self.webhook_url}")  # fmt: skip
 
     def wait_replicas(self, count: int = 2, timeout: float = 60) -> None:
         """Until ``count`` replicas run and answer /healthz (after a restart, say)."""
@@ -236,7 +348,11 @@ class ChartOperator:
         """Restart exited replicas (1 s back-off), as the kubelet would, until :meth:`stop`."""
 
         def loop() -> None:
+            synced = time.monotonic()
             while not self._stopping.wait(0.5):
+                if time.monotonic() - synced > 3:
+                    self.sync_volumes([r for r in self.replicas if r.keep_running])
+                    synced = time.monotonic()
                 for replica in list(self.replicas):
                     if (
                         replica.keep_running
@@ -287,8 +403,14 @@ def install(
     detach: bool = False,
 ) -> ChartOperator:
     """Render the chart, apply every object, and start its Deployment's replicas as processes."""
-    docs = render(release, namespace, values)
     kubectl.run("create", "namespace", namespace, check=False)
+    forward_port = 0
+    if (values.get("webhook") or {}).get("enabled", True) and not (values.get("webhook") or {}).get("url"):
+        # No Service network here: the API server calls the forwarder (the Service's stand-in).
+        forward_port = free_port()
+        values = _merge(values, {"webhook": {"url": f"https://127.0.0.1:{forward_port}",
+                                             "extraIPSANs": ["127.0.0.1"]}})  # fmt: skip
+    docs = render(release, namespace, values)
     crds = [d for d in docs if d["kind"] == "CustomResourceDefinition"]
     rest = [d for d in docs if d["kind"] != "CustomResourceDefinition"]
     stream = "".join("---\n" + yaml.safe_dump(d) for d in crds)
@@ -298,6 +420,14 @@ def install(
     stream = "".join("---\n" + yaml.safe_dump(d) for d in rest)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", "-", input=stream)
     chart = ChartOperator(kubectl, release, namespace, docs, STATE_DIR / f"kubeconfig-{release}-{namespace}")
+    chart.values = values
+    if forward_port:
+        chart.webhook_targets = STATE_DIR / f"webhook-targets-{release}-{namespace}"
+        chart.webhook_targets.write_text("")
+        chart.forwarder = subprocess.Popen(
+            [sys.executable, str(E2E_DIR / "forwarder.py"), str(forward_port), str(chart.webhook_targets)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=detach,
+        )  # fmt: skip
     # The ServiceAccount's token exists as soon as the ServiceAccount does (TokenRequest).
     wait_for(
         lambda: (
@@ -315,7 +445,36 @@ def install(
     chart.scale_to(wanted)
     if supervise:
         chart.supervise()
+    if chart.webhook_url:
+        chart.wait_webhooks()
     return chart
+
+
+def _merge(base: dict[str, Any], override: dict[str, Any]) -> dict[str, Any]:
+    """``override`` merged into a copy of ``base``, key by key, as Helm merges values files."""
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merge(out[key], value)
+        else:
+            out[key] = value
+    return out
+
+
+def served_certificate(url: str) -> bytes | None:
+    """The DER certificate served at ``url`` (https://host:port), or None when nothing answers there."""
+    host, port = url.removeprefix("https://").split("/")[0].rsplit(":", 1)
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    try:
+        with (
+            socket.create_connection((host, int(port)), timeout=3) as raw,
+            context.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            return tls.getpeercert(binary_form=True)
+    except OSError:
+        return None
 
 
 def uninstall(chart: ChartOperator) -> None:
@@ -356,7 +515,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"the chart's replicas already run (pids in {DEMO_PIDS})")
         return 0
     chart = install(Kubectl(), "loadline", OPERATOR_NAMESPACE, {}, supervise=False, detach=True)
-    DEMO_PIDS.write_text("\n".join(str(r.process.pid) for r in chart.replicas if r.process) + "\n")
+    pids = [r.process.pid for r in chart.replicas if r.process]
+    if chart.forwarder is not None:
+        pids.append(chart.forwarder.pid)
+    DEMO_PIDS.write_text("\n".join(str(pid) for pid in pids) + "\n")
     active = chart.active(timeout=60)
     print(f"loadline chart installed in {OPERATOR_NAMESPACE}: {len(chart.replicas)} replicas under "
           f"ServiceAccount {chart.service_account}; {active.pod_name} holds the Lease; logs: "

@@ -14,16 +14,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
-from loadline.api import FleetPolicy, InferenceModel, Manifests
+from loadline.api import FleetPolicy, InferenceModel, InferenceModelSpec, Manifests
 from loadline.errors import LoadlineError
 from loadline.policy import (
-    apply_defaults,
-    check,
+    admit,
     combine,
-    decide,
     describe_selector,
     enforced,
-    fills,
     needs_namespace_labels,
     planning_spec,
     policy_governs,
@@ -85,6 +82,13 @@ def govern(
     refusals: list[str] = []
     governed: list[Governed] = []
     warned: set[str] = set()
+    adjust = None
+    if vllm_version is not None:
+        version = vllm_version
+
+        def adjust(spec: InferenceModelSpec) -> InferenceModelSpec:
+            return spec.model_copy(update={"engine": spec.engine.model_copy(update={"version": version})})
+
     for source, obj in manifests.models:
         namespace = str(obj.metadata.get("namespace") or "default")
         labels = obj.metadata.get("labels") or {}
@@ -96,18 +100,9 @@ def govern(
                     warned.add(note)
                     print(f"loadline: note: {note}", file=out_err)
         policies = select_policies(manifests.policies, namespace, ns_labels, labels)
-        acting = combine(enforced(policies))
-        spec = apply_defaults(obj.spec, acting)
-        notes = tuple(
-            f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in fills(obj.spec, acting)
-        )
-        if vllm_version is not None:
-            spec = spec.model_copy(
-                update={"engine": spec.engine.model_copy(update={"version": vllm_version})}
-            )
-        everything = combine(policies)
-        evaluation = check(spec, everything)
-        decision = decide(evaluation.violations, policies)
+        admission = admit(obj.spec, policies, adjust=adjust)
+        spec, decision = admission.spec, admission.decision
+        notes = tuple(f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in admission.filled)
         name = f"{namespace}/{obj.metadata.get('name', '?')}"
         for warning in decision.warnings:
             print(f"loadline: warning: {name}: {warning}", file=out_err)
@@ -115,10 +110,10 @@ def govern(
             refusals.append(f"{name} ({source}) refused:")
             refusals.extend(f"  {line}" for line in decision.message.splitlines())
             continue
-        plan = evaluation.plan
-        if plan is None or len(acting.policies) != len(everything.policies):
+        plan = admission.evaluation.plan
+        if plan is None or admission.dry_run_only:
             # Warn/dryrun left no plan within all limits, or dryrun policies must not shape the plan.
-            plan = plan_inference_model(planning_spec(spec, acting))
+            plan = plan_inference_model(planning_spec(spec, combine(enforced(policies))))
         governed.append(Governed(source, obj.model_copy(update={"spec": spec}), plan, tuple(policies), notes))
     if refusals:
         raise PolicyRefusal(refusals)

@@ -51,11 +51,70 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # Object logs name their object ("[namespace/name] ..."): one operator log serves every model.
     kopf.configure(verbose=args.verbose, debug=args.debug, log_prefix=True)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
-    if settings.leader_election:
-        return _run_elected(settings, liveness)
-    namespaces = settings.namespace_list
-    kopf.run(clusterwide=not namespaces, namespaces=namespaces, standalone=True, liveness_endpoint=liveness)
-    return 0
+    admission = _Admission.start(settings) if settings.webhook_port else None
+    try:
+        if settings.leader_election:
+            return _run_elected(settings, liveness)
+        namespaces = settings.namespace_list
+        kopf.run(
+            clusterwide=not namespaces, namespaces=namespaces, standalone=True, liveness_endpoint=liveness
+        )
+        return 0
+    finally:
+        if admission is not None:
+            admission.stop()
+
+
+class _Admission:
+    """The admission webhooks: kopf with the ``ADMISSION`` registry, in a thread and event loop of its
+    own, for the whole life of the process, on every replica (leader or standby), so that a hand-over
+    never leaves ``kubectl apply`` without an answer. It stops after the reconciling kopf."""
+
+    def __init__(self, settings: OperatorSettings) -> None:
+        self._settings = settings
+        self._stop = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="admission", daemon=True)
+
+    @classmethod
+    def start(cls, settings: OperatorSettings) -> _Admission:
+        from loadline.errors import SpecError
+
+        for name in ("tls.crt", "tls.key"):
+            if not (settings.webhook_cert_dir / name).is_file():
+                raise SpecError(
+                    "LOADLINE_WEBHOOK_CERT_DIR",
+                    f"{settings.webhook_cert_dir} has no {name}",
+                    "mount the webhook's certificate Secret there, or set LOADLINE_WEBHOOK_PORT=0",
+                )
+        admission = cls(settings)
+        admission._thread.start()
+        return admission
+
+    def _run(self) -> None:
+        import kopf
+
+        from loadline.handlers import _registry
+
+        loop = asyncio.new_event_loop()
+        try:
+            kopf.run(loop=loop, registry=_registry.ADMISSION, settings=kopf.OperatorSettings(),
+                     clusterwide=True, standalone=True, stop_flag=self._stop)  # fmt: skip
+        except Exception:
+            log.exception("the admission webhooks stopped")
+        finally:
+            self._stop.set()
+            _close_loop(loop)
+        if not self._stopping:
+            # Not asked to stop: without webhooks this replica is of no use; stop it in order (the
+            # Lease is released) and let the kubelet restart it.
+            log.error("the admission webhooks stopped unasked: stopping the operator")
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    def stop(self, timeout: float = 10) -> None:
+        self._stopping = True
+        self._stop.set()
+        self._thread.join(timeout)
 
 
 class _Signals:

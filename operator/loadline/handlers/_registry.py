@@ -1,4 +1,9 @@
-"""Every kopf registration of loadline, in one place. Each handler is a thin call into the core."""
+"""Every kopf registration of loadline, in one place. Each handler is a thin call into the core.
+
+Two registries: kopf's default one (reconcile, OOM handling, timers), run by the replica that holds
+the Lease; and :data:`ADMISSION` (the webhooks and the FleetPolicy index they read), run by every
+replica, so admission never waits for a hand-over (``loadline run`` starts both, see ``_cli_run``).
+"""
 
 from __future__ import annotations
 
@@ -8,11 +13,18 @@ from typing import Any
 import kopf
 
 from loadline.api import GROUP, PLURAL, POLICY_PLURAL, VERSION
-from loadline.handlers import _fleet, _index, _measure, _metrics, _oom, _policies, _reconcile
+from loadline.handlers import _admission, _fleet, _index, _measure, _metrics, _oom, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
 MANAGED = {"app.kubernetes.io/managed-by": "loadline"}
+ADMISSION = kopf.OperatorRegistry()
+WEBHOOK_PATHS = {
+    "mutate-inferencemodel": "defaults of the FleetPolicies that govern an InferenceModel",
+    "validate-inferencemodel": "an InferenceModel against its FleetPolicies' limits",
+    "validate-fleetpolicy": "a FleetPolicy the operator can apply",
+}
+"""Handler ids, which are also the webhook URL paths the chart's webhook configurations call."""
 
 
 @kopf.on.startup()
@@ -67,6 +79,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs:
         )
 
 
+@kopf.index(GROUP, VERSION, POLICY_PLURAL, registry=ADMISSION)
 @kopf.index(GROUP, VERSION, POLICY_PLURAL)
 def fleet_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
     """Every FleetPolicy (few, small): reconcile judges each model against those that govern it."""
@@ -133,3 +146,56 @@ def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
 def forget(namespace: str | None, name: str, **_: Any) -> None:
     """A deleted model's metric series go with it (optional: no finalizer holds the deletion)."""
     _metrics.forget(namespace or "", name)
+
+
+# --- admission, on every replica (the ADMISSION registry) ---
+
+
+@kopf.on.startup(registry=ADMISSION)
+def configure_admission(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.watching.server_timeout = SETTINGS.watch_server_timeout
+    settings.watching.client_timeout = SETTINGS.watch_client_timeout
+    settings.peering.standalone = True
+    settings.peering.mandatory = False
+    settings.posting.enabled = False  # admission writes nothing, Events included
+    # The chart owns the webhook configurations (settings.admission.managed stays unset: no RBAC on
+    # them). kopf re-reads the certificate files and serves a renewed one without a restart.
+    cert_dir = SETTINGS.webhook_cert_dir
+    settings.admission.server = kopf.WebhookServer(
+        addr="0.0.0.0",  # every interface: the Service reaches the pod on its IP
+        port=SETTINGS.webhook_port,
+        certfile=cert_dir / "tls.crt",
+        pkeyfile=cert_dir / "tls.key",
+        file_check_interval=SETTINGS.webhook_cert_check_seconds,
+    )
+
+
+@kopf.on.login(registry=ADMISSION)
+def login_admission(**kwargs: Any) -> kopf.ConnectionInfo | None:
+    """What kopf's default registry does on its own: the client's config (in-cluster, else KUBECONFIG)."""
+    return kopf.login_via_client(**kwargs)
+
+
+def _index_policies(kwargs: dict[str, Any]) -> list[Any]:
+    return _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
+
+
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id="mutate-inferencemodel", operations=["CREATE", "UPDATE"],
+                registry=ADMISSION)  # fmt: skip
+def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+    # kopf passes `old` and `operation` among the kwargs (its WebhookFn protocol does not name them).
+    policies = _index_policies(kwargs)
+    _admission.mutate_model(body, kwargs.get("old"), kwargs.get("operation"), patch, policies, SETTINGS)
+
+
+@kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel", operations=["CREATE", "UPDATE"],
+                  registry=ADMISSION)  # fmt: skip
+def validate_inference_model(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
+    policies = _index_policies(kwargs)
+    _admission.validate_model(body, kwargs.get("old"), kwargs.get("operation"), warnings, policies, SETTINGS)
+
+
+@kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id="validate-fleetpolicy", operations=["CREATE", "UPDATE"],
+                  registry=ADMISSION)  # fmt: skip
+def validate_fleet_policy(body: kopf.Body, **_: Any) -> None:
+    _admission.validate_policy(body)

@@ -89,6 +89,22 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(
         default=9464, ge=0, description="Port of the Prometheus /metrics endpoint (0: off)."
     )
+    webhook_port: int = Field(
+        default=0,
+        ge=0,
+        le=65535,
+        description="Port of the HTTPS admission webhooks (FleetPolicy defaults and limits), served by "
+        "every replica; 0: none served.",
+    )
+    webhook_cert_dir: Path = Field(
+        default=Path("/etc/loadline/webhook"),
+        description="Directory with the serving certificate (tls.crt, tls.key): the mounted Secret.",
+    )
+    webhook_cert_check_seconds: float = Field(
+        default=10,
+        gt=0,
+        description="How often the certificate files are re-read; a renewed one is served without a restart.",
+    )
     remediation_mode: str = Field(
         default="auto", pattern="^(auto|recommend|off)$", description="Default OOM remediation mode."
     )

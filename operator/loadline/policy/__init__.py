@@ -8,9 +8,12 @@ reconcile, and ``loadline plan``/``render`` offline, all call these same functio
     violations = evaluate(spec, effective, plan_fn)
     decision = decide(violations, governing)                     # allowed, message, warnings
 
+(:func:`admit` does these steps for one model, as the webhooks and the CLI need them.)
+
 See docs/policies.md.
 """
 
+from loadline.policy._admit import Admission, admit
 from loadline.policy._combine import (
     Bound,
     EffectivePolicy,
@@ -42,6 +45,7 @@ from loadline.policy._select import (
 )
 
 __all__ = [
+    "Admission",
     "AdmissionDecision",
     "Bound",
     "EffectivePolicy",
@@ -49,6 +53,7 @@ __all__ = [
     "Fill",
     "PlanFn",
     "Violation",
+    "admit",
     "apply_defaults",
     "by_precedence",
     "canonical_gpu_type",

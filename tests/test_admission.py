@@ -1,0 +1,134 @@
+"""The admission webhooks' glue (handlers/_admission.py) with kopf's own Patch and AdmissionError:
+what `kubectl apply` gets back for each kind of policy, and what it never gets refused for."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import kopf
+import pytest
+
+from loadline.api import FleetPolicy, parse_fleet_policy
+from loadline.handlers import _admission
+from loadline.handlers._settings import OperatorSettings
+from tests.conftest import inference_model
+
+SETTINGS = OperatorSettings(hf_fetch=False)
+
+
+def policy(name: str, enforcement: str = "deny", **spec: Any) -> FleetPolicy:
+    return parse_fleet_policy(
+        {
+            "apiVersion": "loadline.dev/v1alpha1",
+            "kind": "FleetPolicy",
+            "metadata": {"name": name},
+            "spec": {"enforcement": enforcement, "selector": {"namespaces": ["team-a"]}, **spec},
+        }
+    )
+
+
+def validate(
+    body: dict[str, Any], policies: list[FleetPolicy], *, old: dict[str, Any] | None = None
+) -> list[str]:
+    warnings: list[str] = []
+    operation = "UPDATE" if old is not None else "CREATE"
+    _admission.validate_model(body, old, operation, warnings, policies, SETTINGS)
+    return warnings
+
+
+def mutate(body: dict[str, Any], policies: list[FleetPolicy], *, old: dict[str, Any] | None = None) -> Any:
+    patch = kopf.Patch()
+    operation = "UPDATE" if old is not None else "CREATE"
+    _admission.mutate_model(body, old, operation, patch, policies, SETTINGS)
+    return patch
+
+
+def test_a_deny_policy_refuses_naming_the_policy_field_and_fix() -> None:
+    body = inference_model(maxModelLen=8192, concurrency=4)
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(
+            body, [policy("short", limits={"maxModelLen": 4096}), policy("wide", limits={"maxReplicas": 8})]
+        )
+    message = str(refused.value)
+    assert message.startswith("FleetPolicy short: spec.maxModelLen") and "fix:" in message
+    assert "wide" not in message  # only the policies that are broken are named
+    assert refused.value.code == _admission.DENIED
+
+
+def test_no_allowed_gpu_type_is_refused_with_each_candidates_reason() -> None:
+    body = inference_model(maxModelLen=32768, concurrency=16)  # any GPU type: the policy narrows it
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(body, [policy("small-gpus", limits={"gpuTypes": ["T4"], "maxGPUsPerReplica": 1})])
+    lines = str(refused.value).splitlines()
+    assert lines[0].startswith("FleetPolicy small-gpus: spec.gpu.types: no allowed GPU layout fits")
+    assert any(line.startswith("  - ") and "T4" in line for line in lines[1:])
+
+
+def test_warn_and_dryrun_admit_with_warnings_naming_the_policy() -> None:
+    body = inference_model(maxModelLen=8192, concurrency=4)
+    warnings = validate(
+        body,
+        [
+            policy("soft", "warn", limits={"maxModelLen": 4096}),
+            policy("trial", "dryrun", limits={"maxReplicas": 0}),
+        ],
+    )
+    assert any(w.startswith("FleetPolicy soft: spec.maxModelLen") for w in warnings)
+    assert any(w.startswith("dryrun: would refuse: FleetPolicy trial") for w in warnings)
+
+
+def test_a_model_no_policy_governs_is_admitted_silently() -> None:
+    body = inference_model(maxModelLen=8192)
+    body["metadata"]["namespace"] = "team-b"
+    assert validate(body, [policy("short", limits={"maxModelLen": 4096})]) == []
+
+
+def test_an_update_that_keeps_the_spec_is_never_refused() -> None:
+    """The operator's own writes (annotations, finalizers) on a model that broke a policy added after
+    it, and its deletion, must go through."""
+    old = inference_model(maxModelLen=8192)
+    new = copy.deepcopy(old)
+    new["metadata"]["annotations"] = {"loadline.dev/last-handled-configuration": "{}"}
+    new["metadata"]["finalizers"] = []
+    strict = [policy("short", limits={"maxModelLen": 4096}, defaults={"engine": {"version": "0.17.0"}})]
+    assert validate(new, strict, old=old) == []
+    assert mutate(new, strict, old=old) == {}
+    changed = copy.deepcopy(new)
+    changed["spec"]["concurrency"] = 2
+    with pytest.raises(kopf.AdmissionError):
+        validate(changed, strict, old=old)
+
+
+def test_an_unreadable_spec_is_refused_naming_the_field_without_any_policy() -> None:
+    body = inference_model(maxModelLen=8192, maxNumSeqs=4096, maxNumBatchedTokens=1024)
+    body["spec"]["dtype"] = "float8"
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(body, [])
+    assert "spec.dtype" in str(refused.value)
+
+
+def test_defaults_fill_only_unset_fields_from_enforcing_policies() -> None:
+    body = inference_model(maxModelLen=4096)
+    body["spec"]["gpu"] = {"types": ["L40S"]}
+    policies = [
+        policy("base", defaults={"engine": {"version": "0.17.0"}, "gpu": {"types": ["L4"]}}),
+        policy("trial", "dryrun", priority=10, defaults={"engine": {"version": "0.11.0"}}),
+    ]
+    patch = mutate(body, policies)
+    assert patch == {"spec": {"engine": {"version": "0.17.0"}}}  # gpu.types was set; dryrun fills nothing
+    assert mutate(body, []) == {}
+
+
+def test_a_policy_the_operator_cannot_apply_is_refused_naming_the_field() -> None:
+    body = {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "FleetPolicy",
+        "metadata": {"name": "versions"},
+        "spec": {"limits": {"vllmVersions": ">=0.17,,<"}},
+    }
+    with pytest.raises(kopf.AdmissionError) as refused:
+        _admission.validate_policy(body)
+    assert "spec.limits.vllmVersions" in str(refused.value)
+    body["spec"]["limits"]["vllmVersions"] = ">=0.17.0"
+    _admission.validate_policy(body)
