@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 from tests.hubserver import HubServer
 
-from chart import HUB_TOKEN_SECRET, OPERATOR_NAMESPACE, ChartOperator, install
+from chart import HUB_TOKEN_SECRET, OPERATOR_NAMESPACE, ChartOperator, install, uninstall
 from kube import E2E_DIR, KUBECONFIG, STATE_DIR, Kubectl, KubectlError, wait_for
 
 CLUSTER_UP_TIMEOUT = float(os.environ.get("LOADLINE_CLUSTER_UP_TIMEOUT", "3600"))
@@ -65,8 +65,14 @@ def kubeconfig() -> Path:
 
 @pytest.fixture(scope="session")
 def kubectl(kubeconfig: Path) -> Kubectl:
-    """kubectl bound to the e2e cluster: ``kubectl("get", "nodes")`` returns stdout; ``.json()`` decodes."""
-    return Kubectl(kubeconfig)
+    """kubectl bound to the e2e cluster: ``kubectl("get", "nodes")`` returns stdout; ``.json()`` decodes.
+
+    Admission webhooks of an earlier run whose replicas are gone (a killed session, `make demo-down`)
+    would refuse every InferenceModel (failurePolicy Fail): they go first."""
+    kubectl = Kubectl(kubeconfig)
+    kubectl.run("delete", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+                "-l", "app.kubernetes.io/name=loadline", "--ignore-not-found", check=False)  # fmt: skip
+    return kubectl
 
 
 def _namespace_name(test_name: str) -> str:
@@ -154,4 +160,4 @@ def operator(
         chart.active(timeout=60)
         yield chart
     finally:
-        chart.stop()
+        uninstall(chart)  # its webhooks too: they would refuse every apply once the replicas are gone

@@ -52,6 +52,12 @@ for _ in $(seq 1 15); do
 done
 kubectl get fleetpolicies -o wide
 kubectl get inferencemodels -A -o custom-columns='NAMESPACE:.metadata.namespace,NAME:.metadata.name,POLICIES:.status.policies,BREAKS:.status.violatedPolicies'
+
+log "the admission webhooks at work: a model in team-a asking for more than team-a-budget allows"
+refused=$(sed -e 's/name: chat$/name: chat-long/' -e 's/maxModelLen: 8192/maxModelLen: 131072/' \
+  "${LOADLINE_REPO}/examples/chat-llama-8b.yaml" | kubectl apply -f - 2>&1) && {
+  echo "${refused}"; log "expected a refusal from the webhook"; exit 1; }
+echo "${refused}"
 cat <<EOF
 
 The cluster and the operator keep running. To talk to them:
@@ -60,6 +66,7 @@ The cluster and the operator keep running. To talk to them:
   ${KUBECTL} describe inferencemodel chat -n team-a # plan, conditions, events
   ${KUBECTL} get lease loadline -n loadline-system  # which replica is active
   ${KUBECTL} get fleetpolicies -o wide              # policies, the models they govern and violations
+  ${KUBECTL} apply -f my-model.yaml                 # refused at once if a FleetPolicy forbids it
   tail -f ${LOG_FILE}             # the replicas' logs
 Stop everything with: make demo-down
 EOF

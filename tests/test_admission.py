@@ -8,6 +8,7 @@ from typing import Any
 
 import kopf
 import pytest
+from prometheus_client import REGISTRY
 
 from loadline.api import FleetPolicy, parse_fleet_policy
 from loadline.handlers import _admission
@@ -108,6 +109,16 @@ def test_an_unreadable_spec_is_refused_naming_the_field_without_any_policy() -> 
     assert "spec.dtype" in str(refused.value)
 
 
+def test_what_depends_on_other_objects_or_the_hub_is_admitted_with_a_warning() -> None:
+    """GitOps applies in any order: a model whose config.json is on the hub (not fetched here) or in a
+    ConfigMap not applied yet is not refused for it; reconcile judges it once it can be read."""
+    body = inference_model(maxModelLen=8192)
+    body["spec"]["model"] = {"name": "example-org/not-in-the-catalog"}
+    warnings = validate(body, [policy("short", limits={"maxModelLen": 4096})])
+    assert len(warnings) == 1 and warnings[0].startswith("loadline: spec.model.name: example-org/")
+    assert validate(body, []) == []  # no policy: nothing to check, nothing read
+
+
 def test_defaults_fill_only_unset_fields_from_enforcing_policies() -> None:
     body = inference_model(maxModelLen=4096)
     body["spec"]["gpu"] = {"types": ["L40S"]}
@@ -132,3 +143,20 @@ def test_a_policy_the_operator_cannot_apply_is_refused_naming_the_field() -> Non
     assert "spec.limits.vllmVersions" in str(refused.value)
     body["spec"]["limits"]["vllmVersions"] = ">=0.17.0"
     _admission.validate_policy(body)
+
+
+def test_every_answer_is_counted_by_webhook_and_result() -> None:
+    def count(webhook: str, result: str) -> float:
+        value = REGISTRY.get_sample_value(
+            "loadline_admission_reviews_total", {"webhook": webhook, "result": result}
+        )
+        return value or 0.0
+
+    before = {r: count("validate-inferencemodel", r) for r in ("allowed", "warned", "refused")}
+    body = inference_model(maxModelLen=8192, concurrency=4)
+    validate(body, [])
+    validate(body, [policy("soft", "warn", limits={"maxModelLen": 4096})])
+    with pytest.raises(kopf.AdmissionError):
+        validate(body, [policy("hard", limits={"maxModelLen": 4096})])
+    after = {r: count("validate-inferencemodel", r) for r in ("allowed", "warned", "refused")}
+    assert {r: after[r] - before[r] for r in after} == {"allowed": 1, "warned": 1, "refused": 1}

@@ -367,7 +367,9 @@ def test_not_renewing_within_the_deadline_calls_on_lost(
     assert lost.event.wait(2)
     elapsed = time.monotonic() - acquired
     assert lost.reasons == ["not renewed for 0.3 s (the renew deadline)"]
-    assert 0.3 <= elapsed < 0.6  # at the deadline, well before the 2 s lease could be taken
+    # Not before the deadline; and before the 2 s lease could be taken by a standby, the contract that
+    # keeps two leaders apart (a tighter bound would time the machine, not the elector).
+    assert 0.3 <= elapsed < 2
 
 
 def test_a_deleted_lease_is_lost_not_recreated_by_the_leader(api: FakeLeases, clock: Clock) -> None:

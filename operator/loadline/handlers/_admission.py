@@ -11,22 +11,25 @@ What is judged, and what is not:
   mutated, so a model that broke a policy added after it can still be deleted, and kopf can still
   record its progress on it; reconcile marks it ``PolicyCompliant=False`` instead.
 * A spec loadline cannot read (a field the schema allows but the model refuses) is refused with the
-  field and the fix, whether or not a policy governs the model.
-* What only the cluster can say is left to reconcile: a ConfigMap or the hub that cannot be read now,
-  or a model that fits no GPU at all without the policies. The object is admitted with a warning.
+  field and the fix, whether or not a policy governs the model. Only the spec itself is judged so:
+* what depends on other objects or the hub is left to reconcile (a ConfigMap or token Secret not
+  applied yet, a gated repository, a model that fits no GPU at all without the policies): GitOps
+  applies objects in any order. When a policy governs the model, it is admitted with a warning.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import kopf
 
-from loadline.api import FleetPolicy, parse_fleet_policy
+from loadline.api import FleetPolicy, parse_fleet_policy, parse_inference_model
 from loadline.errors import LoadlineError, SpecError
-from loadline.handlers import _policies, _reconcile
+from loadline.handlers import _metrics, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from loadline.policy import admit, combine, defaults_patch, enforced, select_policies
 
@@ -39,6 +42,26 @@ DENIED = 403
 def spec_unchanged(operation: str | None, body: Mapping[str, Any], old: Mapping[str, Any] | None) -> bool:
     """An UPDATE that leaves ``spec`` as it was: admitted as is (see the module's docstring)."""
     return operation == "UPDATE" and old is not None and (old.get("spec") or {}) == (body.get("spec") or {})
+
+
+@contextmanager
+def _reviewed(webhook: str, warnings: list[str] | None = None) -> Iterator[None]:
+    """Count the answer (``loadline_admission_reviews_total``) and time it."""
+    started, warned_before = time.monotonic(), len(warnings or [])
+    result = "error"
+    try:
+        yield
+        result = "warned" if warnings is not None and len(warnings) > warned_before else "allowed"
+    except kopf.AdmissionError:
+        result = "refused"
+        raise
+    finally:
+        _metrics.ADMISSIONS.labels(webhook, result).inc()
+        _metrics.ADMISSION_SECONDS.labels(webhook).observe(time.monotonic() - started)
+
+
+def _object(body: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
 
 
 def _governing(body: Mapping[str, Any], policies: list[FleetPolicy]) -> list[FleetPolicy]:
@@ -57,6 +80,18 @@ def mutate_model(
     settings: OperatorSettings,
 ) -> None:
     """Fill the spec's unset fields with the enforcing policies' defaults (highest priority first)."""
+    with _reviewed("mutate-inferencemodel"):
+        _mutate(body, old, operation, patch, policies, settings)
+
+
+def _mutate(
+    body: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    operation: str | None,
+    patch: kopf.Patch,
+    policies: list[FleetPolicy],
+    settings: OperatorSettings,
+) -> None:
     if spec_unchanged(operation, body, old) or not policies:
         return
     try:
@@ -82,22 +117,36 @@ def validate_model(
     settings: OperatorSettings,
 ) -> None:
     """Refuse a spec loadline cannot read, or one a deny policy forbids; warn for warn and dryrun."""
+    with _reviewed("validate-inferencemodel", warnings):
+        _validate(body, old, operation, warnings, policies, settings)
+
+
+def _validate(
+    body: Mapping[str, Any],
+    old: Mapping[str, Any] | None,
+    operation: str | None,
+    warnings: list[str],
+    policies: list[FleetPolicy],
+    settings: OperatorSettings,
+) -> None:
     if spec_unchanged(operation, body, old):
         return
     try:
-        inputs = _reconcile.model_inputs(body, settings)
+        parse_inference_model(_object(body))
     except SpecError as exc:
         raise kopf.AdmissionError(str(exc), code=DENIED) from None
-    except (LoadlineError, kopf.TemporaryError) as exc:
-        warnings.append(f"loadline: not checked against FleetPolicies now ({exc}); the operator will")
-        return
     governing = _governing(body, policies)
     if not governing:
         return
     try:
+        inputs = _reconcile.model_inputs(body, settings)
+    except (LoadlineError, kopf.TemporaryError) as exc:
+        # Another object or the hub (a Secret not applied yet, a gated repository): the cluster's
+        # state of the moment, not the spec's fault. GitOps applies in any order; reconcile judges.
+        warnings.append(f"loadline: not checked against FleetPolicies now ({exc}); the operator will")
+        return
+    try:
         admission = admit(inputs.obj.spec, governing, inputs.plan)
-    except SpecError as exc:
-        raise kopf.AdmissionError(str(exc), code=DENIED) from None
     except LoadlineError as exc:  # fits no GPU even without the policies: reconcile reports it
         warnings.append(f"loadline: {exc}")
         return
@@ -109,7 +158,8 @@ def validate_model(
 def validate_policy(body: Mapping[str, Any]) -> None:
     """Refuse a FleetPolicy the operator could not apply (a version range, a timezone, a window the
     schema cannot check), naming the field and the fix."""
-    try:
-        parse_fleet_policy(body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}")
-    except LoadlineError as exc:
-        raise kopf.AdmissionError(str(exc), code=DENIED) from None
+    with _reviewed("validate-fleetpolicy"):
+        try:
+            parse_fleet_policy(body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}")
+        except LoadlineError as exc:
+            raise kopf.AdmissionError(str(exc), code=DENIED) from None

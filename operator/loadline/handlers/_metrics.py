@@ -20,6 +20,17 @@ DETECTION_TO_ACTION = Histogram(
     buckets=(0.5, 1, 2, 3, 5, 10, 30, 60, 120),
 )
 RECONCILES = Counter("loadline_reconciles_total", "Reconciles, by result.", ["result"])
+ADMISSIONS = Counter(
+    "loadline_admission_reviews_total",
+    "Admission requests answered, by webhook and result (allowed, warned, refused, error).",
+    ["webhook", "result"],
+)
+ADMISSION_SECONDS = Histogram(
+    "loadline_admission_duration_seconds",
+    "Time to answer an admission request (the API server gives up at the webhook's timeoutSeconds).",
+    ["webhook"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 
 _started = False
 

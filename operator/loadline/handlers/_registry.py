@@ -158,6 +158,7 @@ def configure_admission(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.peering.standalone = True
     settings.peering.mandatory = False
     settings.posting.enabled = False  # admission writes nothing, Events included
+    logging.getLogger("aiohttp.access").setLevel(logging.WARNING)  # a line per request; kopf logs each
     # The chart owns the webhook configurations (settings.admission.managed stays unset: no RBAC on
     # them). kopf re-reads the certificate files and serves a renewed one without a restart.
     cert_dir = SETTINGS.webhook_cert_dir
