@@ -150,6 +150,17 @@ def build_inferencemodel_crd() -> dict[str, Any]:
                             "jsonPath": ".status.measuredGpuMemory.maxUsedGiB",
                             "priority": 1,
                         },
+                        {
+                            "name": "Next-Restart",
+                            "type": "string",
+                            "jsonPath": ".status.maintenance.scheduledAt",
+                        },
+                        {
+                            "name": "OOM-Predicted",
+                            "type": "string",
+                            "jsonPath": ".status.oomRisk.predictedAt",
+                            "priority": 1,
+                        },
                         {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
                     ],
                     "schema": {

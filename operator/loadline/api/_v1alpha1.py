@@ -547,6 +547,69 @@ class RemediationState(_Model):
     )
 
 
+MaintenanceAction = Literal["restart", "remediation"]
+MaintenanceState = Literal["Idle", "Scheduled", "WaitingForLock", "CoolingDown", "Running", "Done"]
+MaintenanceTrigger = Literal["window", "policyWindow", "oomRisk", "crashLoop", "noWindow"]
+
+
+class Maintenance(_Model):
+    """A restart that rolls the model's pods (a fragmentation restart, or a remediation that changes
+    the pod template), and when loadline does it: in the model's next low-traffic window, earlier when an
+    out-of-memory crash is predicted before it, at once for a crash loop (docs/restarts.md)."""
+
+    action: MaintenanceAction | None = Field(
+        default=None,
+        description="restart: the pods are restarted as they are (fragmentation); remediation: a changed "
+        "pod template rolls them. Unset: nothing pending.",
+    )
+    state: MaintenanceState = Field(
+        default="Idle",
+        description="Idle (nothing pending), Scheduled, WaitingForLock (another governed model restarts; "
+        "FleetPolicy maxConcurrent), CoolingDown (restarted too recently), Running or Done.",
+    )
+    trigger: MaintenanceTrigger | None = Field(
+        default=None,
+        description="Why this time: window (learned low-traffic window), policyWindow (a FleetPolicy "
+        "window as written), oomRisk (a crash is predicted before the next window), crashLoop, noWindow.",
+    )
+    next_window_start: datetime | None = Field(
+        default=None, description="Start of the window it is scheduled in."
+    )
+    next_window_end: datetime | None = Field(default=None, description="End of that window.")
+    scheduled_at: datetime | None = Field(
+        default=None,
+        description="When the restart starts (kept across operator restarts: never moved twice).",
+    )
+    started_at: datetime | None = Field(
+        default=None, description="When the running restart began: pods created before it are restarted."
+    )
+    last_restart_at: datetime | None = Field(
+        default=None, description="When the last restart finished (the cool-down counts from it)."
+    )
+    reason: str = Field(default="", description="Why now or why then, in a sentence.")
+
+
+class OOMRisk(_Model):
+    """The estimated time to an out-of-memory crash and the evidence; the OOMRisk condition says it."""
+
+    predicted_at: datetime | None = Field(
+        default=None, description="When the deciding signal reaches its limit; unset: no crash predicted."
+    )
+    signal: str = Field(
+        default="",
+        description="The deciding signal: gpu_memory (used vs the GPU's total), prompt_tokens (the longest "
+        "prompt vs the KV cache's tokens) or kv_cache_usage (vs full, while vLLM preempts).",
+    )
+    current: float | None = Field(default=None, description="The signal's robust current level.")
+    limit: float | None = Field(default=None, description="Where it runs out.")
+    slope_per_hour: float | None = Field(default=None, description="Theil–Sen slope per hour.")
+    unit: str = Field(default="", description="Unit of current, limit and slope (GiB, tokens, fraction).")
+    evidence: list[str] = Field(
+        default_factory=list, max_length=10, description="One sentence per signal judged, the deciding first."
+    )
+    time: datetime | None = Field(default=None, description="When the estimate was made.")
+
+
 class InferenceModelStatus(_Model):
     """What loadline observed and decided. Written by the operator only."""
 
@@ -557,7 +620,7 @@ class InferenceModelStatus(_Model):
     observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Planned, Deployed, Ready, PolicyCompliant.",
+        description="Planned, Deployed, Ready, PolicyCompliant, OOMRisk.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     plan: PlanSummary | None = Field(default=None, description="The current plan.")
@@ -579,6 +642,13 @@ class InferenceModelStatus(_Model):
         default=None,
         description="Measured per-GPU memory beside the plan's budget, from loadline's node agent or "
         "dcgm-exporter through Prometheus (docs/agent.md); absent when nothing was measured.",
+    )
+    maintenance: Maintenance | None = Field(
+        default=None,
+        description="The pending or last restart of the pods and its schedule (docs/restarts.md).",
+    )
+    oom_risk: OOMRisk | None = Field(
+        default=None, description="Estimated time to an out-of-memory crash, with the evidence."
     )
 
 
