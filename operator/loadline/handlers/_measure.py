@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from typing import Any
 
 import kopf
 
-from loadline.handlers import _build, _kube
+from loadline.handlers import _build, _kube, _risk
 from loadline.handlers._reconcile import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.traffic import PrometheusClient, gpu_memory_used_query, measured_gpu_memory
@@ -55,8 +55,10 @@ def measure(
     patch: kopf.Patch,
     settings: OperatorSettings,
     logger: logging.Logger | kopf.Logger,
+    memo: MutableMapping[str, Any] | None = None,
 ) -> None:
-    """One reading of the model's GPU memory into ``patch.status`` (nothing when nothing changed)."""
+    """One reading of the model's GPU memory into ``patch.status`` (nothing when nothing changed), and
+    every ``risk_interval_seconds`` the OOM-risk estimate (:mod:`loadline.handlers._risk`)."""
     status = dict(body.get("status") or {})
     planned = _build.planned_gpu_gib(status.get("plan"))
     if planned is None or not measuring(settings, status):
@@ -82,3 +84,5 @@ def measure(
             reading["gpus"],
             reading["plannedGiB"],
         )
+    if memo is not None and _risk.risk_due(memo, settings, time.time()):
+        _risk.assess(body, patch, settings, pods, logger)

@@ -121,10 +121,13 @@ def _measurable(status: kopf.Status, **_: Any) -> bool:
     GROUP, VERSION, PLURAL, interval=max(SETTINGS.measure_interval_seconds, 1),
     initial_delay=min(max(SETTINGS.measure_interval_seconds, 1), 10), when=_measurable,
 )  # fmt: skip
-def measured_gpu_memory(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **_: Any) -> None:
+def measured_gpu_memory(
+    body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo, **_: Any
+) -> None:
     # Off without LOADLINE_PROMETHEUS_URL or with LOADLINE_MEASURE_INTERVAL_SECONDS=0 (then `when` never
     # holds and kopf starts no timer); bounded by one Prometheus deadline, never blocks long.
-    _measure.measure(body, patch, SETTINGS, logger)
+    # Every LOADLINE_RISK_INTERVAL_SECONDS also the OOM-risk estimate (memo: per model, per process).
+    _measure.measure(body, patch, SETTINGS, logger, memo)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)

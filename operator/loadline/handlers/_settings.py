@@ -89,6 +89,13 @@ class OperatorSettings(BaseSettings):
     metrics_port: int = Field(
         default=9464, ge=0, description="Port of the Prometheus /metrics endpoint (0: off)."
     )
+    risk_interval_seconds: int = Field(
+        default=300,
+        ge=0,
+        description="How often to estimate each measured model's time to an out-of-memory crash from "
+        "the last hours of GPU memory, KV-cache usage and preemptions in Prometheus (status.oomRisk, "
+        "condition OOMRisk); 0: never. Runs in the measuring timer, so it needs LOADLINE_PROMETHEUS_URL.",
+    )
     webhook_port: int = Field(
         default=0,
         ge=0,

@@ -173,3 +173,22 @@ def gpu_memory_used_query(namespace: str, pod: str) -> str:
         f'(label_replace({agent}, "source", "loadline-agent", "", "") or on (uuid) '
         f'label_replace({dcgm}, "source", "dcgm", "", "")) / 1073741824'
     )
+
+
+def kv_cache_usage_now_query(namespace: str, pod: str, engine_version: str | None) -> str:
+    """KV-cache usage (fraction 0..1) of the pod's fullest engine at each instant: for a range query
+    (the OOM-risk trend), where :func:`kv_cache_usage_query`'s window maximum would smear the trend."""
+    sel = _pod(namespace, pod)
+    return " or ".join(f"max({name}{sel})" for name in kv_cache_usage_names(engine_version))
+
+
+def preemptions_counter_query(namespace: str, pod: str) -> str:
+    """vLLM's cumulative preemption counter summed over the pod's engines (a range query's input; the
+    OOM-risk estimator takes the increase itself, counter resets included)."""
+    return f"sum({PREEMPTIONS}{_pod(namespace, pod)})"
+
+
+def busiest_gpu_memory_query(namespace: str, pod: str) -> str:
+    """GiB the pod's processes hold on its busiest GPU (agent, else dcgm-exporter): the OOM-risk trend
+    of :func:`gpu_memory_used_query`."""
+    return f"max({gpu_memory_used_query(namespace, pod)})"
