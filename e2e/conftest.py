@@ -141,6 +141,9 @@ def operator_values(hub_url: str, prometheus_url: str) -> dict[str, object]:
             "hubTokenSecretNames": [HUB_TOKEN_SECRET],
             "prometheusUrl": prometheus_url,
             "retryDelaySeconds": 3,
+            # Short enough for a test to see the OOM-risk estimate from backfilled history.
+            "measureIntervalSeconds": 10,
+            "riskIntervalSeconds": 20,
         }
     }
 

@@ -20,7 +20,7 @@ from chart import ChartOperator
 from crash import crash_container, crashed_status, termination_for
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
 from operator_helpers import example, pods_of, wait_phase
-from test_prometheus import STEP, llama_0, openmetrics
+from test_prometheus import HISTORY, STEP, Pod, llama_0, openmetrics
 
 SAMPLER = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 500.00 MiB. GPU 0 has a total capacity of "
@@ -256,3 +256,45 @@ def test_growing_prompts_from_prometheus_blame_the_caller_and_shrink_max_model_l
     assert any("caller" in line for line in incident["evidence"])
     assert obj["status"]["remediation"]["overrides"]["maxModelLen"] < 32768
     assert "CallerSidePrompts" in events(kubectl, namespace)
+
+
+def test_growing_gpu_memory_in_prometheus_is_an_oom_risk_before_any_crash(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, prometheus_url: str
+) -> None:
+    """Two hours of dcgm-exporter history in which the model's GPU memory climbs 2.5 GiB an hour toward
+    the L4's 22 GiB: before anything crashed, the operator predicts when it will, says why in the
+    OOMRisk condition and an Event, and nothing restarts."""
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["spec"].update(gpu={"types": ["L4"]})
+    kubectl.apply(doc, namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    [pod] = pods_of(kubectl, namespace, "chat")
+    end = (int(time.time()) - 60) // STEP * STEP  # the last scrape a minute ago
+    climbing = Pod(
+        namespace, pod["metadata"]["name"], ("vllm:kv_cache_usage_perc",),
+        lambda t: 0.4, lambda t: 3.0, lambda t: 2000, lambda t: 0,
+        lambda t: 1024.0 * (15.0 + 2.5 * (t + HISTORY) / 3600),  # MiB: 15 GiB two hours ago, 20 GiB now
+        after_crash=0,
+    )  # fmt: skip
+    source = STATE_DIR / "prometheus" / "risk-e2e.om"
+    source.parent.mkdir(parents=True, exist_ok=True)
+    source.write_text(openmetrics([climbing], end))
+    subprocess.run(["bash", str(E2E_DIR / "prometheus.sh"), "backfill", str(source)],
+                   capture_output=True, text=True, timeout=180, check=True)  # fmt: skip
+
+    def predicted() -> dict[str, Any] | None:
+        status = kubectl.json("get", "inferencemodel", "chat", "-n", namespace).get("status") or {}
+        risk = status.get("oomRisk") or {}
+        return status if risk.get("predictedAt") else None
+
+    status = wait_for(predicted, timeout=90, what="an OOM-risk prediction in status")
+    risk = status["oomRisk"]
+    assert risk["signal"] == "gpu_memory" and risk["limit"] == status["plan"]["memory"]["totalGiB"]
+    assert 2.0 < risk["slopePerHour"] < 3.0  # the climb's own slope, robustly fitted
+    hours = (datetime.fromisoformat(risk["predictedAt"].replace("Z", "+00:00")).timestamp() - end) / 3600
+    assert 0.5 < hours < 1.2  # (22.05 - 20) GiB at 2.5 GiB/h
+    [condition] = [c for c in status["conditions"] if c["type"] == "OOMRisk"]
+    assert condition["status"] == "True" and condition["reason"] == "GpuMemoryGrowing"
+    assert "GPU memory" in condition["message"]
+    assert "OOMRisk" in events(kubectl, namespace)
+    assert [p["metadata"]["name"] for p in pods_of(kubectl, namespace, "chat")] == [pod["metadata"]["name"]]
