@@ -25,7 +25,9 @@ Choices a reviewer should know:
   first) are merged, not replaced: the user's options over ``expandable_segments:True``, under both
   names; with ``--enable-sleep-mode`` expandable segments are left off (and refused when asked for).
   ``HF_TOKEN`` may only come from ``spec.model.tokenSecretRef`` (a ``secretKeyRef``), never as a
-  literal.
+  literal. ``HOME``, ``HF_HOME`` and the other cache roots may be moved only within ``/data``: elsewhere
+  the non-root container cannot write and the volume sized for the download is not used, so such an
+  override is refused rather than rendered.
 * CR labels are copied onto the rendered objects (loadline's own keys win); CR annotations are not
   (they often carry tool state such as ``kubectl.kubernetes.io/last-applied-configuration``).
 * When ``metadata.uid`` is known (objects read from the cluster), the children get an owner reference
@@ -42,7 +44,7 @@ from typing import Any
 from loadline.api import API_VERSION, KIND, InferenceModel
 from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
-from loadline.render._flags import Version, flag_table, resolve_version, version_text
+from loadline.render._flags import Version, beyond_table, resolve_version, version_text
 from loadline.render._names import LWS_SUFFIX, service_name, workload_ref
 from loadline.render._resources import STARTUP_PERIOD_SECONDS, PodResources, pod_resources
 from loadline.render._template import environment, render_object
@@ -65,6 +67,13 @@ TERMINATION_GRACE_SECONDS = 60
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+# Variables loadline points into the data volume; a value elsewhere cannot be merged, so it is refused.
+_IN_DATA_VOLUME = ("HOME", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "VLLM_CACHE_ROOT")
+
+
+def _under(path: str, root: str) -> bool:
+    parts = path.rstrip("/").split("/")
+    return path.startswith("/") and ".." not in parts and (path.rstrip("/") + "/").startswith(root + "/")
 
 
 def _metadata_strings(obj: InferenceModel) -> tuple[str, str | None]:
@@ -124,6 +133,13 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
                 field,
                 f"{var.name} is already set by spec.engine.env[{user[var.name]}]",
                 "keep one entry per variable",
+            )
+        if var.name in _IN_DATA_VOLUME and not _under(var.value, DATA_DIR):
+            raise RenderError(
+                field,
+                f"{var.name}={var.value!r} is outside the {DATA_DIR} volume, the only writable place in the "
+                "pod (the container runs as a non-root user) and the one sized for the model download",
+                f"use a path under {DATA_DIR}, or leave {var.name} to loadline",
             )
         if var.name in {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}:
             raise RenderError(
@@ -282,13 +298,7 @@ def render_manifests(
     version_string = vllm_version if vllm_version is not None else obj.spec.engine.version
     field = "--vllm-version" if vllm_version is not None else "spec.engine.version"
     version = resolve_version(version_string, field)
-    table = flag_table()
-    notes: list[str] = []
-    if version > table.newest:
-        notes.append(
-            f"vLLM {version_text(version)} is newer than loadline's flag table (newest "
-            f"{version_text(table.newest)}); flags were checked as for {version_text(table.newest)}"
-        )
+    notes: list[str] = [warning] if (warning := beyond_table(version)) else []
 
     command = vllm_command(obj, plan, version)
     notes.extend(command.notes)
