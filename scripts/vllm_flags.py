@@ -7,16 +7,20 @@ Those sets are read from the source distributions of each release (``pip downloa
 
 Per release it collects every option string of every ``add_argument`` call in the files that build the
 ``vllm serve`` parser (``vllm/engine/arg_utils.py``, ``vllm/entrypoints/openai/cli_args.py``,
-``vllm/entrypoints/cli/serve.py``, ``vllm/utils/argparse_utils.py``, wherever ``cli_args.py`` moved), plus the fields of the ``*Args``
-dataclasses that ``cli_args.py`` turns into flags in a loop (``FrontendArgs``). A value type is recorded
+``vllm/entrypoints/cli/serve.py``, ``vllm/utils/argparse_utils.py``, wherever ``cli_args.py`` moved),
+plus the fields of the ``*Args`` dataclasses that ``cli_args.py`` turns into flags in a loop
+(``FrontendArgs``). A value type is recorded
 only where it is certain: an explicit ``type=int``/``float``, ``choices=[...]`` of literals,
 ``store_true``/``BooleanOptionalAction``, or, for flags built from a config dataclass
 (``**model_kwargs["x"]``), the ``EngineArgs``/``FrontendArgs`` field annotation when it is plainly
 ``int``, ``float``, ``bool`` or a ``Literal`` of strings (what vLLM's ``get_kwargs`` maps them to).
 
 Usage: ``python scripts/vllm_flags.py SRC_ROOT`` where ``SRC_ROOT/<version>/vllm/...`` hold the unpacked
-sources; it rewrites the table's ``releases``, ``newest`` and each flag's ``since``/``until``/``value``,
-keeping the hand-written ``owner``, ``replacement`` and ``note`` of flags loadline knows more about.
+sources (for each release: ``pip download vllm==V --no-deps --no-binary :all: --no-build-isolation
+--no-clean`` fetches and unpacks the sdist under ``$TMPDIR/pip-download-*`` before its build fails for
+want of torch; copy its ``vllm/`` tree to ``SRC_ROOT/V/``); it rewrites the table's ``releases``,
+``newest`` and each flag's ``since``/``until``/``value``, keeping the hand-written ``owner``,
+``replacement`` and ``note`` of flags loadline knows more about.
 """
 
 from __future__ import annotations
@@ -49,7 +53,10 @@ def _literal_strings(node: ast.expr, aliases: dict[str, ast.expr]) -> list[str] 
     """The strings of ``Literal["a", "b"]`` (through a module-level alias), else None."""
     if isinstance(node, ast.Name) and node.id in aliases:
         return _literal_strings(aliases[node.id], aliases)
-    if isinstance(node, ast.Subscript) and getattr(node.value, "id", getattr(node.value, "attr", "")) == "Literal":
+    if (
+        isinstance(node, ast.Subscript)
+        and getattr(node.value, "id", getattr(node.value, "attr", "")) == "Literal"
+    ):
         items = node.slice.elts if isinstance(node.slice, ast.Tuple) else [node.slice]
         if all(isinstance(i, ast.Constant) and isinstance(i.value, str) for i in items):
             return [i.value for i in items]  # type: ignore[union-attr]
@@ -105,9 +112,17 @@ def _aliases(trees: list[ast.Module]) -> dict[str, ast.expr]:
     out: dict[str, ast.expr] = {}
     for tree in trees:
         for node in tree.body:
-            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            if (
+                isinstance(node, ast.Assign)
+                and len(node.targets) == 1
+                and isinstance(node.targets[0], ast.Name)
+            ):
                 out[node.targets[0].id] = node.value
-            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+            elif (
+                isinstance(node, ast.AnnAssign)
+                and isinstance(node.target, ast.Name)
+                and node.value is not None
+            ):
                 out[node.target.id] = node.value
             elif type(node).__name__ == "TypeAlias":  # ``type X = ...`` (Python 3.12 sources)
                 out[node.name.id] = node.value  # type: ignore[attr-defined]
@@ -124,9 +139,12 @@ def _explicit_value(call: ast.Call) -> dict[str, Any] | None:
                 return {"type": "bool"}
         if kw.arg == "type" and isinstance(kw.value, ast.Name) and kw.value.id in {"int", "float"}:
             out = {"type": kw.value.id}
-        if kw.arg == "choices" and isinstance(kw.value, ast.List | ast.Tuple):
-            if all(isinstance(e, ast.Constant) and isinstance(e.value, str) for e in kw.value.elts):
-                out = {"type": "choice", "choices": [e.value for e in kw.value.elts]}  # type: ignore[union-attr]
+        literal = isinstance(kw.value, ast.List | ast.Tuple) and all(
+            isinstance(e, ast.Constant) and isinstance(e.value, str)
+            for e in kw.value.elts  # type: ignore[attr-defined]
+        )
+        if kw.arg == "choices" and literal:
+            out = {"type": "choice", "choices": [e.value for e in kw.value.elts]}  # type: ignore[attr-defined]
         if kw.arg == "nargs":
             return None  # several values: not checked
     return out
@@ -157,12 +175,16 @@ def flags_of(root: Path) -> dict[str, dict[str, Any]]:
             names = [n for n in names if n.startswith("-")]
             if any(isinstance(a, ast.JoinedStr) for a in node.args):
                 for field, annotation in loop_fields.items():
-                    out.setdefault("--" + field.replace("_", "-"), {"value": _value_of_annotation(annotation, aliases)})
+                    out.setdefault(
+                        "--" + field.replace("_", "-"), {"value": _value_of_annotation(annotation, aliases)}
+                    )
                 continue
             if not names:
                 continue
             value = _explicit_value(node)
-            if value is None and not any(kw.arg in {"nargs", "type", "choices", "action"} for kw in node.keywords):
+            if value is None and not any(
+                kw.arg in {"nargs", "type", "choices", "action"} for kw in node.keywords
+            ):
                 field = names[0][2:].replace("-", "_")
                 if field in engine_fields:
                     value = _value_of_annotation(engine_fields[field], aliases)
@@ -204,8 +226,11 @@ def main(src: Path) -> None:
             if key in keep:
                 entry[key] = keep[key]
         entry["source"] = "vllm sdists " + (f"{first}..{last}" if first != last else first)
-        if "source" in keep and keep["source"] not in {"engine args, all releases"}:
-            entry["source"] += "; " + keep["source"]
+        hand = str(keep.get("source", ""))
+        if hand.startswith("vllm sdists "):  # written by an earlier run: keep only the hand-written rest
+            hand = hand.partition("; ")[2]
+        if hand and hand != "engine args, all releases":
+            entry["source"] += "; " + hand
         flags[name] = entry
     for name, keep in curated.items():
         if name not in flags:  # loadline policy entries (e.g. --hf-token before vLLM had it)

@@ -16,7 +16,9 @@ before it is written: a flag the version lacks is never rendered. Rules worth kn
   (divided by the replica's GPUs) so a V0 fallback on 0.8-0.10 gets it, and a note says plainly that
   the V1 engine offloads nothing with it.
 * ``extraArgs`` come last, after :func:`loadline.render._flags.check_extra_args` has refused flags
-  the version lacks and flags loadline owns.
+  the version lacks, values of the wrong type and flags loadline owns, and
+  :func:`loadline.render._conflicts.check_conflicts` flags that would undo the plan or clash with a
+  rendered flag (``data/vllm_conflicts.json``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 from loadline.api import InferenceModel
 from loadline.errors import RenderError
+from loadline.render._conflicts import check_conflicts
 from loadline.render._flags import Version, check_extra_args, flag_table, version_text
 from loadline.sizing import Plan
 
@@ -129,5 +132,12 @@ def vllm_command(obj: InferenceModel, plan: Plan, version: Version) -> VllmComma
 
     extra = list(spec.engine.extra_args)
     check_extra_args(extra, version)
+    check_conflicts(
+        extra,
+        version,
+        rendered=builder.args,
+        max_model_len=settings.max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+    )
     builder.args.extend(extra)
     return VllmCommand(list(launcher.command), builder.args, notes)

@@ -44,6 +44,7 @@ from typing import Any
 from loadline.api import API_VERSION, KIND, InferenceModel
 from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
+from loadline.render._conflicts import allocator_pool_flags
 from loadline.render._flags import Version, beyond_table, resolve_version, version_text
 from loadline.render._names import LWS_SUFFIX, service_name, workload_ref
 from loadline.render._resources import STARTUP_PERIOD_SECONDS, PodResources, pod_resources
@@ -115,7 +116,7 @@ def _string_map(value: Any, field: str) -> dict[str, str]:
     return dict(value)
 
 
-def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
+def _env(obj: InferenceModel, notes: list[str], version: Version) -> list[dict[str, Any]]:
     spec = obj.spec
     defaults: list[dict[str, Any]] = [
         {"name": "HOME", "value": DATA_DIR},
@@ -148,7 +149,7 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
                 "store it in a Secret and set spec.model.tokenSecretRef",
             )
         user[var.name] = index
-    alloc = _allocator_conf(spec, user, notes)
+    alloc = _allocator_conf(spec, user, notes, version)
     env: list[dict[str, Any]] = []
     for default in defaults:
         if default["name"] in _ALLOC_CONF:
@@ -168,11 +169,12 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
     return env
 
 
-def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str]) -> str:
+def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str], version: Version) -> str:
     """The PyTorch allocator options the container gets, under both names torch reads (the newer
     ``PYTORCH_ALLOC_CONF`` first): the user's options merged over ``expandable_segments:True``, never
-    dropped. vLLM's sleep mode allocates through its own memory pool, which expandable segments break,
-    so with ``--enable-sleep-mode`` the default is left out and an explicit ``True`` is refused."""
+    dropped. vLLM's sleep mode (and ``--enable-cumem-allocator``) allocate through its own memory pool,
+    which expandable segments break, so with such a flag (``data/vllm_conflicts.json``, kind
+    ``allocator_pool``) the default is left out and an explicit ``True`` is refused."""
     options: dict[str, str] = {}
     for name in _ALLOC_CONF:
         if name not in user:
@@ -188,19 +190,17 @@ def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str]) -> str:
                 raise RenderError(field, f"{name} sets {key.strip()} unlike the other allocator variable",
                                   "give both variables the same options, or set only one")  # fmt: skip
             options[key.strip()] = value.strip()
-    sleep_mode = any(arg.split("=", 1)[0] in {"--enable-sleep-mode", "--enable_sleep_mode"}
-                     for arg in spec.engine.extra_args)  # fmt: skip
-    if sleep_mode:
+    pooled = allocator_pool_flags(spec.engine.extra_args, version)
+    if pooled:
+        flag = pooled[0]
         if options.get("expandable_segments", "False").lower() == "true":
             raise RenderError(
-                "spec.engine.extraArgs",
-                "--enable-sleep-mode cannot run with expandable_segments:True (its memory pool refuses it)",
-                "remove expandable_segments:True from the allocator variable, or --enable-sleep-mode",
+                f"spec.engine.extraArgs[{flag.index}]",
+                f"{flag.name} cannot run with expandable_segments:True (vLLM's memory pool refuses it)",
+                f"remove expandable_segments:True from the allocator variable, or {flag.name}",
             )
         if "expandable_segments" not in options:
-            notes.append(
-                "--enable-sleep-mode: expandable segments left off (sleep mode's memory pool refuses them)"
-            )
+            notes.append(f"{flag.name}: expandable segments left off (vLLM's memory pool refuses them)")
     elif "expandable_segments" not in options:
         options = {"expandable_segments": "True", **options}
     elif any(name in user for name in _ALLOC_CONF):
@@ -302,7 +302,7 @@ def render_manifests(
 
     command = vllm_command(obj, plan, version)
     notes.extend(command.notes)
-    env = _env(obj, notes)
+    env = _env(obj, notes, version)
     res = pod_resources(obj, plan)
     chosen = plan.chosen
     multi_node = chosen.nodes > 1

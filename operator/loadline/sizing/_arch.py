@@ -81,6 +81,8 @@ class Architecture:
     vision: VisionTower | None = None
     exact_parameters: int | None = None
     notes: tuple[str, ...] = field(default=())
+    # config.json's "architectures": the class names vLLM's model registry loads the model by.
+    architectures: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -300,7 +302,10 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
         if rope_type == "yarn" and original and isinstance(factor, int | float) and original == max_pos:
             max_pos = int(original * factor)
     dtype = text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or config.get("dtype")
+    names = config.get("architectures")
+    architectures = tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
     return Architecture(
+        architectures=architectures,
         model_type=model_type,
         num_layers=layers,
         hidden_size=hidden,
