@@ -233,3 +233,11 @@ def test_an_unexpected_error_is_one_line_too(
     code, _, err = run(capsys, "plan", write(tmp_path, inference_model()))
     assert code == 70
     assert err.count("\n") == 1 and "internal error: ZeroDivisionError: boom" in err
+
+
+def test_plan_refuses_extra_args_render_would_refuse(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = inference_model(maxModelLen=4096, engine={"extraArgs": ["--enable-prefix-cachin"]})
+    line = refused(capsys, "plan", write(tmp_path, doc))
+    assert "InferenceModel team-a/chat: spec.engine.extraArgs[0]: vLLM 0.19.0 has no flag" in line

@@ -13,9 +13,10 @@ import sys
 from typing import Any
 
 from loadline._cli_input import read_json
-from loadline._cli_policy import Governed, describe_policies, govern
+from loadline._cli_policy import Governed, describe_policies, govern, where
 from loadline.api import load_manifests
-from loadline.errors import SpecError
+from loadline.errors import LoadlineError, SpecError
+from loadline.render import resolve_version, vllm_command
 from loadline.sizing import (
     Candidate,
     EngineSettings,
@@ -185,6 +186,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 0
     # FleetPolicies among the files govern the models as admission does in the cluster.
     results = govern(manifests)
+    for governed in results:
+        _check_command(governed)
     if args.output == "json":
         payload = [
             {
@@ -198,6 +201,17 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def _check_command(governed: Governed) -> None:
+    """Build the vLLM command line without printing it: a plan whose extraArgs or env vLLM (or the
+    renderer) would refuse is refused here too, so ``plan`` never blesses what ``render`` rejects."""
+    obj = governed.obj
+    try:
+        version = resolve_version(obj.spec.engine.version, "spec.engine.version")
+        vllm_command(obj, governed.plan, version)
+    except LoadlineError as exc:
+        raise exc.at(f"{governed.source}: {where(obj)}") from None
 
 
 def _governed_table(governed: Governed) -> str:
