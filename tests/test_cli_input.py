@@ -52,6 +52,10 @@ def write(tmp_path: Path, *docs: dict[str, Any], name: str = "m.yaml") -> str:
         (b"a: 1\x00\n", "NUL"),
         (b"", "holds no object"),
         (b"- just\n- a list\n", "is not a mapping"),
+        (
+            b"kind: InferenceModel\nspec: {maxModelLen: 8192, maxModelLen: 4096}\n",
+            "duplicate key 'maxModelLen'",
+        ),
     ],
 )
 def test_unreadable_files_name_the_file(

@@ -191,6 +191,26 @@ def _yaml_problem(exc: yaml.YAMLError) -> str:
     return " ".join(str(exc).split())
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys silently; kubectl and the API server refuse the object, so
+    offline use refuses it too instead of planning something other than what the user will apply."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key; SafeLoader names it below
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
 def _read_docs(path: str) -> list[Any]:
     """The YAML documents of a file (``-``: standard input); every way it can be unreadable is a
     :class:`SpecError` naming the file, never a traceback."""
@@ -203,7 +223,7 @@ def _read_docs(path: str) -> list[Any]:
     if "\x00" in text:
         raise SpecError(name, "holds NUL bytes (a binary file?)", "pass a YAML file")
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        return [doc for doc in yaml.load_all(text, Loader=_UniqueKeyLoader) if doc is not None]
     except yaml.YAMLError as exc:
         raise SpecError(name, f"is not valid YAML: {_yaml_problem(exc)}", "fix the YAML syntax") from None
     except RecursionError:
