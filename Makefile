@@ -27,8 +27,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 lint: venv
-	$(VENV)/bin/ruff check operator tests e2e benchmarks
-	$(VENV)/bin/ruff format --check operator tests e2e benchmarks
+	$(VENV)/bin/ruff check operator tests e2e benchmarks scripts
+	$(VENV)/bin/ruff format --check operator tests e2e benchmarks scripts
 
 typecheck: venv
 	$(VENV)/bin/mypy

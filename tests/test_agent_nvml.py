@@ -392,7 +392,7 @@ def test_probe_output_is_a_catalog_the_planner_uses(libdir: Path, tmp_path: Path
         env=env, capture_output=True, text=True, timeout=60,
     )  # fmt: skip
     assert plan.returncode == 0, plan.stderr
-    planned = json.loads(plan.stdout)["plan"]
+    [planned] = [item["plan"] for item in json.loads(plan.stdout)]
     assert (planned["gpuType"], planned["gpuProduct"]) == ("B200", "NVIDIA-B200")
 
 

@@ -118,7 +118,7 @@ def test_plan_json_and_table(capsys: pytest.CaptureFixture[str], tmp_path: Path)
     )
     code, out, _ = run(capsys, "plan", str(path), "--output", "json")
     assert code == 0
-    result = json.loads(out)
+    [result] = json.loads(out)  # always a list, even of one
     assert result["plan"]["gpu"] == "L4x1"
     assert result["name"] == "team-a/chat"
     assert {"candidate", "reason"} <= set(result["rejected"][0])

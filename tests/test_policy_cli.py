@@ -97,7 +97,7 @@ def test_dryrun_only_reports_and_does_not_shape_the_plan(
     )
     code, out, err = run(capsys, "plan", path, "--output", "json")
     assert code == 0
-    result = json.loads(out)
+    [result] = json.loads(out)
     assert result["plan"]["gpuType"] == "L4" and result["plan"]["engineVersion"] == "0.19.0"
     assert "dryrun: would refuse: FleetPolicy trial" not in err  # the spec lists no type: nothing to refuse
     refused_type = write(
@@ -122,7 +122,7 @@ def test_defaults_fill_what_the_spec_leaves_out(tmp_path: Path, capsys: pytest.C
     )
     code, out, _ = run(capsys, "plan", path, "--output", "json")
     assert code == 0
-    result = json.loads(out)
+    [result] = json.loads(out)
     assert result["plan"]["engineVersion"] == "0.17.0" and result["plan"]["gpuType"] == "L40S"
     assert result["policies"] == ["team-a-budget"]
     code, out, _ = run(capsys, "plan", path)

@@ -82,6 +82,45 @@ def govern(
     refusals: list[str] = []
     governed: list[Governed] = []
     warned: set[str] = set()
+    for source, obj in manifests.models:
+        try:
+            model = _govern_one(manifests, source, obj, out_err, warned, vllm_version)
+        except LoadlineError as exc:  # the core names the field; say which file and object
+            raise exc.at(f"{source}: {where(obj)}") from None
+        if isinstance(model, Governed):
+            governed.append(model)
+        else:
+            refusals.extend(model)
+    if refusals:
+        raise PolicyRefusal(refusals)
+    return governed
+
+
+def where(obj: InferenceModel) -> str:
+    """``InferenceModel team-a/chat``, for error lines."""
+    meta = obj.metadata
+    return f"InferenceModel {meta.get('namespace') or 'default'}/{meta.get('name', '?')}"
+
+
+def _govern_one(
+    manifests: Manifests,
+    source: str,
+    obj: InferenceModel,
+    out_err: TextIO,
+    warned: set[str],
+    vllm_version: str | None,
+) -> Governed | list[str]:
+    """One model governed, or the lines of its refusal."""
+    namespace = str(obj.metadata.get("namespace") or "default")
+    labels = obj.metadata.get("labels") or {}
+    ns_labels = manifests.namespaces.get(namespace)
+    if ns_labels is None:
+        for policy in manifests.policies:
+            note = _unknown_labels_note(policy, obj, namespace)
+            if note and note not in warned:
+                warned.add(note)
+                print(f"loadline: note: {note}", file=out_err)
+    policies = select_policies(manifests.policies, namespace, ns_labels, labels)
     adjust = None
     if vllm_version is not None:
         version = vllm_version
@@ -89,35 +128,19 @@ def govern(
         def adjust(spec: InferenceModelSpec) -> InferenceModelSpec:
             return spec.model_copy(update={"engine": spec.engine.model_copy(update={"version": version})})
 
-    for source, obj in manifests.models:
-        namespace = str(obj.metadata.get("namespace") or "default")
-        labels = obj.metadata.get("labels") or {}
-        ns_labels = manifests.namespaces.get(namespace)
-        if ns_labels is None:
-            for policy in manifests.policies:
-                note = _unknown_labels_note(policy, obj, namespace)
-                if note and note not in warned:
-                    warned.add(note)
-                    print(f"loadline: note: {note}", file=out_err)
-        policies = select_policies(manifests.policies, namespace, ns_labels, labels)
-        admission = admit(obj.spec, policies, adjust=adjust)
-        spec, decision = admission.spec, admission.decision
-        notes = tuple(f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in admission.filled)
-        name = f"{namespace}/{obj.metadata.get('name', '?')}"
-        for warning in decision.warnings:
-            print(f"loadline: warning: {name}: {warning}", file=out_err)
-        if not decision.allowed:
-            refusals.append(f"{name} ({source}) refused:")
-            refusals.extend(f"  {line}" for line in decision.message.splitlines())
-            continue
-        plan = admission.evaluation.plan
-        if plan is None or admission.dry_run_only:
-            # Warn/dryrun left no plan within all limits, or dryrun policies must not shape the plan.
-            plan = plan_inference_model(planning_spec(spec, combine(enforced(policies))))
-        governed.append(Governed(source, obj.model_copy(update={"spec": spec}), plan, tuple(policies), notes))
-    if refusals:
-        raise PolicyRefusal(refusals)
-    return governed
+    admission = admit(obj.spec, policies, adjust=adjust)
+    spec, decision = admission.spec, admission.decision
+    notes = tuple(f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in admission.filled)
+    name = f"{namespace}/{obj.metadata.get('name', '?')}"
+    for warning in decision.warnings:
+        print(f"loadline: warning: {name}: {warning}", file=out_err)
+    if not decision.allowed:
+        return [f"{name} ({source}) refused:", *(f"  {line}" for line in decision.message.splitlines())]
+    plan = admission.evaluation.plan
+    if plan is None or admission.dry_run_only:
+        # Warn/dryrun left no plan within all limits, or dryrun policies must not shape the plan.
+        plan = plan_inference_model(planning_spec(spec, combine(enforced(policies))))
+    return Governed(source, obj.model_copy(update={"spec": spec}), plan, tuple(policies), notes)
 
 
 def describe_policies(policies: Sequence[FleetPolicy]) -> str:

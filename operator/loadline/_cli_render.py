@@ -12,9 +12,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from loadline._cli_policy import govern
+from loadline._cli_policy import govern, where
 from loadline.api import load_manifests
-from loadline.render import manifests_yaml, render_manifests, resolve_version
+from loadline.errors import LoadlineError
+from loadline.render import beyond_table, manifests_yaml, render_manifests, resolve_version
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
@@ -22,16 +23,24 @@ def _cmd_render(args: argparse.Namespace) -> int:
     if override is not None:
         resolve_version(override, "--vllm-version")
     out = []
+    warned: set[str] = set()
     # FleetPolicies among the files fill defaults and refuse as admission would; the plan is made for
     # the version that will run (batching defaults differ between releases) and within the limits.
     for governed in govern(load_manifests(args.file), vllm_version=override):
         obj = governed.obj
-        objects = render_manifests(obj, governed.plan, vllm_version=override)
+        version = override if override is not None else obj.spec.engine.version
+        try:
+            objects = render_manifests(obj, governed.plan, vllm_version=override)
+        except LoadlineError as exc:  # the renderer names the field; say which file and object
+            raise exc.at(f"{governed.source}: {where(obj)}") from None
+        warning = beyond_table(resolve_version(version, "spec.engine.version"))
+        if warning and warning not in warned:
+            warned.add(warning)
+            print(f"loadline: warning: {warning}", file=sys.stderr)
         meta = obj.metadata
-        where = f"{meta['namespace']}/" if meta.get("namespace") else ""
-        out.append(
-            manifests_yaml(objects, source=f"{governed.source} (InferenceModel {where}{meta.get('name')})")
-        )
+        ns = f"{meta['namespace']}/" if meta.get("namespace") else ""
+        source = f"{governed.source} (InferenceModel {ns}{meta.get('name')})"
+        out.append(manifests_yaml(objects, source=source))
     sys.stdout.write("".join(out))
     return 0
 

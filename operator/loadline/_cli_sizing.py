@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
-from pathlib import Path
 from typing import Any
 
-from loadline._cli_policy import Governed, describe_policies, govern
+from loadline._cli_input import read_json
+from loadline._cli_policy import Governed, describe_policies, govern, where
 from loadline.api import load_manifests
-from loadline.errors import SpecError
+from loadline.errors import LoadlineError, SpecError
+from loadline.render import resolve_version, vllm_command
 from loadline.sizing import (
     Candidate,
     EngineSettings,
@@ -36,17 +38,16 @@ _KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
 
 
 def _read_config(path: str) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text())
-    except OSError as exc:
-        raise SpecError(
-            "--config", f"cannot read {path}: {exc.strerror}", "pass a config.json path"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise SpecError("--config", f"{path} is not JSON: {exc}", "pass the model's config.json") from None
+    data = read_json(path, "--config", "pass the model's config.json (- for standard input)")
     if not isinstance(data, dict):
         raise SpecError("--config", f"{path} is not a JSON object", "pass the model's config.json")
     return data
+
+
+def _positive(flag: str, value: float | None) -> None:
+    """argparse's int/float accept 0, negatives, ``nan`` and ``inf``; vLLM accepts none of them here."""
+    if value is not None and (not math.isfinite(value) or value <= 0):
+        raise SpecError(flag, f"{value} is not a positive number", "give a value above 0")
 
 
 def _check_parallel(arch: Architecture, tp: int, pp: int) -> None:
@@ -65,24 +66,29 @@ def _check_parallel(arch: Architecture, tp: int, pp: int) -> None:
 def _cmd_size(args: argparse.Namespace) -> int:
     arch = parse_hf_config(_read_config(args.config), field_prefix="--config")
     table = engine_version(args.vllm_version)
+    for flag in ("--gpu-memory-gib", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens"):
+        _positive(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.gpu_memory_gib is not None:
-        if args.gpu_memory_gib <= 0:
-            raise SpecError("--gpu-memory-gib", "must be positive", "give the GPU's memory in GiB")
         gpu_name, memory = "", float(args.gpu_memory_gib)
     else:
         gpu = find_gpu(args.gpu, "--gpu")
         gpu_name, memory = gpu.name, gpu.memory_gib
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     _check_parallel(arch, tp, pp)
-    util = args.gpu_memory_utilization or table.gpu_memory_utilization
-    if not 0 < util <= 1:
+    util = args.gpu_memory_utilization
+    util = table.gpu_memory_utilization if util is None else util
+    if not 0 < util <= 1:  # also false for nan
         raise SpecError("--gpu-memory-utilization", f"{util} is not in (0, 1]", "use e.g. 0.9")
     tier = table.batch_default(gpu_name, memory)
-    seqs = args.max_num_seqs or tier.max_num_seqs
-    tokens = args.max_num_batched_tokens or tier.max_num_batched_tokens
-    for flag, value in (("--max-num-seqs", seqs), ("--max-num-batched-tokens", tokens)):
-        if value < 1:
-            raise SpecError(flag, "must be at least 1", "raise it")
+    seqs = tier.max_num_seqs if args.max_num_seqs is None else args.max_num_seqs
+    tokens = args.max_num_batched_tokens
+    tokens = tier.max_num_batched_tokens if tokens is None else tokens
+    if tokens < seqs:  # vLLM's SchedulerConfig refuses to start
+        raise SpecError(
+            "--max-num-batched-tokens",
+            f"{tokens} is below --max-num-seqs {seqs} (vLLM refuses to start)",
+            f"raise it to at least {seqs} or lower --max-num-seqs",
+        )
     if args.weight_bits is not None and not 1 <= args.weight_bits <= 16:
         raise SpecError("--weight-bits", f"{args.weight_bits} is not between 1 and 16", "use e.g. 4 or 8")
     settings = EngineSettings(
@@ -180,6 +186,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         return 0
     # FleetPolicies among the files govern the models as admission does in the cluster.
     results = govern(manifests)
+    for governed in results:
+        _check_command(governed)
     if args.output == "json":
         payload = [
             {
@@ -189,10 +197,21 @@ def _cmd_plan(args: argparse.Namespace) -> int:
             }
             for g in results
         ]
-        print(json.dumps(payload[0] if len(payload) == 1 else payload, indent=2))
+        print(json.dumps(payload, indent=2))  # always a list: scripts need not test for one model
     else:
         print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def _check_command(governed: Governed) -> None:
+    """Build the vLLM command line without printing it: a plan whose extraArgs or env vLLM (or the
+    renderer) would refuse is refused here too, so ``plan`` never blesses what ``render`` rejects."""
+    obj = governed.obj
+    try:
+        version = resolve_version(obj.spec.engine.version, "spec.engine.version")
+        vllm_command(obj, governed.plan, version)
+    except LoadlineError as exc:
+        raise exc.at(f"{governed.source}: {where(obj)}") from None
 
 
 def _governed_table(governed: Governed) -> str:
@@ -206,7 +225,7 @@ def _governed_table(governed: Governed) -> str:
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     size = sub.add_parser("size", help="memory budget of one vLLM configuration on one GPU type")
-    size.add_argument("--config", required=True, help="the model's Hugging Face config.json")
+    size.add_argument("--config", required=True, help="the model's Hugging Face config.json; - for stdin")
     where = size.add_mutually_exclusive_group()
     where.add_argument("--gpu", default="H100-80GB", help=f"GPU type: {', '.join(gpu_catalog())}")
     where.add_argument("--gpu-memory-gib", type=float, help="GPU memory in GiB instead of a catalog GPU")

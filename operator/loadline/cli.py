@@ -2,18 +2,20 @@
 
 Every sub-command is a thin shell around a pure function of the core; errors from the core
 (:class:`loadline.errors.LoadlineError`) are printed as one line naming the field and the fix, with
-exit status 2, and never as a traceback.
+exit status 2, and never as a traceback. Anything else is a loadline bug: one line too, exit status 70.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 
 from loadline.errors import LoadlineError, NoFeasiblePlanError
 
 Command = Callable[[argparse.Namespace], int]
+EXIT_INTERNAL = 70  # EX_SOFTWARE: distinct from 2 (bad input) so scripts can tell a bug from a refusal
 
 
 def _cmd_crds(args: argparse.Namespace) -> int:
@@ -71,6 +73,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except BrokenPipeError:
         return 0
+    except (KeyboardInterrupt, SystemExit):
+        raise
+    except Exception as exc:  # a bug, not bad input: still one line, and how to get the traceback
+        if os.environ.get("LOADLINE_DEBUG"):
+            raise
+        print(
+            f"loadline: internal error: {type(exc).__name__}: {exc} (fix: report it as a loadline bug with "
+            "the input; LOADLINE_DEBUG=1 prints the traceback)",
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ and the operator can put it in status and an Event without rewording.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Self
 
 __all__ = [
     "LoadlineError",
@@ -27,6 +28,13 @@ __all__ = [
 
 class LoadlineError(Exception):
     """Base of every error loadline raises on purpose."""
+
+    def at(self, where: str) -> Self:
+        """Prefix the one-line message with where the error is (a file and the object in it), once:
+        the core names the field, the caller that knows the file and object adds them."""
+        if where and not str(self).startswith(where):
+            self.args = (f"{where}: {self}",)
+        return self
 
 
 class SpecError(LoadlineError):

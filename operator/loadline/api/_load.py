@@ -53,7 +53,24 @@ def _fix_hint(error: Mapping[str, Any]) -> str:
         return "use a value within the allowed range"
     if kind == "string_pattern_mismatch":
         return f"match the pattern {ctx.get('pattern', '')}"
-    return ""
+    return _TYPE_HINTS.get(kind, "correct the value (see `kubectl explain inferencemodel.spec`)")
+
+
+# Strict types (as the CRD's structural schema): what to write instead.
+_TYPE_HINTS = {
+    "int_type": "write a whole number without quotes (not true/false, not 8192.0)",
+    "float_type": "write a number without quotes (not true/false)",
+    "bool_type": "write true or false without quotes",
+    "string_type": 'quote it, e.g. "0.19.0"',
+    "finite_number": "write a finite number (not .nan or .inf)",
+    "list_type": "write a list",
+    "dict_type": "write a mapping",
+    "model_type": "write a mapping",
+    "model_attributes_type": "write a mapping",
+    "too_long": "shorten the list or string",
+    "string_too_short": "give a value",
+    "string_too_long": "shorten it",
+}
 
 
 def spec_error_from_validation(exc: ValidationError, prefix: str = "") -> SpecError:
@@ -82,40 +99,42 @@ def parse_spec(data: Mapping[str, Any], prefix: str = "spec") -> InferenceModelS
         raise spec_error_from_validation(exc, prefix) from None
 
 
+def _object_name(data: Mapping[str, Any], kind: str) -> str:
+    """``InferenceModel team-a/chat``: how errors name the object inside a file."""
+    meta = data.get("metadata")
+    meta = meta if isinstance(meta, Mapping) else {}
+    name, namespace = meta.get("name"), meta.get("namespace")
+    where = f"{namespace}/" if isinstance(namespace, str) and namespace else ""
+    return f"{kind} {where}{name}" if isinstance(name, str) and name else f"{kind} (unnamed)"
+
+
 def parse_inference_model(data: Mapping[str, Any], source: str = "") -> InferenceModel:
-    """Validate one InferenceModel object (a dict as read from YAML or the API)."""
-    where = f"{source}: " if source else ""
+    """Validate one InferenceModel object (a dict as read from YAML or the API).
+
+    Errors start with ``source`` (the file) and the object's kind, namespace and name, so one line tells a
+    user of a multi-document file which object is wrong."""
     if not isinstance(data, Mapping):
         raise SpecError(source or "document", "is not a mapping", "write an InferenceModel object")
+    where = ": ".join(filter(None, (source, _object_name(data, KIND))))
     if data.get("apiVersion") != API_VERSION or data.get("kind") != KIND:
         raise SpecError(
-            f"{where}apiVersion/kind",
+            f"{source + ': ' if source else ''}apiVersion/kind",
             f"expected {API_VERSION} {KIND}, got {data.get('apiVersion')} {data.get('kind')}",
             f"set apiVersion: {API_VERSION} and kind: {KIND}",
         )
     try:
         return InferenceModel.model_validate(dict(data))
     except ValidationError as exc:
-        err = spec_error_from_validation(exc)
-        if where:
-            err.args = (where + str(err),)
-        raise err from None
+        raise spec_error_from_validation(exc).at(where if source else "") from None
 
 
 def load_inference_models(path: str | Path) -> list[InferenceModel]:
     """Every InferenceModel in a YAML file (a stream of documents; other kinds are an error)."""
-    file = Path(path)
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise SpecError(str(file), f"cannot be read: {exc.strerror}", "pass an existing YAML file") from None
-    try:
-        docs = [doc for doc in yaml.safe_load_all(text) if doc is not None]
-    except yaml.YAMLError as exc:
-        raise SpecError(str(file), f"is not valid YAML: {exc}", "fix the YAML syntax") from None
+    name = str(path) if str(path) == "-" else str(Path(path))
+    docs = _read_docs(name)
     if not docs:
-        raise SpecError(str(file), "holds no object", "add an InferenceModel")
-    return [parse_inference_model(doc, source=str(file)) for doc in docs]
+        raise SpecError(name, "holds no object", "add an InferenceModel")
+    return [parse_inference_model(doc, source=name) for doc in docs]
 
 
 def parse_fleet_policy(data: Mapping[str, Any], source: str = "") -> FleetPolicy:
@@ -132,10 +151,8 @@ def parse_fleet_policy(data: Mapping[str, Any], source: str = "") -> FleetPolicy
     try:
         policy = FleetPolicy.model_validate(dict(data))
     except ValidationError as exc:
-        err = spec_error_from_validation(exc)
-        if where:
-            err.args = (where + str(err),)
-        raise err from None
+        located = f"{source}: {_object_name(data, POLICY_KIND)}" if source else ""
+        raise spec_error_from_validation(exc).at(located) from None
     if not policy.metadata.get("name"):
         raise SpecError(f"{where}metadata.name", "is missing", "name the FleetPolicy")
     return policy
@@ -154,24 +171,86 @@ class Manifests:
     namespaces: dict[str, dict[str, str]] = field(default_factory=dict)
 
 
-def _read_docs(path: str) -> list[Any]:
-    name = "-" if path == "-" else str(Path(path))
+def _read_bytes(path: str) -> bytes:
+    if path == "-":  # bytes, so that a non-UTF-8 stream is named like a non-UTF-8 file
+        buffer = getattr(sys.stdin, "buffer", None)
+        return buffer.read() if buffer is not None else sys.stdin.read().encode("utf-8", "surrogateescape")
     try:
-        text = sys.stdin.read() if path == "-" else Path(path).read_text()
+        return Path(path).read_bytes()
+    except IsADirectoryError:
+        raise SpecError(path, "is a directory", "pass the YAML files in it, e.g. DIR/*.yaml") from None
     except OSError as exc:
-        raise SpecError(name, f"cannot be read: {exc.strerror}", "pass an existing YAML file") from None
+        raise SpecError(path, f"cannot be read: {exc.strerror}", "pass an existing YAML file") from None
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """PyYAML's several-line message as one line: the problem and where it is."""
+    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
+        mark = exc.problem_mark
+        return f"{exc.problem or exc.context} (line {mark.line + 1}, column {mark.column + 1})"
+    return " ".join(str(exc).split())
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys silently; kubectl and the API server refuse the object, so
+    offline use refuses it too instead of planning something other than what the user will apply."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: set[Any] = set()
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            try:
+                duplicate = key in seen
+            except TypeError:  # an unhashable key; SafeLoader names it below
+                break
+            if duplicate:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key {key!r}", key_node.start_mark
+                )
+            seen.add(key)
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_docs(path: str) -> list[Any]:
+    """The YAML documents of a file (``-``: standard input); every way it can be unreadable is a
+    :class:`SpecError` naming the file, never a traceback."""
+    name = "-" if path == "-" else str(Path(path))
+    raw = _read_bytes(name)
     try:
-        return [doc for doc in yaml.safe_load_all(text) if doc is not None]
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError:
+        raise SpecError(name, "is not UTF-8 text (a binary or compressed file?)", "pass YAML") from None
+    if "\x00" in text:
+        raise SpecError(name, "holds NUL bytes (a binary file?)", "pass a YAML file")
+    try:
+        return [doc for doc in yaml.load_all(text, Loader=_UniqueKeyLoader) if doc is not None]
     except yaml.YAMLError as exc:
-        raise SpecError(name, f"is not valid YAML: {exc}", "fix the YAML syntax") from None
+        raise SpecError(name, f"is not valid YAML: {_yaml_problem(exc)}", "fix the YAML syntax") from None
+    except RecursionError:
+        raise SpecError(name, "nests too deeply to be a Kubernetes object", "fix the YAML") from None
+
+
+def _identity(kind: str, doc: Mapping[str, Any]) -> tuple[str, str, str] | None:
+    """(kind, namespace, name) as the API server keys objects; InferenceModels are namespaced (no
+    namespace: ``default``), FleetPolicies and Namespaces are not."""
+    meta = doc.get("metadata")
+    name = meta.get("name") if isinstance(meta, Mapping) else None
+    if not isinstance(meta, Mapping) or not isinstance(name, str) or not name:
+        return None
+    namespace = str(meta.get("namespace") or "default") if kind == KIND else ""
+    return kind, namespace, name
 
 
 def load_manifests(paths: Sequence[str | Path]) -> Manifests:
     """InferenceModels, FleetPolicies and Namespaces of several YAML files (``-``: standard input).
 
-    Any other kind is an error, as in :func:`load_inference_models`; a file may hold policies only.
+    Any other kind is an error, as in :func:`load_inference_models`; a file may hold policies only. Two
+    objects of one kind, namespace and name are refused, as the API server would keep only one of them.
     """
     out = Manifests()
+    seen: dict[tuple[str, str, str], str] = {}
+    if [str(path) for path in paths].count("-") > 1:
+        raise SpecError("-", "is named more than once (standard input can be read once)", "name - once")
     for path in paths:
         name = str(path)
         docs = _read_docs(name)
@@ -179,12 +258,27 @@ def load_manifests(paths: Sequence[str | Path]) -> Manifests:
             raise SpecError(name, "holds no object", "add an InferenceModel or a FleetPolicy")
         for doc in docs:
             kind = doc.get("kind") if isinstance(doc, Mapping) else None
+            known = isinstance(doc, Mapping) and kind in {KIND, POLICY_KIND, "Namespace"}
+            identity = _identity(str(kind), doc) if known else None
+            if identity is not None:
+                if identity in seen:
+                    what = f"{identity[0]} {identity[1] + '/' if identity[1] else ''}{identity[2]}"
+                    raise SpecError(
+                        f"{name}: {what}",
+                        f"is defined twice (also in {seen[identity]})",
+                        "keep one object per kind, namespace and name, or rename one",
+                    )
+                seen[identity] = name
             if kind == POLICY_KIND:
                 out.policies.append(parse_fleet_policy(doc, source=name))
             elif kind == "Namespace" and doc.get("apiVersion") == "v1":
-                meta = doc.get("metadata") or {}
-                labels = meta.get("labels") or {}
-                out.namespaces[str(meta.get("name", ""))] = {str(k): str(v) for k, v in labels.items()}
+                meta = doc.get("metadata")
+                labels = meta.get("labels") if isinstance(meta, Mapping) else None
+                if not isinstance(meta, Mapping) or not isinstance(labels, Mapping | None):
+                    raise SpecError(f"{name}: Namespace", "metadata.labels is not a mapping", "fix it")
+                out.namespaces[str(meta.get("name", ""))] = {
+                    str(k): str(v) for k, v in (labels or {}).items()
+                }
             else:
                 out.models.append((name, parse_inference_model(doc, source=name)))
     return out

@@ -27,6 +27,7 @@ from loadline.api._v1alpha1 import (
     Condition,
     RemediationMode,
     _Model,
+    _SpecModel,
 )
 
 POLICY_KIND = "FleetPolicy"
@@ -50,7 +51,7 @@ LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=_LABEL_VALU
 GPUTypeName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
 
 
-class LabelSelectorRequirement(_Model):
+class LabelSelectorRequirement(_SpecModel):
     """One label rule, as in a Kubernetes LabelSelector."""
 
     model_config = ConfigDict(
@@ -86,7 +87,7 @@ class LabelSelectorRequirement(_Model):
         return self
 
 
-class LabelSelector(_Model):
+class LabelSelector(_SpecModel):
     """Kubernetes label selector: every matchLabels pair and every matchExpressions rule must hold.
 
     An empty selector matches everything.
@@ -111,7 +112,7 @@ class LabelSelector(_Model):
         return value
 
 
-class PolicySelector(_Model):
+class PolicySelector(_SpecModel):
     """Which InferenceModels the policy governs. Every part that is set must match; empty: all."""
 
     namespaces: list[Annotated[str, StringConstraints(min_length=1, max_length=63)]] = Field(
@@ -129,7 +130,7 @@ class PolicySelector(_Model):
     )
 
 
-class EngineDefaults(_Model):
+class EngineDefaults(_SpecModel):
     """Engine settings filled in where a model's spec.engine leaves them out."""
 
     version: str | None = Field(
@@ -146,7 +147,7 @@ class EngineDefaults(_Model):
     )
 
 
-class GPUDefaults(_Model):
+class GPUDefaults(_SpecModel):
     """GPU choices filled in where a model's spec.gpu leaves them out."""
 
     types: list[GPUTypeName] | None = Field(
@@ -165,7 +166,7 @@ class GPUDefaults(_Model):
     )
 
 
-class RemediationDefaults(_Model):
+class RemediationDefaults(_SpecModel):
     """Out-of-memory remediation settings filled in where a model's spec.remediation leaves them out."""
 
     mode: RemediationMode | None = Field(
@@ -174,7 +175,7 @@ class RemediationDefaults(_Model):
     )
 
 
-class PolicyDefaults(_Model):
+class PolicyDefaults(_SpecModel):
     """Values filled in where a governed InferenceModel's spec says nothing; never over a set value."""
 
     engine: EngineDefaults = Field(default_factory=EngineDefaults, description="Engine defaults.")
@@ -184,7 +185,7 @@ class PolicyDefaults(_Model):
     )
 
 
-class PolicyLimits(_Model):
+class PolicyLimits(_SpecModel):
     """Limits every governed InferenceModel must keep. Unset: no limit. Several policies: strictest wins."""
 
     gpu_types: list[GPUTypeName] | None = Field(
@@ -259,7 +260,7 @@ class PolicyLimits(_Model):
         return None if self.vllm_versions is None else SpecifierSet(self.vllm_versions)
 
 
-class RemediationLimits(_Model):
+class RemediationLimits(_SpecModel):
     """Limits on automatic out-of-memory remediation; unset fields fall back to the operator's settings."""
 
     max_actions_per_day: int | None = Field(
@@ -282,7 +283,7 @@ class RemediationLimits(_Model):
     )
 
 
-class RestartWindow(_Model):
+class RestartWindow(_SpecModel):
     """A weekly wall-clock interval in which restarts are allowed; an end at or before start runs past
     midnight (days name the day it starts on)."""
 
@@ -331,7 +332,7 @@ class RestartWindow(_Model):
         return self
 
 
-class RestartPolicy(_Model):
+class RestartPolicy(_SpecModel):
     """When loadline's low-traffic scheduler may restart governed models."""
 
     windows: list[RestartWindow] = Field(
@@ -344,7 +345,7 @@ class RestartPolicy(_Model):
     )
 
 
-class FleetPolicySpec(_Model):
+class FleetPolicySpec(_SpecModel):
     """Defaults and limits for the InferenceModels the selector picks."""
 
     selector: PolicySelector = Field(

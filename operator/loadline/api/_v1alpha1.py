@@ -84,7 +84,16 @@ class _Model(BaseModel):
     )
 
 
-class ConfigMapKeyRef(_Model):
+class _SpecModel(_Model):
+    """Desired state, as strict as the CRD's structural schema: the API server refuses ``true`` or
+    ``"8"`` where an integer is wanted, a number where a string is wanted, and NaN or infinity (JSON has
+    neither), so offline use refuses them too instead of coercing them (pydantic's lax mode would read
+    ``true`` as 1)."""
+
+    model_config = ConfigDict(strict=True, allow_inf_nan=False)
+
+
+class ConfigMapKeyRef(_SpecModel):
     """A key of a ConfigMap in the InferenceModel's namespace."""
 
     name: str = Field(
@@ -93,7 +102,7 @@ class ConfigMapKeyRef(_Model):
     key: str = Field(default="config.json", description="Key holding the model's config.json.", min_length=1)
 
 
-class SecretKeyRef(_Model):
+class SecretKeyRef(_SpecModel):
     """A key of a Secret in the InferenceModel's namespace; the value never appears in a manifest."""
 
     name: str = Field(
@@ -102,7 +111,7 @@ class SecretKeyRef(_Model):
     key: str = Field(default="token", description="Key of the Secret holding the value.", min_length=1)
 
 
-class ModelSource(_Model):
+class ModelSource(_SpecModel):
     """Which model to serve and where its architecture (Hugging Face config.json) comes from.
 
     The architecture is taken, in order, from ``config`` (inline), ``configMapRef``, then loadline's
@@ -164,14 +173,14 @@ class ModelSource(_Model):
     )
 
 
-class EnvVar(_Model):
+class EnvVar(_SpecModel):
     """An environment variable for the vLLM container."""
 
     name: str = Field(description="Variable name.", min_length=1, max_length=256, pattern=_ENV_NAME_PATTERN)
     value: str = Field(default="", description="Variable value.", max_length=32768)
 
 
-class Engine(_Model):
+class Engine(_SpecModel):
     """The vLLM engine: version, image and the batching settings that drive memory use.
 
     Settings left empty are chosen by loadline's planner, which starts from vLLM's own defaults for
@@ -242,7 +251,7 @@ class Engine(_Model):
     )
 
 
-class KVOffload(_Model):
+class KVOffload(_SpecModel):
     """CPU memory that extends the KV cache (--kv-offloading-size, or --swap-space on old versions)."""
 
     cpu_gi_b: float = Field(
@@ -253,7 +262,7 @@ class KVOffload(_Model):
     )
 
 
-class GPUSelector(_Model):
+class GPUSelector(_SpecModel):
     """Which GPUs the planner may choose from."""
 
     types: list[Annotated[str, StringConstraints(min_length=1, max_length=64)]] = Field(
@@ -285,7 +294,7 @@ class GPUSelector(_Model):
     )
 
 
-class Resources(_Model):
+class Resources(_SpecModel):
     """Host (CPU-side) resources of each vLLM pod; GPU counts come from the plan."""
 
     memory_gi_b: float | None = Field(
@@ -298,7 +307,7 @@ class Resources(_Model):
     cpu: int | None = Field(default=None, ge=1, le=1024, description="CPU cores per pod; default: sized.")
 
 
-class Remediation(_Model):
+class Remediation(_SpecModel):
     """What loadline may do by itself when the model runs out of memory."""
 
     mode: RemediationMode | None = Field(
@@ -310,7 +319,7 @@ class Remediation(_Model):
     )
 
 
-class InferenceModelSpec(_Model):
+class InferenceModelSpec(_SpecModel):
     """The model to serve and the load it must carry. loadline plans GPUs and renders vLLM from it."""
 
     model_config = ConfigDict(

@@ -11,12 +11,14 @@ before it is written: a flag the version lacks is never rendered. Rules worth kn
 * ``--kv-cache-dtype`` only when it is not ``auto``; ``--pipeline-parallel-size`` only above 1;
   ``--served-model-name``/``--revision`` only when set.
 * CPU KV offload (``spec.kvOffload.cpuGiB``): ``--kv-offloading-size`` (GiB for the whole engine) and
-  ``--kv-offloading-backend native`` where the version has them (0.12 on). Older versions only have
+  ``--kv-offloading-backend native`` where the version has them (0.11.1 on). Older versions only have
   ``--swap-space``, which is GiB *per GPU* and which only the V0 engine ever used: it is rendered
   (divided by the replica's GPUs) so a V0 fallback on 0.8-0.10 gets it, and a note says plainly that
   the V1 engine offloads nothing with it.
 * ``extraArgs`` come last, after :func:`loadline.render._flags.check_extra_args` has refused flags
-  the version lacks and flags loadline owns.
+  the version lacks, values of the wrong type and flags loadline owns, and
+  :func:`loadline.render._conflicts.check_conflicts` flags that would undo the plan or clash with a
+  rendered flag (``data/vllm_conflicts.json``).
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from dataclasses import dataclass, field
 
 from loadline.api import InferenceModel
 from loadline.errors import RenderError
+from loadline.render._conflicts import check_conflicts
 from loadline.render._flags import Version, check_extra_args, flag_table, version_text
 from loadline.sizing import Plan
 
@@ -76,12 +79,14 @@ def _offload(builder: _Builder, obj: InferenceModel, plan: Plan, notes: list[str
         builder.flag("--kv-offloading-backend", "native")
         return
     if table.has("--swap-space", version):
+        entry = table.spec("--kv-offloading-size")
+        since = version_text(entry.since) if entry is not None and entry.since else "a later release"
         per_gpu = gib / plan.chosen.gpus
         builder.flag("--swap-space", _number(round(per_gpu, 3)))
         notes.append(
-            f"spec.kvOffload: vLLM {version_text(version)} has no --kv-offloading-size (added in 0.12.0); "
+            f"spec.kvOffload: vLLM {version_text(version)} has no --kv-offloading-size (added in {since}); "
             f"rendered --swap-space {_number(round(per_gpu, 3))} (GiB per GPU), which only the V0 engine "
-            "uses: the V1 engine offloads no KV cache with it. Use vLLM 0.12 or newer for CPU KV offload."
+            f"uses: the V1 engine offloads no KV cache with it. Use vLLM {since} or newer for CPU KV offload."
         )
         return
     notes.append(
@@ -127,5 +132,12 @@ def vllm_command(obj: InferenceModel, plan: Plan, version: Version) -> VllmComma
 
     extra = list(spec.engine.extra_args)
     check_extra_args(extra, version)
+    check_conflicts(
+        extra,
+        version,
+        rendered=builder.args,
+        max_model_len=settings.max_model_len,
+        max_num_batched_tokens=settings.max_num_batched_tokens,
+    )
     builder.args.extend(extra)
     return VllmCommand(list(launcher.command), builder.args, notes)

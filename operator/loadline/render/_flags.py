@@ -1,19 +1,24 @@
 """The vLLM flag table (``data/vllm_flags.json``) as typed data, and the questions asked of it.
 
-vLLM adds and removes command-line flags between releases, and an unknown flag makes ``vllm serve``
-exit at once. The table says which flags exist in which release; this module only interprets it, so a
-new vLLM release is a data change. Questions: does version V have flag F, how does V start its server,
-and are a CR's ``extraArgs`` valid for V (errors name the offending list entry and the fix).
+vLLM adds and removes command-line flags between releases, and an unknown flag or a bad value makes
+``vllm serve`` exit at once, after the pod was scheduled and the image pulled. The table (generated from
+each release's source by ``scripts/vllm_flags.py``) says which flags exist in which release and what
+value each takes; this module only interprets it, so a new vLLM release is a data change. Questions: does
+version V have flag F, how does V start its server, and are a CR's ``extraArgs`` valid for V: every
+flag known to V, every value of the type V parses (errors name the offending list entry and the fix).
+A version newer than the table is checked as the newest release the table knows.
 """
 
 from __future__ import annotations
 
-import json
+import math
 import re
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadline.errors import RenderError, SpecError
 from loadline.sizing import parse_version
@@ -42,9 +47,13 @@ class FlagSpec:
     replacement: str
     note: str
     source: str
+    absent: tuple[Version, ...] = ()
+    value: ValueSpec | None = None
 
     def present_in(self, version: Version) -> bool:
         if self.since is not None and version < self.since:
+            return False
+        if version in self.absent:
             return False
         return self.until is None or version < self.until
 
@@ -54,7 +63,76 @@ class FlagSpec:
             return f"{self.name} was added in vLLM {_version_text(self.since)}"
         if self.until is not None and version >= self.until:
             return f"{self.name} was removed in vLLM {_version_text(self.until)}"
+        if version in self.absent:
+            return f"{self.name} is missing from vLLM {_version_text(version)} alone"
         return ""
+
+
+@dataclass(frozen=True)
+class ValueSpec:
+    """What a flag's value must be, where vLLM's parser says so plainly."""
+
+    type: Literal["int", "float", "bool", "choice"]
+    choices: tuple[str, ...] = ()
+
+    def problem(self, value: str) -> str:
+        """Why vLLM's parser would refuse ``value`` (empty when it accepts it)."""
+        if self.type == "int":
+            try:
+                int(value)
+            except ValueError:
+                return f"{value!r} is not an integer"
+        elif self.type == "float":
+            try:
+                number = float(value)
+            except ValueError:
+                return f"{value!r} is not a number"
+            if not math.isfinite(number):
+                return f"{value!r} is not a finite number"
+        elif self.type == "choice" and value not in self.choices:
+            return f"{value!r} is not one of {', '.join(self.choices)}"
+        return ""
+
+
+class _RawValue(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    type: Literal["int", "float", "bool", "choice"]
+    choices: list[str] = Field(default_factory=list)
+
+
+class _RawFlag(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    since: str | None = None
+    until: str | None = None
+    absent: list[str] = Field(default_factory=list)
+    value: _RawValue | None = None
+    owner: str = ""
+    replacement: str = ""
+    note: str = ""
+    source: str = Field(min_length=1)
+
+
+class _RawLauncher(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True)
+    since: str
+    command: list[str]
+    model: str
+    source: str
+
+
+class _RawTable(BaseModel):
+    """The JSON file's shape: a malformed table fails on load, naming the entry, not mid-render."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, populate_by_name=True)
+    about: str = Field(alias="_about")
+    oldest: str
+    newest: str
+    newest_source: str
+    releases: list[str]
+    unread_releases: dict[str, str] = Field(default_factory=dict)
+    launchers: list[_RawLauncher]
+    aliases: dict[str, str]
+    flags: dict[str, _RawFlag]
 
 
 @dataclass(frozen=True)
@@ -85,13 +163,15 @@ class FlagTable:
             return self.flags[name]
         if name.startswith("--no-"):
             # argparse.BooleanOptionalAction gives every boolean flag a --no- twin.
-            return self.flags.get("--" + name[len("--no-") :])
+            entry = self.flags.get("--" + name[len("--no-") :])
+            switch = entry is not None and entry.value is not None and entry.value.type == "bool"
+            return entry if switch else None
         return None
 
     def has(self, flag: str, version: Version) -> bool:
-        """Whether ``version`` accepts ``flag``; flags the table does not know are assumed present."""
+        """Whether ``version`` (or, past the table, its newest release) accepts ``flag``."""
         entry = self.spec(flag)
-        return entry is None or entry.present_in(version)
+        return entry is not None and entry.present_in(min(version, self.newest))
 
     def launcher(self, version: Version) -> Launcher:
         chosen = self.launchers[0]
@@ -109,6 +189,10 @@ def canonical_flag(flag: str, aliases: dict[str, str]) -> str:
     """
     if flag in aliases:
         return aliases[flag]
+    if flag.startswith("-O") and not flag.startswith("--"):
+        # vLLM's FlexibleArgumentParser reads -O3, -O=3 and -O.level=3 as the optimization (compilation)
+        # level in every release (vllm/utils argparse code); the value is not checked here.
+        return "-O"
     if not flag.startswith("--"):
         return flag
     name = "--" + flag[2:].replace("_", "-")
@@ -119,43 +203,58 @@ def _parse(text: str | None) -> Version | None:
     return parse_version(text) if text else None
 
 
+def _flag_spec(name: str, raw: _RawFlag) -> FlagSpec:
+    value = None
+    if raw.value is not None:
+        value = ValueSpec(raw.value.type, tuple(raw.value.choices))
+    return FlagSpec(
+        name=name,
+        since=_parse(raw.since),
+        until=_parse(raw.until),
+        owner=raw.owner,
+        replacement=raw.replacement,
+        note=raw.note,
+        source=raw.source,
+        absent=tuple(parse_version(v) for v in raw.absent),
+        value=value,
+    )
+
+
 @cache
 def flag_table() -> FlagTable:
-    """The table, read once per process."""
+    """The table, read once per process and validated with pydantic at this boundary."""
     node = resources.files("loadline.render").joinpath("data").joinpath("vllm_flags.json")
-    raw: dict[str, Any] = json.loads(node.read_text(encoding="utf-8"))
-    flags = {
-        name: FlagSpec(
-            name=name,
-            since=_parse(entry.get("since")),
-            until=_parse(entry.get("until")),
-            owner=str(entry.get("owner", "")),
-            replacement=str(entry.get("replacement", "")),
-            note=str(entry.get("note", "")),
-            source=str(entry["source"]),
-        )
-        for name, entry in raw["flags"].items()
-    }
+    try:
+        raw = _RawTable.model_validate_json(node.read_text(encoding="utf-8"))
+    except ValidationError as exc:  # a packaging bug, not user input
+        raise RuntimeError(f"render/data/vllm_flags.json is malformed: {exc}") from None
     launchers = tuple(
         sorted(
             (
                 Launcher(
-                    since=parse_version(entry["since"]),
-                    command=tuple(entry["command"]),
-                    model=str(entry["model"]),
-                    source=str(entry["source"]),
+                    since=parse_version(entry.since),
+                    command=tuple(entry.command),
+                    model=entry.model,
+                    source=entry.source,
                 )
-                for entry in raw["launchers"]
+                for entry in raw.launchers
             ),
             key=lambda launcher: launcher.since,
         )
     )
+    aliases = dict(raw.aliases)
+    aliases.setdefault("-O", "-O")
+    flags = {name: _flag_spec(name, entry) for name, entry in raw.flags.items()}
+    flags.setdefault(
+        "-O",
+        FlagSpec("-O", None, None, "", "", "", "vllm argparse: -O<level> in every release"),
+    )
     return FlagTable(
-        oldest=parse_version(raw["oldest"]),
-        newest=parse_version(raw["newest"]),
-        releases=tuple(parse_version(v) for v in raw["releases"]),
+        oldest=parse_version(raw.oldest),
+        newest=parse_version(raw.newest),
+        releases=tuple(parse_version(v) for v in raw.releases),
         launchers=launchers,
-        aliases=dict(raw["aliases"]),
+        aliases=aliases,
         flags=flags,
     )
 
@@ -187,35 +286,98 @@ def split_flag(token: str) -> tuple[str, str | None] | None:
     return name, (rest[1:] if rest is not None else None)
 
 
-def check_extra_args(args: list[str], version: Version) -> None:
-    """Refuse extra arguments the version lacks or that would override what loadline renders.
+def _is_value(token: str) -> bool:
+    """A token that is a value, not a flag: anything not shaped like one, and negative numbers."""
+    if split_flag(token) is None:
+        return True
+    try:
+        float(token)
+    except ValueError:
+        return False
+    return True
 
-    Raises :class:`RenderError` naming ``spec.engine.extraArgs[i]``. Flags the table does not know
-    pass: the table records known lifecycles, not every flag vLLM has.
+
+def check_extra_args(args: list[str], version: Version) -> None:
+    """Refuse extra arguments ``vllm serve`` of ``version`` would refuse, or that override loadline.
+
+    Every flag must be one of the version's (a version newer than the table is checked as the newest
+    release it knows); a flag with a known value type gets a value of that type (a switch gets none);
+    a value must follow a flag. Raises :class:`RenderError` naming ``spec.engine.extraArgs[i]``.
     """
     table = flag_table()
-    for index, token in enumerate(args):
-        parsed = split_flag(token)
-        if parsed is None:
-            continue
-        name = parsed[0]
+    checked = min(version, table.newest)
+    shown = _version_text(checked)
+    index = 0
+    while index < len(args):
+        token = args[index]
+        field = f"spec.engine.extraArgs[{index}]"
+        if _is_value(token):
+            raise RenderError(
+                field,
+                f"{token!r} is a value with no flag before it that takes one",
+                "put it after its flag (e.g. ['--seed', '7']) or write --flag=value",
+            )
+        name, inline = split_flag(token) or (token, None)
         entry = table.spec(name)
         if entry is None:
-            continue
-        field = f"spec.engine.extraArgs[{index}]"
+            raise RenderError(
+                field,
+                f"vLLM {shown} has no flag {name}",
+                f"check its spelling (`vllm serve --help` of vLLM {shown} lists the flags) or remove it",
+            )
         if entry.owner:
             raise RenderError(
                 field,
                 f"{name} is set by loadline from {entry.owner}",
                 f"remove it from extraArgs and set {entry.owner} instead",
             )
-        if not entry.present_in(version):
-            why = entry.absence(version)
+        if not entry.present_in(checked):
+            why = entry.absence(checked)
             fix = f"remove {name}"
             if entry.replacement:
                 fix += f" ({entry.replacement})"
             fix += " or pick a spec.engine.version that has it"
-            raise RenderError(field, f"vLLM {_version_text(version)} has no {name}: {why}", fix)
+            raise RenderError(field, f"vLLM {shown} has no {name}: {why}", fix)
+        index += 1
+        kind = entry.value
+        if kind is None or name == "-O":
+            # A value vLLM parses itself (JSON, paths, lists): the values that follow belong to it.
+            if inline is None:
+                while index < len(args) and _is_value(args[index]):
+                    index += 1
+            continue
+        if kind.type == "bool":
+            if inline is not None:
+                raise RenderError(
+                    field,
+                    f"{name} is a switch and takes no value",
+                    f"write {name} alone to turn it on"
+                    + (f" or --no-{entry.name[2:]} to turn it off" if not name.startswith("--no-") else ""),
+                )
+            continue
+        if inline is None:
+            if index >= len(args) or not _is_value(args[index]):
+                raise RenderError(field, f"{name} needs a value", f"write {name}=VALUE or follow it with one")
+            value, value_field = args[index], f"spec.engine.extraArgs[{index}]"
+            index += 1
+        else:
+            value, value_field = inline, field
+        problem = kind.problem(value)
+        if problem:
+            wanted = {"int": "an integer", "float": "a number", "choice": f"one of {', '.join(kind.choices)}"}
+            raise RenderError(value_field, f"{name}: {problem}", f"give {wanted[kind.type]}")
+
+
+def beyond_table(version: Version) -> str:
+    """The warning for a version newer than the table (empty when the table knows it): it is still
+    rendered, with the newest known flag set, since a new release mostly keeps the old flags."""
+    newest = flag_table().newest
+    if version <= newest:
+        return ""
+    return (
+        f"vLLM {_version_text(version)} is newer than loadline's flag table (newest "
+        f"{_version_text(newest)}); flags were checked as for {_version_text(newest)}"
+    )
 
 
 def version_text(version: Version) -> str:

@@ -25,7 +25,9 @@ Choices a reviewer should know:
   first) are merged, not replaced: the user's options over ``expandable_segments:True``, under both
   names; with ``--enable-sleep-mode`` expandable segments are left off (and refused when asked for).
   ``HF_TOKEN`` may only come from ``spec.model.tokenSecretRef`` (a ``secretKeyRef``), never as a
-  literal.
+  literal. ``HOME``, ``HF_HOME`` and the other cache roots may be moved only within ``/data``: elsewhere
+  the non-root container cannot write and the volume sized for the download is not used, so such an
+  override is refused rather than rendered.
 * CR labels are copied onto the rendered objects (loadline's own keys win); CR annotations are not
   (they often carry tool state such as ``kubectl.kubernetes.io/last-applied-configuration``).
 * When ``metadata.uid`` is known (objects read from the cluster), the children get an owner reference
@@ -42,7 +44,8 @@ from typing import Any
 from loadline.api import API_VERSION, KIND, InferenceModel
 from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
-from loadline.render._flags import Version, flag_table, resolve_version, version_text
+from loadline.render._conflicts import allocator_pool_flags
+from loadline.render._flags import Version, beyond_table, resolve_version, version_text
 from loadline.render._names import LWS_SUFFIX, service_name, workload_ref
 from loadline.render._resources import STARTUP_PERIOD_SECONDS, PodResources, pod_resources
 from loadline.render._template import environment, render_object
@@ -65,6 +68,13 @@ TERMINATION_GRACE_SECONDS = 60
 _DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
+# Variables loadline points into the data volume; a value elsewhere cannot be merged, so it is refused.
+_IN_DATA_VOLUME = ("HOME", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "VLLM_CACHE_ROOT")
+
+
+def _under(path: str, root: str) -> bool:
+    parts = path.rstrip("/").split("/")
+    return path.startswith("/") and ".." not in parts and (path.rstrip("/") + "/").startswith(root + "/")
 
 
 def _metadata_strings(obj: InferenceModel) -> tuple[str, str | None]:
@@ -106,7 +116,7 @@ def _string_map(value: Any, field: str) -> dict[str, str]:
     return dict(value)
 
 
-def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
+def _env(obj: InferenceModel, notes: list[str], version: Version) -> list[dict[str, Any]]:
     spec = obj.spec
     defaults: list[dict[str, Any]] = [
         {"name": "HOME", "value": DATA_DIR},
@@ -125,6 +135,13 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
                 f"{var.name} is already set by spec.engine.env[{user[var.name]}]",
                 "keep one entry per variable",
             )
+        if var.name in _IN_DATA_VOLUME and not _under(var.value, DATA_DIR):
+            raise RenderError(
+                field,
+                f"{var.name}={var.value!r} is outside the {DATA_DIR} volume, the only writable place in the "
+                "pod (the container runs as a non-root user) and the one sized for the model download",
+                f"use a path under {DATA_DIR}, or leave {var.name} to loadline",
+            )
         if var.name in {"HF_TOKEN", "HUGGING_FACE_HUB_TOKEN"}:
             raise RenderError(
                 field,
@@ -132,7 +149,7 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
                 "store it in a Secret and set spec.model.tokenSecretRef",
             )
         user[var.name] = index
-    alloc = _allocator_conf(spec, user, notes)
+    alloc = _allocator_conf(spec, user, notes, version)
     env: list[dict[str, Any]] = []
     for default in defaults:
         if default["name"] in _ALLOC_CONF:
@@ -152,11 +169,12 @@ def _env(obj: InferenceModel, notes: list[str]) -> list[dict[str, Any]]:
     return env
 
 
-def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str]) -> str:
+def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str], version: Version) -> str:
     """The PyTorch allocator options the container gets, under both names torch reads (the newer
     ``PYTORCH_ALLOC_CONF`` first): the user's options merged over ``expandable_segments:True``, never
-    dropped. vLLM's sleep mode allocates through its own memory pool, which expandable segments break,
-    so with ``--enable-sleep-mode`` the default is left out and an explicit ``True`` is refused."""
+    dropped. vLLM's sleep mode (and ``--enable-cumem-allocator``) allocate through its own memory pool,
+    which expandable segments break, so with such a flag (``data/vllm_conflicts.json``, kind
+    ``allocator_pool``) the default is left out and an explicit ``True`` is refused."""
     options: dict[str, str] = {}
     for name in _ALLOC_CONF:
         if name not in user:
@@ -172,19 +190,17 @@ def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str]) -> str:
                 raise RenderError(field, f"{name} sets {key.strip()} unlike the other allocator variable",
                                   "give both variables the same options, or set only one")  # fmt: skip
             options[key.strip()] = value.strip()
-    sleep_mode = any(arg.split("=", 1)[0] in {"--enable-sleep-mode", "--enable_sleep_mode"}
-                     for arg in spec.engine.extra_args)  # fmt: skip
-    if sleep_mode:
+    pooled = allocator_pool_flags(spec.engine.extra_args, version)
+    if pooled:
+        flag = pooled[0]
         if options.get("expandable_segments", "False").lower() == "true":
             raise RenderError(
-                "spec.engine.extraArgs",
-                "--enable-sleep-mode cannot run with expandable_segments:True (its memory pool refuses it)",
-                "remove expandable_segments:True from the allocator variable, or --enable-sleep-mode",
+                f"spec.engine.extraArgs[{flag.index}]",
+                f"{flag.name} cannot run with expandable_segments:True (vLLM's memory pool refuses it)",
+                f"remove expandable_segments:True from the allocator variable, or {flag.name}",
             )
         if "expandable_segments" not in options:
-            notes.append(
-                "--enable-sleep-mode: expandable segments left off (sleep mode's memory pool refuses them)"
-            )
+            notes.append(f"{flag.name}: expandable segments left off (vLLM's memory pool refuses them)")
     elif "expandable_segments" not in options:
         options = {"expandable_segments": "True", **options}
     elif any(name in user for name in _ALLOC_CONF):
@@ -282,17 +298,11 @@ def render_manifests(
     version_string = vllm_version if vllm_version is not None else obj.spec.engine.version
     field = "--vllm-version" if vllm_version is not None else "spec.engine.version"
     version = resolve_version(version_string, field)
-    table = flag_table()
-    notes: list[str] = []
-    if version > table.newest:
-        notes.append(
-            f"vLLM {version_text(version)} is newer than loadline's flag table (newest "
-            f"{version_text(table.newest)}); flags were checked as for {version_text(table.newest)}"
-        )
+    notes: list[str] = [warning] if (warning := beyond_table(version)) else []
 
     command = vllm_command(obj, plan, version)
     notes.extend(command.notes)
-    env = _env(obj, notes)
+    env = _env(obj, notes, version)
     res = pod_resources(obj, plan)
     chosen = plan.chosen
     multi_node = chosen.nodes > 1

@@ -6,6 +6,7 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
 from loadline.sizing._capacity import free_gpus_by_type
+from loadline.sizing._compat import check_compatibility, compat_table
 from loadline.sizing._data import (
     CatalogModel,
     GPUType,
@@ -41,7 +42,9 @@ __all__ = [
     "QuantConfig",
     "ResolvedModel",
     "SpecInputs",
+    "check_compatibility",
     "check_max_model_len",
+    "compat_table",
     "compute_budget",
     "count_parameters",
     "engine_settings",

@@ -8,6 +8,7 @@ module is where those spellings meet; everything downstream sees one :class:`Arc
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
@@ -80,6 +81,8 @@ class Architecture:
     vision: VisionTower | None = None
     exact_parameters: int | None = None
     notes: tuple[str, ...] = field(default=())
+    # config.json's "architectures": the class names vLLM's model registry loads the model by.
+    architectures: tuple[str, ...] = ()
 
     @property
     def is_moe(self) -> bool:
@@ -98,23 +101,37 @@ class Architecture:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
 
+# No real config has a dimension or count this large; above it a value is garbage (1e308, a typo) and
+# would only make the sizer allocate or overflow instead of answering.
+_LARGEST = 2**31 - 1
+
+
+def _usable(value: Any) -> bool:
+    """A positive, finite, bounded number (not a bool: JSON ``true`` is not a size)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return False
+    return math.isfinite(value) and 0 < value <= _LARGEST
+
+
 def _int(cfg: Mapping[str, Any], *keys: str, default: int | None = None) -> int | None:
     for key in keys:
         value = cfg.get(key)
-        if isinstance(value, bool):
-            continue
-        if isinstance(value, int | float) and value > 0:
-            return int(value)
+        if _usable(value):
+            return int(value)  # type: ignore[arg-type]  # _usable: int or float
     return default
 
 
-def _need(cfg: Mapping[str, Any], field_prefix: str, *keys: str) -> int:
+def _need(cfg: Mapping[str, Any], field_prefix: str, *keys: str, most: int = _LARGEST) -> int:
     value = _int(cfg, *keys)
-    if value is None:
+    if value is None or value > most:
+        present = next((key for key in keys if key in cfg), None)
+        fix = "give the model's full config.json (spec.model.config or spec.model.configMapRef)"
+        if present is None:
+            raise ModelConfigError(f"{field_prefix}.{keys[0]}", "is missing from the config.json", fix)
         raise ModelConfigError(
-            f"{field_prefix}.{keys[0]}",
-            "is missing from the model's config.json",
-            "give the model's full config.json (spec.model.config or spec.model.configMapRef)",
+            f"{field_prefix}.{present}",
+            f"is {cfg[present]!r}, not a positive integer of at most {most}",
+            "give the value of the model's own config.json",
         )
     return value
 
@@ -230,7 +247,7 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
     text, nested_key = _text_config(config)
     prefix = f"{field_prefix}.{nested_key}" if nested_key else field_prefix
     hidden = _need(text, prefix, "hidden_size", "n_embd", "d_model")
-    layers = _need(text, prefix, "num_hidden_layers", "n_layer", "num_layers")
+    layers = _need(text, prefix, "num_hidden_layers", "n_layer", "num_layers", most=10_000)
     heads = _need(text, prefix, "num_attention_heads", "n_head")
     vocab = _int(text, "vocab_size") or _int(config, "vocab_size")
     if vocab is None:
@@ -285,7 +302,10 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
         if rope_type == "yarn" and original and isinstance(factor, int | float) and original == max_pos:
             max_pos = int(original * factor)
     dtype = text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or config.get("dtype")
+    names = config.get("architectures")
+    architectures = tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
     return Architecture(
+        architectures=architectures,
         model_type=model_type,
         num_layers=layers,
         hidden_size=hidden,

@@ -14,6 +14,7 @@ from loadline.api import InferenceModelSpec
 from loadline.errors import ModelConfigError, SpecError
 from loadline.sizing._arch import Architecture, parse_hf_config
 from loadline.sizing._budget import EngineSettings, resolve_dtype
+from loadline.sizing._compat import check_compatibility
 from loadline.sizing._data import GPUType, engine_version, find_catalog_model, quantization_methods
 
 # Names a checkpoint's quantization_config uses, mapped to the vLLM method that loads it on NVIDIA GPUs.
@@ -155,6 +156,8 @@ def _env_flag(spec: InferenceModelSpec, name: str) -> bool | None:
 def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs:
     arch = model.architecture
     table = engine_version(spec.engine.version)
+    # Before sizing: a model the release cannot load as asked is refused, not planned.
+    check_compatibility(arch, spec.quantization, spec.engine.version, spec.engine.extra_args, model.model_id)
     counted = _env_flag(spec, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     return SpecInputs(
         model=model,
