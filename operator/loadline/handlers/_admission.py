@@ -81,31 +81,20 @@ def mutate_model(
 ) -> None:
     """Fill the spec's unset fields with the enforcing policies' defaults (highest priority first)."""
     with _reviewed("mutate-inferencemodel"):
-        _mutate(body, old, operation, patch, policies, settings)
-
-
-def _mutate(
-    body: Mapping[str, Any],
-    old: Mapping[str, Any] | None,
-    operation: str | None,
-    patch: kopf.Patch,
-    policies: list[FleetPolicy],
-    settings: OperatorSettings,
-) -> None:
-    if spec_unchanged(operation, body, old) or not policies:
-        return
-    try:
-        inputs = _reconcile.model_inputs(body, settings)
-    except (LoadlineError, kopf.TemporaryError):
-        return  # validation says what is wrong with it
-    governing = _governing(body, policies)
-    filled = defaults_patch(inputs.obj.spec, combine(enforced(governing)))
-    if filled:
-        patch.setdefault("spec", {}).update(filled)
-        log.info(
-            "[%s/%s] defaults filled from FleetPolicies: %s",
-            body["metadata"].get("namespace"), body["metadata"].get("name"), sorted(filled),
-        )  # fmt: skip
+        if spec_unchanged(operation, body, old) or not policies:
+            return
+        try:
+            inputs = _reconcile.model_inputs(body, settings)
+        except (LoadlineError, kopf.TemporaryError):
+            return  # validation says what is wrong with it
+        governing = _governing(body, policies)
+        filled = defaults_patch(inputs.obj.spec, combine(enforced(governing)))
+        if filled:
+            patch.setdefault("spec", {}).update(filled)
+            log.info(
+                "[%s/%s] defaults filled from FleetPolicies: %s",
+                body["metadata"].get("namespace"), body["metadata"].get("name"), sorted(filled),
+            )  # fmt: skip
 
 
 def validate_model(
@@ -118,41 +107,30 @@ def validate_model(
 ) -> None:
     """Refuse a spec loadline cannot read, or one a deny policy forbids; warn for warn and dryrun."""
     with _reviewed("validate-inferencemodel", warnings):
-        _validate(body, old, operation, warnings, policies, settings)
-
-
-def _validate(
-    body: Mapping[str, Any],
-    old: Mapping[str, Any] | None,
-    operation: str | None,
-    warnings: list[str],
-    policies: list[FleetPolicy],
-    settings: OperatorSettings,
-) -> None:
-    if spec_unchanged(operation, body, old):
-        return
-    try:
-        parse_inference_model(_object(body))
-    except SpecError as exc:
-        raise kopf.AdmissionError(str(exc), code=DENIED) from None
-    governing = _governing(body, policies)
-    if not governing:
-        return
-    try:
-        inputs = _reconcile.model_inputs(body, settings)
-    except (LoadlineError, kopf.TemporaryError) as exc:
-        # Another object or the hub (a Secret not applied yet, a gated repository): the cluster's
-        # state of the moment, not the spec's fault. GitOps applies in any order; reconcile judges.
-        warnings.append(f"loadline: not checked against FleetPolicies now ({exc}); the operator will")
-        return
-    try:
-        admission = admit(inputs.obj.spec, governing, inputs.plan)
-    except LoadlineError as exc:  # fits no GPU even without the policies: reconcile reports it
-        warnings.append(f"loadline: {exc}")
-        return
-    warnings.extend(admission.decision.warnings)
-    if not admission.decision.allowed:
-        raise kopf.AdmissionError(admission.decision.message, code=DENIED)
+        if spec_unchanged(operation, body, old):
+            return
+        try:
+            parse_inference_model(_object(body))
+        except SpecError as exc:
+            raise kopf.AdmissionError(str(exc), code=DENIED) from None
+        governing = _governing(body, policies)
+        if not governing:
+            return
+        try:
+            inputs = _reconcile.model_inputs(body, settings)
+        except (LoadlineError, kopf.TemporaryError) as exc:
+            # Another object or the hub (a Secret not applied yet, a gated repository): the cluster's
+            # state of the moment, not the spec's fault. GitOps applies in any order; reconcile judges.
+            warnings.append(f"loadline: not checked against FleetPolicies now ({exc}); the operator will")
+            return
+        try:
+            admission = admit(inputs.obj.spec, governing, inputs.plan)
+        except LoadlineError as exc:  # fits no GPU even without the policies: reconcile reports it
+            warnings.append(f"loadline: {exc}")
+            return
+        warnings.extend(admission.decision.warnings)
+        if not admission.decision.allowed:
+            raise kopf.AdmissionError(admission.decision.message, code=DENIED)
 
 
 def validate_policy(body: Mapping[str, Any]) -> None:
