@@ -41,7 +41,7 @@ import re
 from functools import cache
 from typing import Any
 
-from loadline.api import API_VERSION, KIND, InferenceModel
+from loadline.api import API_VERSION, KIND, InferenceModel, ModelCache
 from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
 from loadline.render._conflicts import allocator_pool_flags
@@ -61,6 +61,8 @@ LABEL_MODEL = "loadline.dev/inferencemodel"
 
 UID = 1000
 DATA_DIR = "/data"
+# Writable home for the engine's own caches when spec.modelCache is mounted read-only.
+SCRATCH_DIR = "/scratch"
 CONTAINER = "vllm"
 TERMINATION_GRACE_SECONDS = 60
 
@@ -118,11 +120,15 @@ def _string_map(value: Any, field: str) -> dict[str, str]:
 
 def _env(obj: InferenceModel, notes: list[str], version: Version) -> list[dict[str, Any]]:
     spec = obj.spec
+    read_only = spec.model_cache is not None and spec.model_cache.persistent_volume_claim.read_only
     defaults: list[dict[str, Any]] = [
-        {"name": "HOME", "value": DATA_DIR},
+        # A read-only cache cannot take torch.compile's, Triton's or vLLM's caches: HOME moves to scratch.
+        {"name": "HOME", "value": SCRATCH_DIR if read_only else DATA_DIR},
         {"name": "USER", "value": "vllm"},
         {"name": "HF_HOME", "value": f"{DATA_DIR}/huggingface"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        # Read-only: the checkpoint must be there; the hub client must not try to write refs or locks.
+        *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if read_only else []),
         {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
         {"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"},
     ]
@@ -255,13 +261,19 @@ def _pod(
     res: PodResources,
     gpu_product: str,
     serves: bool,
+    cache: ModelCache | None,
 ) -> dict[str, Any]:
-    requests = {
-        "cpu": str(res.cpu),
-        "memory": f"{res.memory_gib}Gi",
-        "ephemeral-storage": f"{res.cache_gib}Gi",
-        "nvidia.com/gpu": str(res.gpus),
-    }
+    cache_claim: dict[str, Any] | None = None
+    cache_sub_path = ""
+    if cache is not None:
+        claim = cache.persistent_volume_claim
+        cache_claim = {"claimName": claim.claim_name, "readOnly": claim.read_only}
+        cache_sub_path = cache.sub_path or ""
+    requests = {"cpu": str(res.cpu), "memory": f"{res.memory_gib}Gi"}
+    # The pod's own disk: the emptyDir sized for the download, or the scratch beside a read-only cache.
+    if res.cache_gib or res.scratch_gib:
+        requests["ephemeral-storage"] = f"{res.cache_gib or res.scratch_gib}Gi"
+    requests["nvidia.com/gpu"] = str(res.gpus)
     limits = {"memory": f"{res.memory_gib}Gi", "nvidia.com/gpu": str(res.gpus)}
     return {
         "labels": labels,
@@ -283,6 +295,10 @@ def _pod(
         "data_dir": DATA_DIR,
         "shm_size": f"{res.shm_gib}Gi",
         "cache_size": f"{res.cache_gib}Gi",
+        "cache_claim": cache_claim,
+        "cache_sub_path": cache_sub_path,
+        "scratch_dir": SCRATCH_DIR,
+        "scratch_size": f"{res.scratch_gib}Gi" if res.scratch_gib else "",
     }
 
 
@@ -351,6 +367,7 @@ def render_manifests(
             env=env,
             res=res,
             gpu_product=chosen.gpu.product,
+            cache=obj.spec.model_cache,
         )
         objects.append(
             render_object(
@@ -369,6 +386,7 @@ def render_manifests(
             env=env,
             res=res,
             gpu_product=chosen.gpu.product,
+            cache=obj.spec.model_cache,
         )
         worker = _pod(
             labels={**pod_labels, LABEL_ROLE: "worker"},
@@ -379,6 +397,7 @@ def render_manifests(
             env=env,
             res=res,
             gpu_product=chosen.gpu.product,
+            cache=obj.spec.model_cache,
         )
         objects.append(
             render_object(
