@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from loadline.api import InferenceModel, parse_inference_model
-from loadline.errors import SpecError
+from loadline.errors import RenderError, SpecError
 from loadline.render import render_manifests
 from loadline.render._resources import DOWNLOAD_BYTES_PER_SECOND, LOAD_BYTES_PER_SECOND, pod_resources
 from loadline.sizing import (
@@ -205,3 +205,16 @@ def test_cache_size_limit_rule_from_download() -> None:
     plan = plan_inference_model(obj.spec)
     res = pod_resources(obj, plan)
     assert res.cache_gib == math.ceil(1.1 * plan.download.gib + 20)
+
+
+def test_read_only_cache_refuses_engine_caches_on_the_read_only_volume() -> None:
+    cache = {"persistentVolumeClaim": {"claimName": "models", "readOnly": True}}
+    env = [{"name": "VLLM_CACHE_ROOT", "value": "/data/vllm"}]
+    obj = _obj({**LLAMA_SPEC, "modelCache": cache, "engine": {"env": env}})
+    with pytest.raises(RenderError, match=r"^spec\.engine\.env\[0\]: VLLM_CACHE_ROOT=.*/scratch"):
+        render_manifests(obj, plan_inference_model(obj.spec))
+    ok = _obj(
+        {**LLAMA_SPEC, "modelCache": cache, "engine": {"env": [{"name": "HOME", "value": "/scratch/h"}]}}
+    )
+    _, container = _deployment_pod(ok)
+    assert {"name": "HOME", "value": "/scratch/h"} in container["env"]

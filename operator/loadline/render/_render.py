@@ -72,6 +72,8 @@ _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 # Variables loadline points into the data volume; a value elsewhere cannot be merged, so it is refused.
 _IN_DATA_VOLUME = ("HOME", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "VLLM_CACHE_ROOT")
+# Of those, the ones the engine writes to: with a read-only spec.modelCache they belong in SCRATCH_DIR.
+_WRITABLE = ("HOME", "VLLM_CACHE_ROOT")
 
 
 def _under(path: str, root: str) -> bool:
@@ -141,7 +143,18 @@ def _env(obj: InferenceModel, notes: list[str], version: Version) -> list[dict[s
                 f"{var.name} is already set by spec.engine.env[{user[var.name]}]",
                 "keep one entry per variable",
             )
-        if var.name in _IN_DATA_VOLUME and not _under(var.value, DATA_DIR):
+        if read_only and var.name in _WRITABLE and not _under(var.value, SCRATCH_DIR):
+            raise RenderError(
+                field,
+                f"{var.name}={var.value!r} is not writable: spec.modelCache is mounted read-only at "
+                f"{DATA_DIR}, so the engine's caches live in the {SCRATCH_DIR} emptyDir",
+                f"use a path under {SCRATCH_DIR}, or leave {var.name} to loadline",
+            )
+        if (
+            var.name in _IN_DATA_VOLUME
+            and not (read_only and var.name in _WRITABLE)
+            and not _under(var.value, DATA_DIR)
+        ):
             raise RenderError(
                 field,
                 f"{var.name}={var.value!r} is outside the {DATA_DIR} volume, the only writable place in the "
