@@ -356,7 +356,9 @@ class ModelCache(_SpecModel):
 
     persistent_volume_claim: PersistentVolumeClaimCache = Field(
         description=(
-            "The PersistentVolumeClaim to mount at /data (the Hugging Face cache is /data/huggingface)."
+            "The PersistentVolumeClaim to mount at /data (the Hugging Face cache is /data/huggingface). "
+            "Every pod of the model mounts it: with several replicas or nodes it must be ReadWriteMany or "
+            "ReadOnlyMany."
         )
     )
     sub_path: str | None = Field(
