@@ -346,8 +346,9 @@ class ModelCache(_SpecModel):
         json_schema_extra={
             "x-kubernetes-validations": [
                 {
+                    # matches() is core CEL (RE2); no string-extension library needed.
                     "rule": "!has(self.subPath) || (!self.subPath.startsWith('/') && "
-                    "!self.subPath.split('/').exists(p, p == '..'))",
+                    "!self.subPath.matches('(^|/)[.][.](/|$)'))",
                     "message": "modelCache.subPath must be a relative path without '..' (e.g. models/llama)",
                 }
             ]
