@@ -155,6 +155,7 @@ def _plan_table(name: str, plan: Plan) -> str:
         f"activation {mem['activationGiB']}, non-torch {mem['nonTorchGiB']}, "
         f"CUDA graphs {mem['cudaGraphGiB']}, KV cache {mem['kvCacheGiB']} GiB",
         f"  KV cache: {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}",
+        f"  download: {s['downloadGiB']} GiB per pod ({plan.download.format} checkpoint)",
     ]
     if plan.fallback_from:
         lines.append(f"  fallback: {plan.fallback_from} had no free capacity")

@@ -319,6 +319,67 @@ class Remediation(_SpecModel):
     )
 
 
+class PersistentVolumeClaimCache(_SpecModel):
+    """A PersistentVolumeClaim in the InferenceModel's namespace that holds (or will hold) the cache."""
+
+    claim_name: str = Field(
+        description="Name of the PersistentVolumeClaim.",
+        min_length=1,
+        max_length=253,
+        pattern=_K8S_NAME_PATTERN,
+    )
+    read_only: bool = Field(
+        default=False,
+        description=(
+            "Mount it read-only: the checkpoint must already be in it (HF_HUB_OFFLINE=1 is set) and the "
+            "engine's own caches go to a small emptyDir instead. Lets many pods share one ReadOnlyMany "
+            "volume."
+        ),
+    )
+
+
+class ModelCache(_SpecModel):
+    """An existing volume mounted at /data, where the pod keeps the Hugging Face cache, instead of an
+    emptyDir the pod fills by downloading the checkpoint at every start."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    # matches() is core CEL (RE2); no string-extension library needed.
+                    "rule": "!has(self.subPath) || (!self.subPath.startsWith('/') && "
+                    "!self.subPath.matches('(^|/)[.][.](/|$)'))",
+                    "message": "modelCache.subPath must be a relative path without '..' (e.g. models/llama)",
+                }
+            ]
+        }
+    )
+
+    persistent_volume_claim: PersistentVolumeClaimCache = Field(
+        description=(
+            "The PersistentVolumeClaim to mount at /data (the Hugging Face cache is /data/huggingface). "
+            "Every pod of the model mounts it: with several replicas or nodes it must be ReadWriteMany or "
+            "ReadOnlyMany."
+        )
+    )
+    sub_path: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=1024,
+        description="A directory inside the volume to mount instead of its root, e.g. one per model.",
+    )
+
+    @model_validator(mode="after")
+    def _relative_sub_path(self) -> ModelCache:
+        # Mirrors the CEL rule: the kubelet refuses absolute subPaths and '..'; refuse them at plan time.
+        path = self.sub_path
+        if path is not None and (path.startswith("/") or ".." in path.split("/")):
+            raise ValueError(
+                f"subPath {path!r} must be a relative path without '..' (fix: write it like models/llama)"
+            )
+        return self
+
+
 class InferenceModelSpec(_SpecModel):
     """The model to serve and the load it must carry. loadline plans GPUs and renders vLLM from it."""
 
@@ -383,6 +444,13 @@ class InferenceModelSpec(_SpecModel):
     remediation: Remediation = Field(
         default_factory=Remediation, description="Automatic out-of-memory remediation."
     )
+    model_cache: ModelCache | None = Field(
+        default=None,
+        description=(
+            "Mount an existing volume as the model cache instead of an emptyDir sized for the download; "
+            "the start-up probe then budgets loading from it, not downloading."
+        ),
+    )
 
     @model_validator(mode="after")
     def _cross_field_rules(self) -> InferenceModelSpec:
@@ -446,6 +514,14 @@ class PlanSummary(_Model):
     kv_cache_tokens: int = Field(description="Tokens the KV cache holds per replica.")
     max_concurrency: float = Field(description="Sequences of maxModelLen that fit in the KV cache at once.")
     memory: MemoryBreakdown = Field(description="Per-GPU memory budget.")
+    download_gi_b: float = Field(
+        default=0.0,
+        alias="downloadGiB",
+        description=(
+            "GiB each pod downloads: the checkpoint as its files store it (torch_dtype or its pre-quantized "
+            "format), which online quantization does not shrink; sizes the model cache and start-up probe."
+        ),
+    )
     price_per_hour: float = Field(default=0.0, description="Catalog price of one replica per hour (USD).")
     fallback_from: str = Field(default="", description="Cheaper GPU type that was absent or full, if any.")
     engine_version: str = Field(default="", description="vLLM version planned for.")

@@ -41,7 +41,7 @@ import re
 from functools import cache
 from typing import Any
 
-from loadline.api import API_VERSION, KIND, InferenceModel
+from loadline.api import API_VERSION, KIND, InferenceModel, ModelCache
 from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
 from loadline.render._conflicts import allocator_pool_flags
@@ -61,6 +61,8 @@ LABEL_MODEL = "loadline.dev/inferencemodel"
 
 UID = 1000
 DATA_DIR = "/data"
+# Writable home for the engine's own caches when spec.modelCache is mounted read-only.
+SCRATCH_DIR = "/scratch"
 CONTAINER = "vllm"
 TERMINATION_GRACE_SECONDS = 60
 
@@ -70,6 +72,8 @@ _DNS_1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _ALLOC_CONF = ("PYTORCH_CUDA_ALLOC_CONF", "PYTORCH_ALLOC_CONF")
 # Variables loadline points into the data volume; a value elsewhere cannot be merged, so it is refused.
 _IN_DATA_VOLUME = ("HOME", "HF_HOME", "HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "VLLM_CACHE_ROOT")
+# Of those, the ones the engine writes to: with a read-only spec.modelCache they belong in SCRATCH_DIR.
+_WRITABLE = ("HOME", "VLLM_CACHE_ROOT")
 
 
 def _under(path: str, root: str) -> bool:
@@ -118,11 +122,15 @@ def _string_map(value: Any, field: str) -> dict[str, str]:
 
 def _env(obj: InferenceModel, notes: list[str], version: Version) -> list[dict[str, Any]]:
     spec = obj.spec
+    read_only = spec.model_cache is not None and spec.model_cache.persistent_volume_claim.read_only
     defaults: list[dict[str, Any]] = [
-        {"name": "HOME", "value": DATA_DIR},
+        # A read-only cache cannot take torch.compile's, Triton's or vLLM's caches: HOME moves to scratch.
+        {"name": "HOME", "value": SCRATCH_DIR if read_only else DATA_DIR},
         {"name": "USER", "value": "vllm"},
         {"name": "HF_HOME", "value": f"{DATA_DIR}/huggingface"},
         {"name": "VLLM_NO_USAGE_STATS", "value": "1"},
+        # Read-only: the checkpoint must be there; the hub client must not try to write refs or locks.
+        *([{"name": "HF_HUB_OFFLINE", "value": "1"}] if read_only else []),
         {"name": "PYTORCH_CUDA_ALLOC_CONF", "value": "expandable_segments:True"},
         {"name": "PYTORCH_ALLOC_CONF", "value": "expandable_segments:True"},
     ]
@@ -135,7 +143,18 @@ def _env(obj: InferenceModel, notes: list[str], version: Version) -> list[dict[s
                 f"{var.name} is already set by spec.engine.env[{user[var.name]}]",
                 "keep one entry per variable",
             )
-        if var.name in _IN_DATA_VOLUME and not _under(var.value, DATA_DIR):
+        if read_only and var.name in _WRITABLE and not _under(var.value, SCRATCH_DIR):
+            raise RenderError(
+                field,
+                f"{var.name}={var.value!r} is not writable: spec.modelCache is mounted read-only at "
+                f"{DATA_DIR}, so the engine's caches live in the {SCRATCH_DIR} emptyDir",
+                f"use a path under {SCRATCH_DIR}, or leave {var.name} to loadline",
+            )
+        if (
+            var.name in _IN_DATA_VOLUME
+            and not (read_only and var.name in _WRITABLE)
+            and not _under(var.value, DATA_DIR)
+        ):
             raise RenderError(
                 field,
                 f"{var.name}={var.value!r} is outside the {DATA_DIR} volume, the only writable place in the "
@@ -255,13 +274,19 @@ def _pod(
     res: PodResources,
     gpu_product: str,
     serves: bool,
+    cache: ModelCache | None,
 ) -> dict[str, Any]:
-    requests = {
-        "cpu": str(res.cpu),
-        "memory": f"{res.memory_gib}Gi",
-        "ephemeral-storage": f"{res.cache_gib}Gi",
-        "nvidia.com/gpu": str(res.gpus),
-    }
+    cache_claim: dict[str, Any] | None = None
+    cache_sub_path = ""
+    if cache is not None:
+        claim = cache.persistent_volume_claim
+        cache_claim = {"claimName": claim.claim_name, "readOnly": claim.read_only}
+        cache_sub_path = cache.sub_path or ""
+    requests = {"cpu": str(res.cpu), "memory": f"{res.memory_gib}Gi"}
+    # The pod's own disk: the emptyDir sized for the download, or the scratch beside a read-only cache.
+    if res.cache_gib or res.scratch_gib:
+        requests["ephemeral-storage"] = f"{res.cache_gib or res.scratch_gib}Gi"
+    requests["nvidia.com/gpu"] = str(res.gpus)
     limits = {"memory": f"{res.memory_gib}Gi", "nvidia.com/gpu": str(res.gpus)}
     return {
         "labels": labels,
@@ -283,6 +308,10 @@ def _pod(
         "data_dir": DATA_DIR,
         "shm_size": f"{res.shm_gib}Gi",
         "cache_size": f"{res.cache_gib}Gi",
+        "cache_claim": cache_claim,
+        "cache_sub_path": cache_sub_path,
+        "scratch_dir": SCRATCH_DIR,
+        "scratch_size": f"{res.scratch_gib}Gi" if res.scratch_gib else "",
     }
 
 
@@ -351,6 +380,7 @@ def render_manifests(
             env=env,
             res=res,
             gpu_product=chosen.gpu.product,
+            cache=obj.spec.model_cache,
         )
         objects.append(
             render_object(
@@ -369,6 +399,7 @@ def render_manifests(
             env=env,
             res=res,
             gpu_product=chosen.gpu.product,
+            cache=obj.spec.model_cache,
         )
         worker = _pod(
             labels={**pod_labels, LABEL_ROLE: "worker"},
@@ -379,6 +410,7 @@ def render_manifests(
             env=env,
             res=res,
             gpu_product=chosen.gpu.product,
+            cache=obj.spec.model_cache,
         )
         objects.append(
             render_object(

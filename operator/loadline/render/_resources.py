@@ -17,11 +17,19 @@ Rules (GiB unless said otherwise):
 * CPU = ``spec.resources.cpu``, else 1 + 2 per GPU (API server, engine core busy loop and one worker
   process per GPU). A request only: a CPU limit would throttle the engine's busy loop (CFS quota),
   which shows up as latency spikes, not as savings.
-* model cache (emptyDir at ``/data``, and the ephemeral-storage request) = ⌈1.25 × all weights + 20⌉:
-  every pod downloads the checkpoint (plus tokenizer and config files) to its node's disk.
-* start-up budget (seconds) = max(600, ⌈all weights / 50 MB/s⌉ + 300): worst-case download and load at
-  50 MB/s, plus 5 minutes for torch.compile, CUDA-graph capture and KV-cache profiling. The startup
-  probe's failureThreshold × periodSeconds covers it, so liveness never kills a pod still loading.
+* model cache (emptyDir at ``/data``, and the ephemeral-storage request) = ⌈1.1 × download + 20⌉, where
+  download is the checkpoint as its files store it (``sizing.checkpoint_download``: torch_dtype or the
+  pre-quantized format, never the in-GPU weights, which online fp8/bitsandbytes halve or quarter):
+  10 % for the estimate's error (gpt-oss weights read 6-9 % low), 20 GiB for what else lands under
+  ``HOME=/data`` (hf_xet's chunk cache, up to 10 GB by default; torch.compile, Triton and FlashInfer
+  caches). With ``spec.modelCache`` the volume is the user's: no emptyDir, no ephemeral-storage request
+  (a read-only volume gets a ``CACHE_EXTRA_GIB`` emptyDir for the engine's own caches).
+* start-up budget (seconds) = max(600, ⌈download / DOWNLOAD_BYTES_PER_SECOND + download /
+  LOAD_BYTES_PER_SECOND⌉ + 300): the download, reading it back into the GPUs, then 5 minutes for
+  torch.compile, CUDA-graph capture and KV-cache profiling. With ``spec.modelCache`` the download
+  term is left out (the checkpoint is assumed to be there; if not, the first start may need a
+  restart, which the kubelet does). The startup probe's failureThreshold × periodSeconds covers it, so
+  liveness never kills a pod still loading.
 """
 
 from __future__ import annotations
@@ -33,7 +41,17 @@ from loadline.api import InferenceModel
 from loadline.sizing import Plan
 
 GIB = 1024**3
-WORST_CASE_LOAD_BYTES_PER_SECOND = 50e6
+#: Worst-case download throughput from the Hugging Face Hub, per pod. Hub/CDN downloads to cloud nodes
+#: commonly run at 100-500 MB/s, but shared NAT gateways, egress proxies and many pods of one rollout
+#: downloading at once cut that by several times; 50 MB/s (400 Mbit/s) is the floor loadline budgets for.
+DOWNLOAD_BYTES_PER_SECOND = 50e6
+#: Worst-case read of the safetensors into the GPUs: a network volume at a cloud disk's baseline
+#: (AWS gp3: 125 MiB/s, GCP pd-balanced: ~140 MB/s per volume at small sizes); local NVMe is faster.
+LOAD_BYTES_PER_SECOND = 125 * 1024**2
+#: Fraction added to the estimated download for the estimate's own error (gpt-oss reads 6-9 % low).
+CACHE_ERROR_FRACTION = 0.1
+#: GiB under HOME=/data besides the checkpoint: hf_xet chunk cache (10 GB default), compile caches.
+CACHE_EXTRA_GIB = 20
 STARTUP_OVERHEAD_SECONDS = 300
 MIN_STARTUP_SECONDS = 600
 STARTUP_PERIOD_SECONDS = 10
@@ -47,9 +65,11 @@ class PodResources:
     memory_gib: int
     cpu: int
     shm_gib: int
-    cache_gib: int
+    cache_gib: int  # emptyDir sizeLimit and ephemeral-storage request (0: the user's volume)
     startup_seconds: int
     weights_total_gib: float
+    download_gib: float
+    scratch_gib: int = 0  # emptyDir for the engine's caches beside a read-only model cache
 
     @property
     def startup_failure_threshold(self) -> int:
@@ -82,11 +102,17 @@ def pod_resources(obj: InferenceModel, plan: Plan) -> PodResources:
         needed = plan.budget.weights_gib * gpus + offload / nodes + shm + 4 + gpus
         memory = max(16, math.ceil(needed))
     cpu = obj.spec.resources.cpu or 1 + 2 * gpus
-    cache = math.ceil(1.25 * total + 20)
-    startup = max(
-        MIN_STARTUP_SECONDS,
-        math.ceil(total * GIB / WORST_CASE_LOAD_BYTES_PER_SECOND) + STARTUP_OVERHEAD_SECONDS,
-    )
+    download = plan.download
+    existing = obj.spec.model_cache
+    seconds = download.bytes / LOAD_BYTES_PER_SECOND
+    if existing is None:
+        seconds += download.bytes / DOWNLOAD_BYTES_PER_SECOND
+        cache = math.ceil((1 + CACHE_ERROR_FRACTION) * download.gib + CACHE_EXTRA_GIB)
+        scratch = 0
+    else:
+        cache = 0
+        scratch = CACHE_EXTRA_GIB if existing.persistent_volume_claim.read_only else 0
+    startup = max(MIN_STARTUP_SECONDS, math.ceil(seconds) + STARTUP_OVERHEAD_SECONDS)
     startup = math.ceil(startup / STARTUP_PERIOD_SECONDS) * STARTUP_PERIOD_SECONDS
     return PodResources(
         gpus=gpus,
@@ -96,4 +122,6 @@ def pod_resources(obj: InferenceModel, plan: Plan) -> PodResources:
         cache_gib=cache,
         startup_seconds=startup,
         weights_total_gib=total,
+        download_gib=download.gib,
+        scratch_gib=scratch,
     )

@@ -18,6 +18,7 @@ from loadline.sizing._data import (
     parse_version,
     quantization_methods,
 )
+from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._params import ParameterCounts, count_parameters
 from loadline.sizing._plan import Candidate, Plan, plan_inference_model
 from loadline.sizing._resolve import (
@@ -34,6 +35,7 @@ __all__ = [
     "Architecture",
     "Candidate",
     "CatalogModel",
+    "CheckpointDownload",
     "EngineSettings",
     "GPUType",
     "MemoryBudget",
@@ -44,6 +46,7 @@ __all__ = [
     "SpecInputs",
     "check_compatibility",
     "check_max_model_len",
+    "checkpoint_download",
     "compat_table",
     "compute_budget",
     "count_parameters",

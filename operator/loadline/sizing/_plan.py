@@ -30,6 +30,7 @@ from loadline.sizing._data import (
     gpu_catalog,
     quantization_methods,
 )
+from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._resolve import ResolvedModel, SpecInputs, engine_settings, resolve_inputs, resolve_model
 
 _TP_SIZES = (1, 2, 4, 8)
@@ -94,6 +95,11 @@ class Plan:
         assert self.chosen.budget is not None
         return self.chosen.budget
 
+    @property
+    def download(self) -> CheckpointDownload:
+        """What each pod downloads (the checkpoint's files, whatever vLLM quantizes them to)."""
+        return checkpoint_download(self.model.architecture, self.model.exact_parameters)
+
     def summary(self) -> dict[str, Any]:
         """The plan as ``status.plan`` (camelCase, matching :class:`loadline.api.PlanSummary`)."""
         c, s, b = self.chosen, self.settings, self.budget
@@ -119,6 +125,7 @@ class Plan:
                 "cudaGraphGiB": round(b.cuda_graph_gib, 2),
                 "kvCacheGiB": round(b.kv_cache_gib, 2),
             },
+            "downloadGiB": round(self.download.gib, 2),
             "pricePerHour": round(c.price_per_hour * self.replicas, 2),
             "fallbackFrom": self.fallback_from,
             "engineVersion": self.inputs.version,
