@@ -73,7 +73,15 @@ def test_crd_is_established_with_names_and_categories(kubectl: Kubectl, crd: str
 
 
 def test_explain_shows_the_field_descriptions(kubectl: Kubectl, crd: str) -> None:
-    out = kubectl("explain", "inferencemodel.spec")
+    fields = list(_crd_spec_schema()["properties"])
+
+    # The API server publishes a changed CRD's OpenAPI a moment after it is applied (an upgrade of the
+    # CRD by an earlier test of the session): wait until explain lists every field, then compare.
+    def explained() -> str | None:
+        text = kubectl("explain", "inferencemodel.spec")
+        return text if all(f in text for f in fields) else None
+
+    out = wait_for(explained, timeout=60, what="kubectl explain to list every spec field")
     flat = " ".join(out.split())
     for field, prop in _crd_spec_schema()["properties"].items():
         assert field in out, f"kubectl explain does not list spec.{field}"
