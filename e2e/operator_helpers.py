@@ -16,7 +16,7 @@ LOADLINE = Path(sys.executable).parent / "loadline"
 
 
 def example(path: Path, namespace: str) -> dict[str, Any]:
-    doc = yaml.safe_load(path.read_text())
+    doc: dict[str, Any] = yaml.safe_load(path.read_text())
     doc["metadata"]["namespace"] = namespace
     return doc
 

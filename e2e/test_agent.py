@@ -295,7 +295,8 @@ def test_status_shows_the_measured_use_beside_the_plan(
 
     def measured() -> dict[str, Any] | None:
         status = model(kubectl, namespace, "measured")["status"]
-        return status.get("measuredGpuMemory")
+        reading: dict[str, Any] | None = status.get("measuredGpuMemory")
+        return reading
 
     reading = wait_for(measured, timeout=60, what="status.measuredGpuMemory", interval=0.5)
     assert {k: reading[k] for k in ("gpus", "source", "plannedGiB")} == {

@@ -142,7 +142,9 @@ def test_a_remediation_whose_roll_out_fails_is_retried_until_it_lands(
 
         def refused() -> dict[str, Any] | None:
             status = kubectl.json("get", "inferencemodel", "chat", "-n", namespace).get("status") or {}
-            planned = next((c for c in status.get("conditions", []) if c["type"] == "Deployed"), {})
+            planned: dict[str, Any] = next(
+                (c for c in status.get("conditions", []) if c["type"] == "Deployed"), {}
+            )
             return status if planned.get("status") == "False" else None
 
         status = wait_for(refused, timeout=30, what="the refused roll-out in status")

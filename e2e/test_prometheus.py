@@ -127,8 +127,8 @@ def openmetrics(pods: list[Pod], crash: int) -> str:
                         counts[i] += 1
                 counts[-1] += 1
             base = pod_labels(pod)
-            for bound, count in zip([*map(float, BUCKETS), math.inf], counts, strict=True):
-                le = "+Inf" if math.isinf(bound) else repr(bound)
+            for upper, count in zip([*map(float, BUCKETS), math.inf], counts, strict=True):
+                le = "+Inf" if math.isinf(upper) else repr(upper)
                 lines.append(f"vllm:request_prompt_tokens_bucket{_labels(**base, le=le)} {count} {crash + t}")
             lines.append(f"vllm:request_prompt_tokens_count{_labels(**base)} {counts[-1]} {crash + t}")
             lines.append(f"vllm:request_prompt_tokens_sum{_labels(**base)} {total} {crash + t}")
@@ -248,7 +248,8 @@ def test_incident_metrics_read_the_minutes_before_the_crash(prometheus: Backfill
     assert m["requests_running"] == 14
     assert isinstance(m["preemptions"], int) and abs(m["preemptions"] - 12) <= 1
     # 30k tokens fall in vLLM's open bucket above 20000, read as max_model_len.
-    assert 30000 <= m["prompt_tokens_max"] <= MAX_MODEL_LEN
+    longest = m["prompt_tokens_max"]
+    assert isinstance(longest, int) and 30000 <= longest <= MAX_MODEL_LEN
     recent = m["prompt_tokens_recent"]
     assert isinstance(recent, list) and len(recent) == 5
     # Each 2-minute maximum is the upper bound of its 1-2-5 bucket: at least the true maximum.
@@ -256,7 +257,8 @@ def test_incident_metrics_read_the_minutes_before_the_crash(prometheus: Backfill
     for got, true in zip(recent, true_max, strict=True):
         assert true <= got <= max(MAX_MODEL_LEN, true), (recent, true_max)
     assert recent == sorted(recent) and recent[-1] >= 2 * recent[0]
-    assert abs(float(m["gpu_memory_growth_gib_per_hour"])) < 0.01  # preallocated: flat
+    growth = m["gpu_memory_growth_gib_per_hour"]
+    assert isinstance(growth, int | float) and abs(growth) < 0.01  # preallocated: flat
 
 
 def test_unknown_engine_version_asks_for_both_kv_names(prometheus: Backfilled) -> None:
