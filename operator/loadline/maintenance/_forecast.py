@@ -11,12 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
-from typing import cast
 from zoneinfo import ZoneInfo
 
 from loadline.maintenance._allowed import Interval, fits
 from loadline.maintenance._model import LoadSlot
-from loadline.windows import Sample, Tuning, build_profile, combine_series, parse_timezone
+from loadline.windows import Sample, Tuning, learned_profile, parse_timezone
 
 __all__ = ["forecast_load", "quietest_start"]
 
@@ -35,21 +34,9 @@ def forecast_load(
     """Expected relative load per bin from ``start`` to ``end`` (aware), learned from ``samples`` (one
     request-rate series or several to sum, as for ``plan_windows``); empty with under
     ``tuning.min_history_days`` of history. Bins the profile does not know are left out."""
-    zone = parse_timezone(tz)
-    one_series = not samples or isinstance(samples[0][0], int | float)
-    many = cast(Sequence[Sequence[Sample]], [samples] if one_series else samples)
-    slot, bins = combine_series(many)
-    if len(bins) * slot / 86400 < tuning.min_history_days:
+    slot, _bins, profile = learned_profile(samples, parse_timezone(tz), tuning)
+    if profile is None:
         return ()
-    profile = build_profile(
-        slot,
-        bins,
-        zone,
-        shrink=tuning.shrink,
-        min_day_coverage=tuning.min_day_coverage,
-        trim=tuning.trim,
-        smooth=tuning.smooth_slots,
-    )
     out = []
     index = int(start.timestamp() // slot)
     while index * slot < end.timestamp():

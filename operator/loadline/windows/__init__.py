@@ -10,7 +10,15 @@ first of them. Pure and offline: no clock, no Prometheus; ``series_from_promethe
 
 from loadline.windows._duration import MAX_DURATION, parse_duration
 from loadline.windows._errors import DurationError, PolicyWindowError, SeriesError
-from loadline.windows._plan import Method, Tuning, Window, WindowPlan, next_window, plan_windows
+from loadline.windows._plan import (
+    Method,
+    Tuning,
+    Window,
+    WindowPlan,
+    learned_profile,
+    next_window,
+    plan_windows,
+)
 from loadline.windows._policy import DAY_NAMES, PolicyWindow, parse_policy_windows, parse_timezone
 from loadline.windows._profile import Profile, build_profile
 from loadline.windows._series import Sample, choose_slot, combine_series, series_from_prometheus
@@ -31,6 +39,7 @@ __all__ = [
     "build_profile",
     "choose_slot",
     "combine_series",
+    "learned_profile",
     "next_window",
     "parse_duration",
     "parse_policy_windows",

@@ -22,7 +22,7 @@ from loadline.windows._policy import PolicyWindow, parse_policy_windows, parse_t
 from loadline.windows._profile import Profile, build_profile
 from loadline.windows._series import Sample, combine_series
 
-__all__ = ["Method", "Tuning", "Window", "WindowPlan", "next_window", "plan_windows"]
+__all__ = ["Method", "Tuning", "Window", "WindowPlan", "learned_profile", "next_window", "plan_windows"]
 
 Method = Literal["learned", "policy", "default"]
 
@@ -124,6 +124,29 @@ class _Estimator:
         return (self._cum(self.load, end) - self._cum(self.load, start)) / known, known / bins
 
 
+def learned_profile(
+    samples: Sequence[Sample] | Sequence[Sequence[Sample]], zone: ZoneInfo, tuning: Tuning
+) -> tuple[int, dict[int, float], Profile | None]:
+    """The samples (one series, or several to sum) in bins of ``slot`` seconds, and the weekday profile
+    learned from them when they cover ``tuning.min_history_days`` (else None). The window finder and
+    the maintenance forecast read the same profile, so a forecast slot and a window agree."""
+    one_series = not samples or isinstance(samples[0][0], int | float)
+    many = cast(Sequence[Sequence[Sample]], [samples] if one_series else samples)
+    slot, bins = combine_series(many)
+    if len(bins) * slot / 86400 < tuning.min_history_days:
+        return slot, dict(bins), None
+    profile = build_profile(
+        slot,
+        bins,
+        zone,
+        shrink=tuning.shrink,
+        min_day_coverage=tuning.min_day_coverage,
+        trim=tuning.trim,
+        smooth=tuning.smooth_slots,
+    )
+    return slot, dict(bins), profile
+
+
 def plan_windows(
     samples: Sequence[Sample] | Sequence[Sequence[Sample]],
     duration: timedelta | str | float,
@@ -149,10 +172,9 @@ def plan_windows(
     zone = parse_timezone(tz)
     length = parse_duration(duration)
     policies = parse_policy_windows(policy_windows)
-    one_series = not samples or isinstance(samples[0][0], int | float)
-    many = cast(Sequence[Sequence[Sample]], [samples] if one_series else samples)
-    slot, bins = combine_series(many)
+    slot, bins, profile = learned_profile(samples, zone, tuning)
     observed_days = len(bins) * slot / 86400
+    learned = profile is not None
     first_bin = min(bins) if bins else 0
     last_bin = max(bins) if bins else 0
     if not bins and now is None:
@@ -160,20 +182,6 @@ def plan_windows(
     start_at = _aware(now, (last_bin + 1) * slot)
     span = length.total_seconds()
 
-    learned = observed_days >= tuning.min_history_days
-    profile = (
-        build_profile(
-            slot,
-            bins,
-            zone,
-            shrink=tuning.shrink,
-            min_day_coverage=tuning.min_day_coverage,
-            trim=tuning.trim,
-            smooth=tuning.smooth_slots,
-        )
-        if learned
-        else None
-    )
     first_day = datetime.fromtimestamp(start_at, zone).date()
     last_day = first_day + timedelta(days=tuning.search_days)
     allowed: list[tuple[float, float]] | None = None
