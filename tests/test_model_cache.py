@@ -1,8 +1,8 @@
 """The model cache and the start-up probe are sized from what the pod downloads, and an existing volume
 can replace the emptyDir.
 
-Real download sizes (sum of the repositories' ``*.safetensors`` files on the Hugging Face Hub):
-meta-llama/Llama-3.1-8B-Instruct 16.06 GB, openai/gpt-oss-20b 13.76 GB.
+Sizes are checked against the checkpoint formats' arithmetic (parameters × bytes per parameter), not
+against figures copied from the Hub: none were fetched here.
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ LLAMA_SPEC: dict[str, Any] = {
 def test_bf16_8b_download_is_the_checkpoint_size() -> None:
     download = _catalog_download("meta-llama/Llama-3.1-8B-Instruct")
     assert download.format == "bfloat16"
-    assert download.weights_bytes == pytest.approx(16.06 * GB, rel=0.01)
+    entry = find_catalog_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert entry is not None and entry.parameters is not None
+    assert download.weights_bytes == pytest.approx(entry.parameters * 2, rel=0.001)  # bf16: 2 bytes each
     # The margin covers tokenizer/config files and headers, but is not a second copy.
     assert 0.5 * GIB <= download.margin_bytes <= 1 * GIB
 
@@ -115,20 +117,19 @@ def test_awq_and_gptq_4bit_checkpoints_download_about_a_quarter_of_the_linear_we
         )
         # Embeddings and lm_head stay bf16, so the whole is between a quarter and 40 %.
         assert 0.25 < download.weights_bytes / bf16.weights_bytes < 0.4
-    # The catalog's GPTQ w4a16 build of Llama 3.1 8B (5.73 GB of safetensors on the Hub).
-    assert _catalog_download("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16").weights_bytes == (
-        pytest.approx(5.73 * GB, rel=0.03)
-    )
+    # The catalog's GPTQ w4a16 build of Llama 3.1 8B is read from its own quantization_config.
+    w4a16 = _catalog_download("RedHatAI/Meta-Llama-3.1-8B-Instruct-quantized.w4a16")
+    assert 0.25 < w4a16.weights_bytes / bf16.weights_bytes < 0.4
 
 
 def test_mxfp4_gpt_oss_downloads_4bit_experts_and_bf16_rest() -> None:
     download = _catalog_download("openai/gpt-oss-20b")
     assert download.format.startswith("mxfp4 4-bit")
-    assert download.weights_bytes == pytest.approx(13.76 * GB, rel=0.05)
     # Not sized as a bf16 checkpoint (42 GB) nor as everything at 4 bits.
     entry = find_catalog_model("openai/gpt-oss-20b")
     assert entry is not None
     assert download.weights_bytes > entry.parameters * 0.5 * 1.1  # type: ignore[operator]
+    assert download.weights_bytes < entry.parameters * 2 * 0.5  # type: ignore[operator]
 
 
 def test_unknown_quant_format_is_sized_as_its_dtype_an_upper_bound() -> None:
