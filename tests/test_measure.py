@@ -134,7 +134,8 @@ def test_an_unreachable_prometheus_costs_one_failed_request_and_writes_nothing(
     patch = kopf.Patch()
     started = time.monotonic()
     _measure.measure(body(), patch, settings(url), LOG)
-    assert time.monotonic() - started < 2 and not patch
+    # The contract: a handler is never held past the measurement's deadline (refused is instant anyway).
+    assert time.monotonic() - started < _measure.DEADLINE_SECONDS and not patch
 
 
 def test_a_slow_prometheus_is_bounded_by_the_deadline(
