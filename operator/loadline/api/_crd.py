@@ -105,27 +105,56 @@ def openapi_schema(model: type[Any]) -> JSONSchema:
     return result
 
 
-def build_inferencemodel_crd() -> dict[str, Any]:
-    """The InferenceModel CRD as a plain dict."""
-    spec_schema = openapi_schema(InferenceModelSpec)
-    status_schema = openapi_schema(InferenceModelStatus)
+def _column(name: str, type_: str, path: str, *, wide: bool = False) -> dict[str, Any]:
+    """A printer column; ``wide`` ones show with ``-o wide`` only (priority 1)."""
+    column: dict[str, Any] = {"name": name, "type": type_, "jsonPath": path}
+    if wide:
+        column["priority"] = 1
+    return column
+
+
+_AGE = _column("Age", "date", ".metadata.creationTimestamp")
+
+
+def _crd(
+    *,
+    kind: str,
+    plural: str,
+    singular: str,
+    short_names: tuple[str, ...],
+    categories: tuple[str, ...],
+    scope: str,
+    columns: list[dict[str, Any]],
+    description: str,
+    spec: JSONSchema,
+    status: JSONSchema,
+    spec_required: bool,
+) -> dict[str, Any]:
+    """One CRD of loadline's group: one served and stored version with a status subresource."""
+    root: dict[str, Any] = {"description": description, "type": "object"}
+    if spec_required:
+        root["required"] = ["spec"]
+    root["properties"] = {
+        "apiVersion": {"type": "string"},
+        "kind": {"type": "string"},
+        "metadata": {"type": "object"},
+        "spec": spec,
+        "status": status,
+    }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{PLURAL}.{GROUP}",
-            "labels": {"app.kubernetes.io/part-of": "loadline"},
-        },
+        "metadata": {"name": f"{plural}.{GROUP}", "labels": {"app.kubernetes.io/part-of": "loadline"}},
         "spec": {
             "group": GROUP,
-            "scope": "Namespaced",
+            "scope": scope,
             "names": {
-                "kind": KIND,
-                "listKind": f"{KIND}List",
-                "plural": PLURAL,
-                "singular": SINGULAR,
-                "shortNames": list(SHORT_NAMES),
-                "categories": list(CATEGORIES),
+                "kind": kind,
+                "listKind": f"{kind}List",
+                "plural": plural,
+                "singular": singular,
+                "shortNames": list(short_names),
+                "categories": list(categories),
             },
             "versions": [
                 {
@@ -133,118 +162,63 @@ def build_inferencemodel_crd() -> dict[str, Any]:
                     "served": True,
                     "storage": True,
                     "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Model", "type": "string", "jsonPath": ".spec.model.name"},
-                        {"name": "GPU", "type": "string", "jsonPath": ".status.plan.gpu"},
-                        {"name": "Replicas", "type": "integer", "jsonPath": ".spec.replicas"},
-                        {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
-                        {
-                            "name": "Max-Concurrency",
-                            "type": "number",
-                            "jsonPath": ".status.plan.maxConcurrency",
-                            "priority": 1,
-                        },
-                        {
-                            "name": "GPU-Used-GiB",
-                            "type": "number",
-                            "jsonPath": ".status.measuredGpuMemory.maxUsedGiB",
-                            "priority": 1,
-                        },
-                        {
-                            "name": "Next-Restart",
-                            "type": "string",
-                            "jsonPath": ".status.maintenance.scheduledAt",
-                        },
-                        {
-                            "name": "OOM-Predicted",
-                            "type": "string",
-                            "jsonPath": ".status.oomRisk.predictedAt",
-                            "priority": 1,
-                        },
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "description": (
-                                "A model served by vLLM on GPUs, sized and kept out of out-of-memory "
-                                "trouble by loadline."
-                            ),
-                            "type": "object",
-                            "required": ["spec"],
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": spec_schema,
-                                "status": status_schema,
-                            },
-                        }
-                    },
+                    "additionalPrinterColumns": [*columns, _AGE],
+                    "schema": {"openAPIV3Schema": root},
                 }
             ],
         },
     }
+
+
+def build_inferencemodel_crd() -> dict[str, Any]:
+    """The InferenceModel CRD as a plain dict."""
+    return _crd(
+        kind=KIND,
+        plural=PLURAL,
+        singular=SINGULAR,
+        short_names=SHORT_NAMES,
+        categories=CATEGORIES,
+        scope="Namespaced",
+        columns=[
+            _column("Model", "string", ".spec.model.name"),
+            _column("GPU", "string", ".status.plan.gpu"),
+            _column("Replicas", "integer", ".spec.replicas"),
+            _column("Phase", "string", ".status.phase"),
+            _column("Max-Concurrency", "number", ".status.plan.maxConcurrency", wide=True),
+            _column("GPU-Used-GiB", "number", ".status.measuredGpuMemory.maxUsedGiB", wide=True),
+            _column("Next-Restart", "string", ".status.maintenance.scheduledAt"),
+            _column("OOM-Predicted", "string", ".status.oomRisk.predictedAt", wide=True),
+        ],
+        description=(
+            "A model served by vLLM on GPUs, sized and kept out of out-of-memory trouble by loadline."
+        ),
+        spec=openapi_schema(InferenceModelSpec),
+        status=openapi_schema(InferenceModelStatus),
+        spec_required=True,
+    )
 
 
 def build_fleetpolicy_crd() -> dict[str, Any]:
     """The FleetPolicy CRD as a plain dict: cluster-scoped, the platform team's, not a namespace's."""
-    return {
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": f"{POLICY_PLURAL}.{GROUP}",
-            "labels": {"app.kubernetes.io/part-of": "loadline"},
-        },
-        "spec": {
-            "group": GROUP,
-            "scope": "Cluster",
-            "names": {
-                "kind": POLICY_KIND,
-                "listKind": f"{POLICY_KIND}List",
-                "plural": POLICY_PLURAL,
-                "singular": POLICY_SINGULAR,
-                "shortNames": list(POLICY_SHORT_NAMES),
-                "categories": list(POLICY_CATEGORIES),
-            },
-            "versions": [
-                {
-                    "name": VERSION,
-                    "served": True,
-                    "storage": True,
-                    "subresources": {"status": {}},
-                    "additionalPrinterColumns": [
-                        {"name": "Selector", "type": "string", "jsonPath": ".status.selector"},
-                        {"name": "Enforcement", "type": "string", "jsonPath": ".spec.enforcement"},
-                        {"name": "Models", "type": "integer", "jsonPath": ".status.modelsGoverned"},
-                        {"name": "Violations", "type": "integer", "jsonPath": ".status.violations"},
-                        {
-                            "name": "Priority",
-                            "type": "integer",
-                            "jsonPath": ".spec.priority",
-                            "priority": 1,
-                        },
-                        {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
-                    ],
-                    "schema": {
-                        "openAPIV3Schema": {
-                            "description": (
-                                "Defaults and limits a platform team sets for every InferenceModel it "
-                                "governs."
-                            ),
-                            "type": "object",
-                            "properties": {
-                                "apiVersion": {"type": "string"},
-                                "kind": {"type": "string"},
-                                "metadata": {"type": "object"},
-                                "spec": openapi_schema(FleetPolicySpec),
-                                "status": openapi_schema(FleetPolicyStatus),
-                            },
-                        }
-                    },
-                }
-            ],
-        },
-    }
+    return _crd(
+        kind=POLICY_KIND,
+        plural=POLICY_PLURAL,
+        singular=POLICY_SINGULAR,
+        short_names=POLICY_SHORT_NAMES,
+        categories=POLICY_CATEGORIES,
+        scope="Cluster",
+        columns=[
+            _column("Selector", "string", ".status.selector"),
+            _column("Enforcement", "string", ".spec.enforcement"),
+            _column("Models", "integer", ".status.modelsGoverned"),
+            _column("Violations", "integer", ".status.violations"),
+            _column("Priority", "integer", ".spec.priority", wide=True),
+        ],
+        description="Defaults and limits a platform team sets for every InferenceModel it governs.",
+        spec=openapi_schema(FleetPolicySpec),
+        status=openapi_schema(FleetPolicyStatus),
+        spec_required=False,
+    )
 
 
 def all_crds() -> list[dict[str, Any]]:
