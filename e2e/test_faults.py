@@ -179,12 +179,22 @@ def test_conflicting_writers_never_make_a_crash_be_dropped(
     thread = threading.Thread(target=hammer, daemon=True)
     thread.start()
     crashes = 3
+
+    crashed: set[str] = set()
+
+    def replaced() -> dict[str, Any] | None:
+        """The remediation's new pod, Running, once it is the model's only live pod (each crash here
+        raises the memory limit, so each one rolls out a pod that was never crashed)."""
+        pods = pods_of(kubectl, namespace, "chat")  # pods being deleted are left out
+        if len(pods) == 1 and pods[0]["metadata"]["name"] not in crashed:
+            return pods[0] if pods[0]["status"].get("phase") == "Running" else None
+        return None
+
     try:
         for round_ in range(crashes):
-            running = [
-                p for p in pods_of(kubectl, namespace, "chat") if p["status"].get("phase") == "Running"
-            ]
-            crash_container(kubectl, (running or [pod])[0]["metadata"]["name"], namespace, "oomkilled")
+            current = pod if round_ == 0 else wait_for(replaced, timeout=60, what="the roll-out to finish")
+            crashed.add(current["metadata"]["name"])
+            crash_container(kubectl, current["metadata"]["name"], namespace, "oomkilled")
 
             def counted(expected: int = round_ + 1) -> dict[str, Any] | None:
                 obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
@@ -192,8 +202,6 @@ def test_conflicting_writers_never_make_a_crash_be_dropped(
                 return obj if len(handled) >= expected else None
 
             obj = wait_for(counted, timeout=60, what=f"crash {round_ + 1} recorded")
-            wait_for(lambda: any(p["status"].get("phase") == "Running" for p in pods_of(kubectl, namespace, "chat"))
-                     or None, timeout=60, what="a running pod again")  # fmt: skip
     finally:
         stop.set()
         thread.join(timeout=10)
