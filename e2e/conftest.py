@@ -132,6 +132,10 @@ def prometheus_url() -> Iterator[str]:
         subprocess.run(["bash", str(script), "down"], check=False, capture_output=True, timeout=60)
 
 
+RESTART_WINDOW_MINUTES = 4
+RESTART_HISTORY_DAYS = 6
+
+
 def operator_values(hub_url: str, prometheus_url: str) -> dict[str, object]:
     """The chart values the e2e session installs with, as a platform team would set them."""
     return {
@@ -144,6 +148,12 @@ def operator_values(hub_url: str, prometheus_url: str) -> dict[str, object]:
             # Short enough for a test to see the OOM-risk estimate from backfilled history.
             "measureIntervalSeconds": 10,
             "riskIntervalSeconds": 20,
+            # Windows short enough to wait for, learned from minute-resolution history (test_restarts).
+            "restarts": {
+                "windowMinutes": RESTART_WINDOW_MINUTES,
+                "historyDays": RESTART_HISTORY_DAYS,
+                "intervalSeconds": 2,
+            },
         }
     }
 

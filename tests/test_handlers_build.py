@@ -143,24 +143,6 @@ def _pod(name: str, created: str, ready: bool = True, deleting: bool = False) ->
     return {"metadata": meta, "status": {"conditions": [cond]}}
 
 
-def test_restart_evicts_the_oldest_pod_only_when_the_others_serve() -> None:
-    asked = "2026-11-23T10:00:00Z"
-    pods = [_pod("b", "2026-11-23T09:00:00Z"), _pod("a", "2026-11-23T08:00:00Z")]
-    assert _build.plan_restart(pods, asked) == ("a", 2)
-    # a's replacement is not ready yet: wait, one pod at a time
-    waiting = [_pod("b", "2026-11-23T09:00:00Z"), _pod("a2", "2026-11-23T10:00:05Z", ready=False)]
-    assert _build.plan_restart(waiting, asked) == (None, 1)
-    # the evicted pod on its way out does not count; its replacement is Ready: next one
-    going = [
-        *waiting[:1],
-        _pod("a", "2026-11-23T08:00:00Z", deleting=True),
-        _pod("a2", "2026-11-23T10:00:05Z"),
-    ]
-    assert _build.plan_restart(going, asked) == ("b", 1)
-    assert _build.plan_restart([_pod("c", "2026-11-23T10:00:01Z")], asked) == (None, 0)
-    assert _build.plan_restart(pods, "") == (None, 0)
-
-
 def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants() -> None:
     owner = {"uid": "u1", "controller": True}
     existing = [

@@ -613,6 +613,11 @@ class RemediationState(_Model):
     """Remediation bookkeeping that must survive an operator restart."""
 
     overrides: Overrides = Field(default_factory=Overrides, description="Settings changed by remediation.")
+    held_overrides: Overrides | None = Field(
+        default=None,
+        description="The overrides the pods still run while the newer ones above wait for the model's "
+        "restart window (status.maintenance); unset: the overrides above are rolled out.",
+    )
     day: str = Field(default="", description="UTC day the counter below counts.")
     actions_today: int = Field(default=0, ge=0, description="Changes applied on that day.")
     history: list[AppliedChange] = Field(

@@ -22,6 +22,7 @@ from loadline.api import (
     PlanSummary,
     RemediationState,
 )
+from loadline.maintenance import MaintenanceRecord, PodState, record_to_status
 
 Status = dict[str, Any]
 
@@ -398,21 +399,66 @@ def _pod_ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
-def plan_restart(pods: Iterable[Mapping[str, Any]], requested_at: str) -> tuple[str | None, int]:
-    """Which pod to evict now for a restart requested at ``requested_at``: ``(name or None, still to go)``.
+def _parse_time(text: str) -> datetime | None:
+    try:
+        return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+    except ValueError:
+        return None
 
-    A restart is done one pod at a time through the Eviction API (the API server honours the model's
-    PodDisruptionBudget): a pod created before the request is evicted only when every other pod of the
-    model is Ready, i.e. the previous eviction's replacement serves. Pods created after the request are
-    the restarted ones. Timestamps are RFC 3339 in UTC and compare as text.
-    """
-    alive = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    older = sorted((p for p in alive if _created(p) and _created(p) < requested_at), key=_created)
-    if not requested_at or not older:
-        return None, 0
-    if any(not _pod_ready(p) for p in alive if p is not older[0]):
-        return None, len(older)
-    return str(older[0]["metadata"]["name"]), len(older)
+
+def pod_states(pods: Iterable[Mapping[str, Any]]) -> list[PodState]:
+    """The model's pods as :func:`loadline.maintenance.plan_rollout` reads them (pods without a
+    creation time, which the API server always sets, are left out)."""
+    out = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        created = _parse_time(_created(pod))
+        if created is None:
+            continue
+        out.append(
+            PodState(str(meta.get("name", "")), created, _pod_ready(pod), bool(meta.get("deletionTimestamp")))
+        )
+    return out
+
+
+def crash_looping(pods: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether a container of the model's pods waits in CrashLoopBackOff: the model is not serving from
+    that pod, so a restart spares no one by waiting for a window."""
+    return any(
+        ((cs.get("state") or {}).get("waiting") or {}).get("reason") == "CrashLoopBackOff"
+        for pod in pods
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []
+    )
+
+
+def rollout_complete(workload: Mapping[str, Any] | None) -> bool:
+    """Whether a Deployment or LeaderWorkerSet has rolled out its current template everywhere: the
+    controller saw the latest generation, and every replica is updated and available (no old pod left)."""
+    if not workload:
+        return False
+    meta, spec, status = (
+        workload.get("metadata") or {},
+        workload.get("spec") or {},
+        workload.get("status") or {},
+    )
+    wanted = int(spec.get("replicas", 1) or 0)
+    seen = status.get("observedGeneration")
+    if seen is not None and int(seen) < int(meta.get("generation") or 0):
+        return False
+    available = status.get("availableReplicas", status.get("readyReplicas", 0)) or 0
+    return (
+        int(status.get("updatedReplicas", 0) or 0) == wanted
+        and int(available) >= wanted
+        and int(status.get("replicas", 0) or 0) == wanted
+    )
+
+
+def maintenance_patch(previous: Mapping[str, Any] | None, record: MaintenanceRecord) -> dict[str, Any]:
+    """``status.maintenance`` as a merge patch: the record's fields, and an explicit null for each field
+    the previous one had and this one clears (a merge patch keeps what it does not mention)."""
+    wire = _wire(record_to_status(record))
+    cleared = {key: None for key in (previous or {}) if key not in wire}
+    return {**wire, **cleared}
 
 
 def stale_children(

@@ -1,7 +1,9 @@
 """In-memory views of GPU nodes and GPU pods for capacity planning, fed by kopf indexes.
 
 Entries are trimmed to the API shape :func:`loadline.sizing.free_gpus_by_type` reads, so the same pure
-function serves the index and a plain LIST.
+function serves the index and a plain LIST. An object that stops qualifying (a pod that finished, a node
+that lost its GPU label) maps to ``{}``, never None: kopf keeps an object's previous entries when its
+indexing function returns None, and drops them only for an empty mapping.
 """
 
 from __future__ import annotations
@@ -14,10 +16,10 @@ from loadline.sizing._capacity import GPU_RESOURCE, PRODUCT_LABEL
 INSTANCE_LABEL = "loadline.dev/inferencemodel"
 
 
-def node_entry(body: Mapping[str, Any], name: str) -> dict[str, Any] | None:
+def node_entry(body: Mapping[str, Any], name: str) -> dict[str, Any]:
     labels = body.get("metadata", {}).get("labels") or {}
     if PRODUCT_LABEL not in labels:
-        return None
+        return {}
     status = body.get("status") or {}
     ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
     return {
@@ -32,12 +34,12 @@ def node_entry(body: Mapping[str, Any], name: str) -> dict[str, Any] | None:
     }
 
 
-def pod_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
+def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     spec = body.get("spec") or {}
     node = spec.get("nodeName")
     phase = (body.get("status") or {}).get("phase")
     if not node or phase in {"Succeeded", "Failed"}:
-        return None
+        return {}
     limits = []
     for container in spec.get("containers") or []:
         resources = container.get("resources") or {}
@@ -47,7 +49,7 @@ def pod_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
         if gpus:
             limits.append({"resources": {"limits": {GPU_RESOURCE: gpus}}})
     if not limits:
-        return None
+        return {}
     meta = body.get("metadata") or {}
     label = (meta.get("labels") or {}).get(INSTANCE_LABEL)
     return {

@@ -113,6 +113,16 @@ def patch_status(obj: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str
     return patched
 
 
+def patch_spec(api_version: str, kind: str, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
+    """Merge-patch fields of an object's spec (e.g. a workload's replicas during a surge restart)."""
+    _resource(api_version, kind).patch(
+        body={"spec": dict(spec)},
+        name=name,
+        namespace=namespace,
+        content_type="application/merge-patch+json",
+    )
+
+
 def evict(namespace: str, name: str) -> bool:
     """Evict a pod through the Eviction API (honours PodDisruptionBudgets). False when the pod is gone
     or a budget refuses it now (HTTP 429): the caller tries again later."""

@@ -19,6 +19,12 @@ DETECTION_TO_ACTION = Histogram(
     "From the crash's finish time to the remediation written (status and children).",
     buckets=(0.5, 1, 2, 3, 5, 10, 30, 60, 120),
 )
+RESTARTS = Counter(
+    "loadline_restarts_total",
+    "Restarts and remediation roll-outs started, by action (restart, remediation) and trigger (window, "
+    "policyWindow, oomRisk, crashLoop, noWindow).",
+    ["namespace", "inferencemodel", "action", "trigger"],
+)
 RECONCILES = Counter("loadline_reconciles_total", "Reconciles, by result.", ["result"])
 ADMISSIONS = Counter(
     "loadline_admission_reviews_total",
@@ -40,7 +46,7 @@ def forget(namespace: str, name: str) -> int:
 
     Without this the series of deleted models would live as long as the process."""
     removed = 0
-    for metric in (OOM_INCIDENTS, REMEDIATIONS):
+    for metric in (OOM_INCIDENTS, REMEDIATIONS, RESTARTS):
         names = metric._labelnames  # the label order .remove() takes
         series = {
             tuple(sample.labels[label] for label in names)

@@ -21,8 +21,9 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _build, _kube, _metrics, _policies, _reconcile
+from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
+from loadline.maintenance import crash_urgency, record_from_status
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation
 from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
@@ -204,7 +205,18 @@ def _handle_crash(
             container=container,
             now=_build.now_iso(),
         )
+        action = None
+        urgent = None
+        if decision.apply:
+            # A fix that may wait is held back for the model's window; one whose crash recurs at every
+            # start rolls now (loadline.maintenance.crash_urgency says which).
+            urgent = crash_urgency(diagnosis.oom_class.value, int(incidents[-1].get("count", 1)))
+            new_state, action = _maintenance.pending_remediation(state, new_state, urgent)
         changes = _build.build_incident_status(incidents, new_state, needs_person=decision.needs_person)
+        if action is not None:
+            previous = (parent.get("status") or {}).get("maintenance")
+            record = _maintenance.pending_record(record_from_status(previous), action, urgent, now)
+            changes["maintenance"] = _build.maintenance_patch(previous, record)
         try:
             _kube.patch_status(parent, changes)
         except ApiException as exc:
@@ -214,6 +226,8 @@ def _handle_crash(
                 continue
             raise
         _report(parent, pod, container, diagnosis, decision, owner_uids)
+        if action is not None:
+            _maintenance.report_pending(parent, changes["maintenance"])
         if decision.apply:
             # Reconcile applies it (kopf's update handler, with its retries): one path changes children.
             _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})

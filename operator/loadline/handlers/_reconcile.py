@@ -212,7 +212,9 @@ def model_inputs(body: Mapping[str, Any], settings: OperatorSettings) -> ModelIn
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     state = remediation_state(body)
     obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])})
-    obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, state.overrides)})
+    # Overrides waiting for the restart window are not rendered yet: the pods keep the held ones.
+    running = state.held_overrides if state.held_overrides is not None else state.overrides
+    obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, running)})
     namespace = body["metadata"]["namespace"]
     config = _config_map_config(obj, namespace)
     return ModelInputs(obj, state, config, _hub_config(obj, namespace, settings))
@@ -342,8 +344,6 @@ def reconcile(
     if changed_children:
         _event(body, warning=False, reason="Applied", message="applied " + ", ".join(changed_children))
         logger.info("applied %s", ", ".join(changed_children))
-    if state.restart_requested_at:
-        _restart_pods(body, namespace, name, state.restart_requested_at, settings, logger)
 
 
 def report_compliance(
@@ -378,29 +378,6 @@ def _remove_stale_children(namespace: str, name: str, uid: str, manifests: list[
         if _kube.delete(api_version, kind, namespace, child):
             removed.append(f"{kind}/{child}")
     return removed
-
-
-def _restart_pods(
-    body: kopf.Body,
-    namespace: str,
-    name: str,
-    requested_at: str,
-    settings: OperatorSettings,
-    logger: logging.Logger | kopf.Logger,
-) -> None:
-    """A requested restart (fragmentation): evict the model's pods one at a time, oldest first.
-
-    Eviction, not deletion: the API server refuses one that would break the PodDisruptionBudget (429),
-    and the workload controller replaces the pod. Until every pod is newer than the request, kopf
-    calls reconcile again after a delay (its own retries), so the restart survives an operator restart.
-    """
-    pods = _kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}")
-    victim, left = _build.plan_restart(pods, requested_at)
-    if victim is not None and _kube.evict(namespace, victim):
-        _event(body, warning=False, reason="Restarting", message=f"evicted pod {victim} ({left} to restart)")
-        logger.info("evicted %s for the requested restart (%d to go)", victim, left)
-    if left:
-        raise kopf.TemporaryError(f"restarting: {left} pod(s) older than {requested_at}", delay=5)
 
 
 def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> None:

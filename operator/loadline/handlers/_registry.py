@@ -13,7 +13,17 @@ from typing import Any
 import kopf
 
 from loadline.api import GROUP, PLURAL, POLICY_PLURAL, VERSION
-from loadline.handlers import _admission, _fleet, _index, _measure, _metrics, _oom, _policies, _reconcile
+from loadline.handlers import (
+    _admission,
+    _fleet,
+    _index,
+    _maintenance,
+    _measure,
+    _metrics,
+    _oom,
+    _policies,
+    _reconcile,
+)
 from loadline.handlers._settings import OperatorSettings
 
 SETTINGS = OperatorSettings()
@@ -51,13 +61,13 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 
 
 @kopf.index("", "v1", "nodes")
-def gpu_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, Any] | None:
+def gpu_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
     """GPU nodes, trimmed to what capacity planning reads (kept in memory, no LIST per reconcile)."""
     return _index.node_entry(body, name)
 
 
 @kopf.index("", "v1", "pods")
-def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any] | None:
+def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
     """Bound pods that hold GPUs, trimmed likewise."""
     return _index.pod_entry(body)
 
@@ -128,6 +138,34 @@ def measured_gpu_memory(
     # holds and kopf starts no timer); bounded by one Prometheus deadline, never blocks long.
     # Every LOADLINE_RISK_INTERVAL_SECONDS also the OOM-risk estimate (memo: per model, per process).
     _measure.measure(body, patch, SETTINGS, logger, memo)
+
+
+@kopf.index(GROUP, VERSION, PLURAL)
+def restarting(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> dict[str, Any]:
+    """Models whose restart runs: they hold their FleetPolicies' ``maxConcurrent`` restart slots.
+    ``{}`` once it is over (kopf keeps the previous entry of an object whose function returns None)."""
+    entry = _maintenance.restarting_entry(body)
+    return {} if entry is None else {f"{namespace}/{name}": entry}
+
+
+def _maintenance_pending(status: kopf.Status, **_: Any) -> bool:
+    return _maintenance.pending(status)
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=SETTINGS.maintenance_interval_seconds,
+    initial_delay=min(SETTINGS.maintenance_interval_seconds, 5), when=_maintenance_pending,
+)  # fmt: skip
+def maintenance(
+    body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any
+) -> None:
+    # A pending restart or remediation roll-out: when (window, policy slots, predicted OOM), then one
+    # step per tick. Reads Prometheus once an hour per model (the learned window is kept in memo).
+    nodes, pods = _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
+    restarting_now = {key: entry for key, store in kwargs["restarting"].items() for entry in store}
+    policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
+    fleet = _maintenance.FleetView(restarting_now, nodes, pods, policies)
+    _maintenance.tend(body, patch, memo, SETTINGS, fleet, logger)
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)

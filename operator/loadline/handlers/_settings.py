@@ -96,6 +96,36 @@ class OperatorSettings(BaseSettings):
         "the last hours of GPU memory, KV-cache usage and preemptions in Prometheus (status.oomRisk, "
         "condition OOMRisk); 0: never. Runs in the measuring timer, so it needs LOADLINE_PROMETHEUS_URL.",
     )
+    maintenance_interval_seconds: int = Field(
+        default=30,
+        ge=1,
+        description="How often a model with a pending or running restart (status.maintenance) is looked "
+        "at: whether its scheduled time has come, and the next step of a running restart.",
+    )
+    restart_window_minutes: int = Field(
+        default=120,
+        ge=1,
+        le=1440,
+        description="Length of the low-traffic window a restart is scheduled in (long enough to restart "
+        "every pod of a model one at a time).",
+    )
+    restart_timezone: str = Field(
+        default="UTC",
+        min_length=1,
+        description="IANA time zone in which traffic days are learned and windows are reported, e.g. "
+        "Europe/Berlin (FleetPolicy windows carry their own).",
+    )
+    window_history_days: int = Field(
+        default=28,
+        ge=1,
+        le=90,
+        description="Days of request history read from Prometheus to learn each model's quiet window.",
+    )
+    window_refresh_seconds: int = Field(
+        default=3600,
+        ge=1,
+        description="How long a learned window is reused before the history is read again.",
+    )
     webhook_port: int = Field(
         default=0,
         ge=0,

@@ -36,6 +36,7 @@ from loadline.maintenance._model import (
 from loadline.maintenance._plan import finish_maintenance, plan_maintenance
 from loadline.maintenance._rollout import PodState, RolloutAction, RolloutStep, plan_rollout
 from loadline.maintenance._status import record_from_status, record_to_status
+from loadline.maintenance._urgency import crash_urgency
 
 __all__ = [
     "Action",
@@ -52,6 +53,7 @@ __all__ = [
     "State",
     "Trigger",
     "allowed_intervals",
+    "crash_urgency",
     "finish_maintenance",
     "forecast_load",
     "holds_restart_slot",

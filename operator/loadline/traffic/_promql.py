@@ -9,6 +9,8 @@ labels, as Prometheus' Kubernetes pod and service-monitor scrape configs attach 
 
 from __future__ import annotations
 
+import re
+
 from loadline.traffic._names import (
     AGENT_CONTAINER_MEMORY_USED,
     DCGM_FB_USED,
@@ -26,6 +28,7 @@ __all__ = [
     "gpu_memory_used_query",
     "kv_cache_usage_query",
     "label_value",
+    "model_load_query",
     "preemptions_query",
     "prompt_buckets_query",
     "requests_running_query",
@@ -192,3 +195,12 @@ def busiest_gpu_memory_query(namespace: str, pod: str) -> str:
     """GiB the pod's processes hold on its busiest GPU (agent, else dcgm-exporter): the OOM-risk trend
     of :func:`gpu_memory_used_query`."""
     return f"max({gpu_memory_used_query(namespace, pod)})"
+
+
+def model_load_query(namespace: str, model: str) -> str:
+    """Requests in the running batch summed over every pod the model has had: the load whose quiet
+    hours the restart window is learned from (a range query). Pods come and go across weeks of
+    history, so they are matched by name pattern: a Deployment's ``<model>-<hash>-<id>`` and a
+    LeaderWorkerSet leader's ``<model>-<n>``; a model named ``chat`` never matches ``chat-big``'s."""
+    pods = f"{re.escape(model)}-([a-z0-9]+-[a-z0-9]{{5}}|[0-9]+)"
+    return f"sum({REQUESTS_RUNNING}{{namespace={label_value(namespace)},pod=~{label_value(pods)}}})"

@@ -1,0 +1,477 @@
+"""Restarts in low-traffic windows: the timer that carries out ``status.maintenance``.
+
+The OOM handler only marks a restart or a remediation as pending (or, for a crash that recurs at every
+start, as running at once); this timer, on each model with something pending, decides with the pure
+:func:`loadline.maintenance.plan_maintenance` when it happens (the learned window, the policies'
+windows and ``maxConcurrent`` slots, the cool-down, a predicted out-of-memory crash), writes the
+decision to ``status.maintenance`` with an Event when it changes, and, once it is due, carries it out
+one step per tick:
+
+- a *restart* (fragmentation) evicts the model's pods one at a time, oldest first, through the Eviction
+  API, as :func:`loadline.maintenance.plan_rollout` says (a single-replica model first surges a second
+  pod when there are free GPUs for it);
+- a *remediation* renders the overrides held back until now (reconcile, the one path that applies
+  children) and the workload controller rolls the pods one at a time (``maxUnavailable: 1``).
+
+Everything it needs to resume is in status, so an operator restart or a hand-over finds the same
+schedule and restarts no pod twice: pods created after ``startedAt`` are the restarted ones.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import threading
+from collections.abc import Iterable, Mapping, MutableMapping
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+import kopf
+
+from loadline.api import FleetPolicy, OOMRisk, RemediationState
+from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile
+from loadline.handlers._settings import OperatorSettings
+from loadline.maintenance import (
+    MaintenanceDecision,
+    MaintenanceRecord,
+    finish_maintenance,
+    forecast_load,
+    plan_maintenance,
+    plan_rollout,
+    record_from_status,
+    restart_locks,
+)
+from loadline.policy import combine, enforced, policy_governs, restart_window_sets, select_policies
+from loadline.render import workload_ref
+from loadline.risk import OOMRiskEstimate
+from loadline.sizing import free_gpus_by_type
+from loadline.traffic import model_load_query, query_range
+from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
+
+INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
+LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
+#: States in which something waits or runs (the timer's ``when``).
+PENDING_STATES = frozenset({"Scheduled", "WaitingForLock", "CoolingDown", "Running"})
+#: Prometheus answers at most 11,000 points per series; the history's step keeps under this.
+MAX_POINTS = 10_000
+QUERY_TIMEOUT_SECONDS = 5.0
+
+#: Event reason per state a decision moves the model to.
+EVENT_REASONS = {
+    "Scheduled": "RestartScheduled",
+    "WaitingForLock": "RestartWaiting",
+    "CoolingDown": "RestartCoolingDown",
+    "Running": "RestartStarted",
+    "Done": "RestartDone",
+}
+
+# Models this process set Running whose status its index may not show yet: the restart slots of
+# ``maxConcurrent`` are taken under this lock, so two timers of this process never take the last one
+# together. One process decides at a time (the elected leader), so no lock in the API is needed.
+_SLOTS = threading.Lock()
+_CLAIMED: set[str] = set()
+
+
+def pending(status: Mapping[str, Any]) -> bool:
+    """Whether the model has a restart waiting or running (the timer runs only then)."""
+    return (status.get("maintenance") or {}).get("state") in PENDING_STATES
+
+
+@dataclass(frozen=True)
+class FleetView:
+    """What the timer reads from the operator's in-memory indexes."""
+
+    #: ``namespace/name`` → ``{"namespace", "labels"}`` of each model whose restart runs.
+    restarting: Mapping[str, Mapping[str, Any]]
+    nodes: list[dict[str, Any]]
+    pods: list[dict[str, Any]]
+    policies: list[FleetPolicy]
+
+
+def restarting_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The index entry of a model whose restart runs (holds its policies' slots), else None."""
+    if ((body.get("status") or {}).get("maintenance") or {}).get("state") != "Running":
+        return None
+    meta = body["metadata"]
+    return {"namespace": meta["namespace"], "labels": dict(meta.get("labels") or {})}
+
+
+def _history_step(days: int) -> float:
+    """Seconds between history points: whole minutes, under :data:`MAX_POINTS` per series."""
+    return float(max(60, math.ceil(days * 86400 / MAX_POINTS / 60) * 60))
+
+
+def learn_windows(
+    settings: OperatorSettings,
+    namespace: str,
+    name: str,
+    policy_windows: list[Any] | None,
+    memo: MutableMapping[str, Any],
+    now: float,
+) -> tuple[WindowPlan, list[list[Sample]]]:
+    """The model's coming windows from its request history (reused for ``window_refresh_seconds``)."""
+    key = repr(policy_windows)
+    cached: tuple[str, float, WindowPlan, list[list[Sample]]] | None = memo.get("maintenance_windows")
+    # Reused while fresh and some window is still ahead (one whose windows all passed is learned again).
+    if (
+        cached is not None
+        and cached[0] == key
+        and now - cached[1] < settings.window_refresh_seconds
+        and cached[2].windows
+        and cached[2].windows[-1].start.timestamp() > now
+    ):
+        return cached[2], cached[3]
+    series: list[list[Sample]] = []
+    if settings.prometheus_url:
+        # On the step's grid, so every refresh bins the same instants (and a minute is a minute).
+        step = _history_step(settings.window_history_days)
+        end = now // step * step
+        answer = query_range(
+            settings.prometheus_url,
+            model_load_query(namespace, name),
+            end - settings.window_history_days * 86400,
+            end,
+            step,
+            timeout=QUERY_TIMEOUT_SECONDS,
+        )
+        series = answer or []
+    plan = plan_windows(
+        series,
+        timedelta(minutes=settings.restart_window_minutes),
+        settings.restart_timezone,
+        policy_windows,
+        now=now,
+    )
+    memo["maintenance_windows"] = (key, now, plan, series)
+    return plan, series
+
+
+def risk_from_status(status: Mapping[str, Any]) -> OOMRiskEstimate | None:
+    """The OOM-risk estimate the measuring timer last wrote (``status.oomRisk``), when it predicts."""
+    raw = status.get("oomRisk")
+    if not raw:
+        return None
+    risk = OOMRisk.model_validate(raw)
+    if risk.predicted_at is None:
+        return None
+    as_of = risk.time or datetime.now(UTC)
+    return OOMRiskEstimate(
+        as_of=as_of,
+        predicted_at=risk.predicted_at,
+        signal=None,
+        projections=(),
+        evidence=tuple(risk.evidence),
+    )
+
+
+def _running_by_policy(
+    governing: Iterable[FleetPolicy], restarting: Mapping[str, Mapping[str, Any]], policies: list[FleetPolicy]
+) -> dict[str, list[str]]:
+    """For each governing policy, the models it governs whose restart runs (its slots' holders)."""
+    out: dict[str, list[str]] = {}
+    for policy in governing:
+        holders = []
+        for key, entry in restarting.items():
+            ns = str(entry.get("namespace", key.split("/", 1)[0]))
+            labels = _policies.namespace_labels(ns, policies)
+            if labels is not None and policy_governs(policy, ns, labels, entry.get("labels") or {}):
+                holders.append(key)
+        out[policy.name] = holders
+    return out
+
+
+def _maintenance_event(body: Mapping[str, Any], record: MaintenanceRecord) -> None:
+    reason = EVENT_REASONS.get(record.state)
+    if reason is not None:
+        warning = record.state in ("WaitingForLock", "CoolingDown")
+        _reconcile._event(body, warning=warning, reason=reason, message=record.reason[:1000])
+
+
+def _write(
+    body: Mapping[str, Any], patch: kopf.Patch, record: MaintenanceRecord, changed: bool = True
+) -> None:
+    previous = (body.get("status") or {}).get("maintenance")
+    patch.status["maintenance"] = _build.maintenance_patch(previous, record)
+    if changed:
+        _maintenance_event(body, record)
+
+
+def tend(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: MutableMapping[str, Any],
+    settings: OperatorSettings,
+    fleet: FleetView,
+    logger: logging.Logger | kopf.Logger,
+) -> None:
+    """One look at a model's pending or running restart: decide, write, and take the next step."""
+    status = dict(body.get("status") or {})
+    record = record_from_status(status.get("maintenance"))
+    if record is None or not record.pending:
+        return
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    key = f"{namespace}/{name}"
+    now = datetime.now(UTC)
+    pods = _kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}")
+    if record.state == "Running" and record.started_at is not None:
+        _carry_out(body, patch, record, pods, settings, fleet, logger, now)
+        return
+
+    governing = select_policies(
+        fleet.policies,
+        namespace,
+        _policies.namespace_labels(namespace, fleet.policies),
+        meta.get("labels") or {},
+    )
+    sets = restart_window_sets(combine(enforced(governing))) if governing else []
+    try:
+        plan, series = learn_windows(
+            settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
+        )
+        risk = risk_from_status(status)
+        forecast = (
+            forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
+            if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
+            else ()
+        )
+        with _SLOTS:
+            restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in _CLAIMED}}
+            decision = plan_maintenance(
+                model=key,
+                now=now,
+                action=None,
+                windows=plan.windows,
+                duration=plan.duration,
+                persisted=record,
+                policy_windows=sets,
+                locks=restart_locks(governing, _running_by_policy(governing, restarting, fleet.policies)),
+                cooldown=_oom.model_limits(body, fleet.policies, settings).cooldown,
+                crash_looping=_build.crash_looping(pods),
+                risk=risk,
+                forecast=forecast,
+                timezone=settings.restart_timezone,
+            )
+            if decision.kind == "act":
+                _CLAIMED.add(key)
+    except PolicyWindowError as exc:
+        message = f"no restart possible: {exc}"
+        held = MaintenanceRecord(
+            action=record.action, state="Scheduled", last_restart_at=record.last_restart_at, reason=message
+        )
+        if held.reason != record.reason:
+            _write(body, patch, held)
+            logger.warning("%s", message)
+        return
+    if decision.kind != "act":
+        if decision.changed:
+            _write(body, patch, decision.record)
+            logger.info("restart of %s: %s", key, decision.reason)
+        return
+    _start(body, patch, decision, pods, settings, fleet, logger, now)
+
+
+def _start(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    decision: MaintenanceDecision,
+    pods: list[dict[str, Any]],
+    settings: OperatorSettings,
+    fleet: FleetView,
+    logger: logging.Logger | kopf.Logger,
+    now: datetime,
+) -> None:
+    """The restart is due: write it as Running, then its first step."""
+    record = decision.record
+    meta = body["metadata"]
+    _metrics.RESTARTS.labels(
+        meta["namespace"], meta["name"], record.action or "restart", record.trigger or ""
+    ).inc()
+    logger.info("restart of %s/%s starts: %s", meta["namespace"], meta["name"], decision.reason)
+    _write(body, patch, record)
+    started = {**body, "status": {**(body.get("status") or {}), "maintenance": patch.status["maintenance"]}}
+    _carry_out(cast(kopf.Body, started), patch, record, pods, settings, fleet, logger, now)
+
+
+def _release(key: str) -> None:
+    with _SLOTS:
+        _CLAIMED.discard(key)
+
+
+def _carry_out(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    record: MaintenanceRecord,
+    pods: list[dict[str, Any]],
+    settings: OperatorSettings,
+    fleet: FleetView,
+    logger: logging.Logger | kopf.Logger,
+    now: datetime,
+) -> None:
+    """The next step of a running restart or remediation roll-out; Done when every pod is new."""
+    assert record.started_at is not None
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    status = dict(body.get("status") or {})
+    plan = status.get("plan") or {}
+    multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
+    api_version, kind, workload_name = workload_ref(name, multi_node)
+    if record.action == "remediation":
+        remediation = RemediationState.model_validate(status.get("remediation") or {})
+        if remediation.held_overrides is not None:
+            _roll_remediation(body, patch, settings, fleet, logger)
+            return
+        workload = _kube.get(api_version, kind, namespace, workload_name)
+        if _build.rollout_complete(workload):
+            _finish(body, patch, record, now, logger)
+        return
+    if multi_node:  # a group restarts with its leader (the LeaderWorkerSet recreates the group)
+        pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX, "0") == "0"]
+    replicas = int((body.get("spec") or {}).get("replicas", 1))
+    step = plan_rollout(
+        _build.pod_states(pods),
+        record.started_at,
+        replicas=replicas,
+        room_for_surge=not multi_node and _room_for_one_more(plan, fleet),
+    )
+    if step.action == "done":
+        _finish(body, patch, record, now, logger)
+        return
+    if step.action in ("surge", "scale_back"):
+        _scale(api_version, kind, namespace, workload_name, step.scale_to)
+    elif step.action == "evict" and step.pod is not None:
+        if not _kube.evict(namespace, step.pod):
+            return  # refused by the PodDisruptionBudget (429) or gone: the next tick tries again
+        if step.scale_to is not None:
+            _scale(api_version, kind, namespace, workload_name, step.scale_to)
+    else:
+        return
+    _reconcile._event(body, warning=step.downtime, reason="Restarting", message=step.reason[:1000])
+    logger.info("restart of %s/%s: %s", namespace, name, step.reason)
+
+
+def _scale(api_version: str, kind: str, namespace: str, name: str, replicas: int | None) -> None:
+    if replicas is not None:
+        _kube.patch_spec(api_version, kind, namespace, name, {"replicas": replicas})
+
+
+def _room_for_one_more(plan: Mapping[str, Any], fleet: FleetView) -> bool:
+    """Whether one more pod of the plan fits on a node's free GPUs now."""
+    gpu_type, per_replica = plan.get("gpuType"), int(plan.get("gpusPerReplica", 1) or 1)
+    free = free_gpus_by_type(fleet.nodes, fleet.pods).get(str(gpu_type), [])
+    return any(count >= per_replica for count in free)
+
+
+def _roll_remediation(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    settings: OperatorSettings,
+    fleet: FleetView,
+    logger: logging.Logger | kopf.Logger,
+) -> None:
+    """Render the held-back overrides now: reconcile applies the children (the workload controller then
+    rolls the pods), and only then is the hold released in status, so a failure retries the whole step."""
+    status = dict(body.get("status") or {})
+    released = {**(status.get("remediation") or {}), "heldOverrides": None}
+    view = {**body, "status": {**status, **patch.status, "remediation": released}}
+    _reconcile.reconcile(
+        cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
+    )
+    patch.status["remediation"] = {**patch.status.get("remediation", {}), "heldOverrides": None}
+
+
+def _finish(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    record: MaintenanceRecord,
+    now: datetime,
+    logger: logging.Logger | kopf.Logger,
+) -> None:
+    meta = body["metadata"]
+    done = finish_maintenance(record, now)
+    _write(body, patch, done)
+    _release(f"{meta['namespace']}/{meta['name']}")
+    logger.info("restart of %s/%s done", meta["namespace"], meta["name"])
+
+
+def pending_remediation(
+    previous: RemediationState, decided: RemediationState, urgent: str | None
+) -> tuple[RemediationState, str | None]:
+    """The remediation state to write after a crash's decision, and the action to put in
+    ``status.maintenance`` (None: none). A change of overrides that may wait is held back: the pods keep
+    running the overrides they have (``heldOverrides``) until the window; an urgent one rolls now."""
+    changed = decided.overrides != previous.overrides
+    restart = (
+        bool(decided.restart_requested_at) and decided.restart_requested_at != previous.restart_requested_at
+    )
+    if not changed:
+        return decided, ("restart" if restart else None)
+    if urgent is not None:
+        return decided.model_copy(update={"held_overrides": None}), "remediation"
+    held = previous.held_overrides if previous.held_overrides is not None else previous.overrides
+    return decided.model_copy(update={"held_overrides": held}), "remediation"
+
+
+def pending_record(
+    persisted: MaintenanceRecord | None, action: str, urgent: str | None, now: datetime
+) -> MaintenanceRecord:
+    """``status.maintenance`` right after a crash's decision: Running from now when it is ``urgent``
+    (the crash recurs at every start: the OOM handler's reconcile rolls it at once), else Scheduled
+    with no time yet, for the maintenance timer to choose the window. A remediation covers a pending
+    plain restart (it rolls every pod anyway)."""
+    prev = persisted or MaintenanceRecord()
+    carried = prev.action if prev.pending else None
+    merged = "remediation" if "remediation" in (action, carried) else "restart"
+    if urgent is not None:
+        return MaintenanceRecord(
+            action=merged,  # type: ignore[arg-type]
+            state="Running",
+            trigger="crashLoop",
+            scheduled_at=now,
+            started_at=now,
+            last_restart_at=prev.last_restart_at,
+            reason=f"{urgent}; starting the roll-out now.",
+        )
+    if prev.state == "Running":
+        return replace(prev, action=merged)  # type: ignore[arg-type]
+    return MaintenanceRecord(
+        action=merged,  # type: ignore[arg-type]
+        state="Scheduled",
+        last_restart_at=prev.last_restart_at,
+        reason="waiting for the model's next low-traffic window (being chosen).",
+    )
+
+
+def report_pending(parent: Mapping[str, Any], maintenance: Mapping[str, Any]) -> None:
+    """The Event for what a crash's decision put in ``status.maintenance``."""
+    record = record_from_status({k: v for k, v in maintenance.items() if v is not None})
+    if record is not None:
+        _maintenance_event(parent, record)
+
+
+def claimed() -> frozenset[str]:
+    """Models this process has started restarting (for tests and the metrics)."""
+    with _SLOTS:
+        return frozenset(_CLAIMED)
+
+
+def clear_claims() -> None:
+    """Forget every claim (a process that loses its leadership starts from the API's view)."""
+    with _SLOTS:
+        _CLAIMED.clear()
+
+
+__all__ = [
+    "FleetView",
+    "claimed",
+    "clear_claims",
+    "learn_windows",
+    "pending",
+    "pending_record",
+    "pending_remediation",
+    "report_pending",
+    "restarting_entry",
+    "risk_from_status",
+    "tend",
+]
