@@ -16,13 +16,14 @@ sides of a daylight-saving change; the hour that does not exist in spring has no
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import date, datetime, time
 from zoneinfo import ZoneInfo
 
-__all__ = ["Profile", "build_profile"]
+__all__ = ["Profile", "build_profile", "build_window_profile"]
 
 
 @dataclass(frozen=True)
@@ -50,13 +51,40 @@ def _day_bins(t0: float, t1: float, slot: int) -> float:
     return max(1.0, (t1 - t0) / slot)
 
 
-def _center(values: list[float], trim: float) -> float:
-    """Mean of the values left after cutting ``trim`` of them off each end (0.5 = the median)."""
+def _quantile(pairs: list[tuple[float, float]], q: float) -> float:
+    """Weighted ``q``-quantile of ``(value, weight)`` pairs: each value sits at the middle of its
+    weight's share of the total, and ``q`` is interpolated between them (equal weights and q = 0.5:
+    the ordinary median)."""
+    ordered = sorted(pairs)
+    total = sum(w for _, w in ordered)
+    if total <= 0:
+        return statistics.median(v for v, _ in ordered)
+    position = 0.0
+    previous: tuple[float, float] | None = None
+    for value, weight in ordered:
+        middle = (position + weight / 2) / total
+        position += weight
+        if q <= middle:
+            if previous is None:
+                return value
+            span = middle - previous[1]
+            share = (q - previous[1]) / span if span > 0 else 1.0
+            return previous[0] + share * (value - previous[0])
+        previous = (value, middle)
+    return ordered[-1][0]
+
+
+def _center(pairs: list[tuple[float, float]], trim: float, quantile: float) -> float:
+    """The typical value of ``(value, weight)`` pairs across days: the ``quantile`` when ``trim`` is
+    0.5, else the mean of what is left after cutting ``trim`` of the weight off each end."""
     if trim >= 0.5:
-        return statistics.median(values)
-    ordered = sorted(values)
+        if quantile == 0.5 and len({w for _, w in pairs}) == 1:
+            return statistics.median(v for v, _ in pairs)
+        return _quantile(pairs, quantile)
+    ordered = sorted(pairs)
     cut = int(len(ordered) * trim)
-    return statistics.fmean(ordered[cut : len(ordered) - cut])
+    kept = ordered[cut : len(ordered) - cut]
+    return sum(v * w for v, w in kept) / sum(w for _, w in kept)
 
 
 def _smooth(row: dict[int, float], width: int, per_day: int) -> dict[int, float]:
@@ -69,18 +97,22 @@ def _smooth(row: dict[int, float], width: int, per_day: int) -> dict[int, float]
     return out
 
 
-def build_profile(
-    slot: int,
-    bins: Mapping[int, float],
-    tz: ZoneInfo,
-    *,
-    shrink: float,
-    min_day_coverage: float,
-    trim: float = 0.5,
-    smooth: int = 0,
-) -> Profile:
-    """The profile of ``bins`` (bin index → load, bins of ``slot`` seconds), see the module docstring."""
-    # Per local day: slot of day -> values (two on the repeated autumn hour).
+@dataclass(frozen=True)
+class _Days:
+    """The history cut into local days, each with the level its bins are divided by."""
+
+    #: Per local day: slot of day -> values (two on the repeated autumn hour).
+    slots: dict[date, dict[int, list[float]]]
+    weekday: dict[date, int]
+    #: The divisor of each day's bins (its own mean, a borrowed one, or the overall mean).
+    base: dict[date, float]
+    #: Days with enough bins to set their own level.
+    full: int
+
+
+def _split_days(
+    slot: int, bins: Mapping[int, float], tz: ZoneInfo, min_day_coverage: float, normalize: bool
+) -> _Days:
     days: dict[date, dict[int, list[float]]] = {}
     weekday: dict[date, int] = {}
     for index, value in bins.items():
@@ -101,6 +133,8 @@ def build_profile(
     full = sorted(levels)
 
     def level(day: date) -> float:
+        if not normalize:
+            return overall
         if day in levels:
             return levels[day]
         if full:  # a partial day (history starts or ends mid-day, an outage) borrows the nearest level
@@ -108,30 +142,143 @@ def build_profile(
             return levels[nearest]
         return overall
 
-    same: dict[tuple[int, int], list[float]] = {}
-    every: dict[int, list[float]] = {}
-    for day, slots in days.items():
-        base = level(day)
-        for tod, seen in slots.items():
-            mean = statistics.fmean(seen)
-            rel = mean / base if base > 0 else 0.0
-            same.setdefault((weekday[day], tod), []).append(rel)
-            every.setdefault(tod, []).append(rel)
+    return _Days(days, weekday, {day: level(day) for day in days}, len(levels))
 
-    per_day = max(1, 86400 // slot)
-    overall_shape = {tod: _center(v, trim) for tod, v in every.items()}
-    values: dict[tuple[int, int], float] = {}
+
+def _recency(days: _Days, half_life_days: float | None) -> dict[date, float]:
+    newest = max(days.slots, default=date.min).toordinal()
+    if half_life_days is None:
+        return dict.fromkeys(days.slots, 1.0)
+    return {day: 0.5 ** ((newest - day.toordinal()) / half_life_days) for day in days.slots}
+
+
+def _blend(
+    same: Mapping[tuple[int, int], list[tuple[float, float]]],
+    every: Mapping[int, list[tuple[float, float]]],
+    *,
+    shrink: float,
+    trim: float,
+    quantile: float,
+    min_weekday_days: int,
+) -> dict[int, dict[int, float]]:
+    """Per weekday, per slot: the weekday's own centre shrunk toward the all-days centre."""
+    overall_shape = {tod: _center(v, trim, quantile) for tod, v in every.items()}
+    rows: dict[int, dict[int, float]] = {}
     for wd in range(7):
         row = {}
         for tod, all_days in overall_shape.items():
             own = same.get((wd, tod))
-            if own:
+            if own and len(own) >= min_weekday_days:
                 n = len(own)
-                row[tod] = (n * _center(own, trim) + shrink * all_days) / (n + shrink)
+                row[tod] = (n * _center(own, trim, quantile) + shrink * all_days) / (n + shrink)
             else:
                 row[tod] = all_days
+        rows[wd] = row
+    return rows
+
+
+def build_profile(
+    slot: int,
+    bins: Mapping[int, float],
+    tz: ZoneInfo,
+    *,
+    shrink: float,
+    min_day_coverage: float,
+    trim: float = 0.5,
+    smooth: int = 0,
+    quantile: float = 0.5,
+    half_life_days: float | None = None,
+    normalize: bool = True,
+    min_weekday_days: int = 1,
+) -> Profile:
+    """The profile of ``bins`` (bin index → load, bins of ``slot`` seconds), see the module docstring."""
+    split = _split_days(slot, bins, tz, min_day_coverage, normalize)
+    weights = _recency(split, half_life_days)
+    same: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    every: dict[int, list[tuple[float, float]]] = {}
+    for day, slots in split.slots.items():
+        base = split.base[day]
+        w = weights[day]
+        for tod, seen in slots.items():
+            mean = statistics.fmean(seen)
+            rel = mean / base if base > 0 else 0.0
+            same.setdefault((split.weekday[day], tod), []).append((rel, w))
+            every.setdefault(tod, []).append((rel, w))
+
+    per_day = max(1, 86400 // slot)
+    rows = _blend(same, every, shrink=shrink, trim=trim, quantile=quantile, min_weekday_days=min_weekday_days)
+    values: dict[tuple[int, int], float] = {}
+    for wd, row in rows.items():
         for tod, value in _smooth(row, smooth, per_day).items():
             values[(wd, tod)] = value
     counts = sorted(len(v) for v in same.values())
     weeks = counts[len(counts) // 2] if counts else 0
-    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=len(levels))
+    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=split.full)
+
+
+def build_window_profile(
+    slot: int,
+    bins: Mapping[int, float],
+    tz: ZoneInfo,
+    span: float,
+    *,
+    shrink: float,
+    min_day_coverage: float,
+    min_window_coverage: float,
+    trim: float = 0.5,
+    quantile: float = 0.5,
+    half_life_days: float | None = None,
+    normalize: bool = True,
+    min_weekday_days: int = 1,
+) -> Profile:
+    """Like :func:`build_profile`, but each value is the expected relative load of a whole window of
+    ``span`` seconds starting at that weekday and wall-clock slot: each history day's window (real
+    time, the bins it covers, each divided by its own day's level) is one observation, and the centre
+    is taken across days of those window means, not per slot. A window that is quiet on most days but
+    hit by a burst on others is then judged as a whole, and slot-level noise averages out before the
+    median is taken. Days whose window has under ``min_window_coverage`` of its bins are left out."""
+    split = _split_days(slot, bins, tz, min_day_coverage, normalize)
+    weights = _recency(split, half_life_days)
+    rel: dict[int, float] = {}
+    for index, value in bins.items():
+        day = datetime.fromtimestamp(index * slot, tz).date()
+        base = split.base[day]
+        rel[index] = value / base if base > 0 else 0.0
+    first = min(bins, default=0)
+    last = max(bins, default=0)
+    total = [0.0]
+    known = [0]
+    for index in range(first, last + 1):
+        seen = rel.get(index)
+        total.append(total[-1] + (seen or 0.0))
+        known.append(known[-1] + (seen is not None))
+
+    def window(t0: float) -> float | None:
+        a = max(first, math.floor(t0 / slot))
+        b = min(last + 1, math.ceil((t0 + span) / slot))
+        want = max(1, math.ceil((t0 + span) / slot) - math.floor(t0 / slot))
+        if b <= a:
+            return None
+        have = known[b - first] - known[a - first]
+        if have < min_window_coverage * want:
+            return None
+        return (total[b - first] - total[a - first]) / have
+
+    per_day = max(1, 86400 // slot)
+    same: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    every: dict[int, list[tuple[float, float]]] = {}
+    for day in split.slots:
+        w = weights[day]
+        wd = split.weekday[day]
+        for tod in range(per_day):
+            seconds = tod * slot
+            start = datetime.combine(day, time(seconds // 3600, seconds % 3600 // 60, seconds % 60), tz)
+            mean = window(start.timestamp())
+            if mean is not None:
+                same.setdefault((wd, tod), []).append((mean, w))
+                every.setdefault(tod, []).append((mean, w))
+    rows = _blend(same, every, shrink=shrink, trim=trim, quantile=quantile, min_weekday_days=min_weekday_days)
+    values = {(wd, tod): value for wd, row in rows.items() for tod, value in row.items()}
+    counts = sorted(len(v) for v in same.values())
+    weeks = counts[len(counts) // 2] if counts else 0
+    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=split.full)
