@@ -34,35 +34,33 @@ from loadline.windows import Tuning, parse_duration
 #: History lengths in days (None: all of it) and how many weeks are hidden in turn for each.
 HISTORIES: tuple[tuple[float | None, int], ...] = ((7, 6), (14, 5), (28, 3), (None, 3))
 
-#: The candidates compared, by name: the Tuning fields they change from the defaults.
+#: The finder before this sweep: every day divided by its own level, whatever the history.
+BEFORE: Mapping[str, Any] = {"normalize_max_days": math.inf}
+
+#: The candidates compared, by name: the Tuning fields they change from today's defaults. The first
+#: group varies the finder as it was before (BEFORE); the second varies today's defaults.
 CANDIDATES: Mapping[str, Mapping[str, Any]] = {
-    "defaults": {},
-    "k=0.5": {"shrink": 0.5},
-    "k=4": {"shrink": 4.0},
-    "k=8": {"shrink": 8.0},
-    "weekday>=2": {"min_weekday_days": 2},
-    "weekday>=3": {"min_weekday_days": 3},
-    "q=0.6": {"quantile": 0.6},
-    "q=0.7": {"quantile": 0.7},
-    "q=0.4": {"quantile": 0.4},
-    "half-life 7d": {"half_life_days": 7.0},
-    "half-life 14d": {"half_life_days": 14.0},
-    "half-life 28d": {"half_life_days": 28.0},
-    "raw <14d": {"normalize_min_days": 14.0},
-    "raw always": {"normalize_min_days": 1e9},
-    "smooth 1": {"smooth_slots": 1},
-    "smooth 3": {"smooth_slots": 3},
-    "raw >=14d": {"normalize_max_days": 14.0},
-    "raw >=14d smooth 1": {"normalize_max_days": 14.0, "smooth_slots": 1},
-    "raw >=14d k=4": {"normalize_max_days": 14.0, "shrink": 4.0},
-    "raw >=14d q=0.6": {"normalize_max_days": 14.0, "quantile": 0.6},
-    "raw >=14d half-life 28d": {"normalize_max_days": 14.0, "half_life_days": 28.0},
-    "raw >=14d whole windows": {"normalize_max_days": 14.0, "whole_windows": True},
-    "whole windows": {"whole_windows": True},
-    "whole windows q=0.6": {"whole_windows": True, "quantile": 0.6},
-    "whole windows trim 0.25": {"whole_windows": True, "trim": 0.25},
-    "whole windows k=4": {"whole_windows": True, "shrink": 4.0},
-    "whole windows mean": {"whole_windows": True, "trim": 0.0},
+    "before": BEFORE,
+    "before, k=0.5": {**BEFORE, "shrink": 0.5},
+    "before, k=4": {**BEFORE, "shrink": 4.0},
+    "before, k=8": {**BEFORE, "shrink": 8.0},
+    "before, weekday>=2d": {**BEFORE, "min_weekday_days": 2},
+    "before, weekday>=3d": {**BEFORE, "min_weekday_days": 3},
+    "before, q=0.4": {**BEFORE, "quantile": 0.4},
+    "before, q=0.6": {**BEFORE, "quantile": 0.6},
+    "before, q=0.7": {**BEFORE, "quantile": 0.7},
+    "before, half-life 7d": {**BEFORE, "half_life_days": 7.0},
+    "before, half-life 14d": {**BEFORE, "half_life_days": 14.0},
+    "before, half-life 28d": {**BEFORE, "half_life_days": 28.0},
+    "before, smooth 1": {**BEFORE, "smooth_slots": 1},
+    "before, smooth 3": {**BEFORE, "smooth_slots": 3},
+    "raw under 14d": {**BEFORE, "normalize_min_days": 14.0},
+    "raw always": {"normalize_min_days": math.inf},
+    "defaults (raw from 14d)": {},
+    "defaults, smooth 1": {"smooth_slots": 1},
+    "defaults, k=4": {"shrink": 4.0},
+    "defaults, q=0.6": {"quantile": 0.6},
+    "defaults, half-life 28d": {"half_life_days": 28.0},
 }
 
 
@@ -113,16 +111,16 @@ def main() -> None:
     began = clock.perf_counter()
     columns = [("7d", "7d"), ("14d", "14d"), ("28d", "28d"), ("full", "full"), ("all", "all")]
     print(f"tune traces only, {args.duration} windows: geometric mean of realized / oracle load")
-    print(f"{'candidate':<22}" + "".join(f"{label:>7}" for _, label in columns))
+    print(f"{'candidate':<26}" + "".join(f"{label:>7}" for _, label in columns))
     with ProcessPoolExecutor(args.workers) as pool:
         first = True
         for name in names:
             result = cross_validate(replace(Tuning(), **CANDIDATES[name]), span, pool)
             if first:
                 for base, label in (("naive", "(naive)"), ("fixed", "(02:00)")):
-                    print(f"{label:<22}" + "".join(f"{result[c][base]:>7.3f}" for c, _ in columns))
+                    print(f"{label:<26}" + "".join(f"{result[c][base]:>7.3f}" for c, _ in columns))
                 first = False
-            print(f"{name:<22}" + "".join(f"{result[c]['learned']:>7.3f}" for c, _ in columns), flush=True)
+            print(f"{name:<26}" + "".join(f"{result[c]['learned']:>7.3f}" for c, _ in columns), flush=True)
     print(f"({clock.perf_counter() - began:.0f} s)")
 
 

@@ -19,7 +19,7 @@ from zoneinfo import ZoneInfo
 from loadline.windows._duration import parse_duration
 from loadline.windows._errors import PolicyWindowError, SeriesError
 from loadline.windows._policy import PolicyWindow, parse_policy_windows, parse_timezone
-from loadline.windows._profile import Profile, build_profile, build_window_profile
+from loadline.windows._profile import Profile, build_profile
 from loadline.windows._series import Sample, combine_series
 
 __all__ = ["Method", "Tuning", "Window", "WindowPlan", "learned_profile", "next_window", "plan_windows"]
@@ -43,15 +43,15 @@ class Tuning:
     quantile: float = 0.5
     #: Recency: a day's weight halves every this many days of age (None = all days alike).
     half_life_days: float | None = None
-    #: Per-day normalization only with at least this much history (days, gaps excluded) ...
+    #: Each day is divided by its own level only with at least ``normalize_min_days`` and less than
+    #: ``normalize_max_days`` of history (days, gaps excluded); otherwise by the overall mean. With
+    #: one week a weekday's shape rests on one day, and dividing out the levels keeps a busy day
+    #: from dominating it; with two weeks or more the medians already discard odd days, and the raw
+    #: levels favour the windows that are quiet on the busy days, whose load a restart disturbs most.
     normalize_min_days: float = 0.0
-    #: ... and less than this much.
-    normalize_max_days: float = math.inf
+    normalize_max_days: float = 14.0
     #: A weekday's own shape is used only once it rests on this many days.
     min_weekday_days: int = 1
-    #: Score a candidate by the centre across days of whole-window loads (True), or by the mean of
-    #: the per-slot profile over the window (False).
-    whole_windows: bool = False
     #: A local day with fewer of its bins observed borrows the level of the nearest fuller day.
     min_day_coverage: float = 0.5
     #: Share of a candidate window whose expected load must be known.
@@ -137,17 +137,6 @@ class _Estimator:
         return (self._cum(self.load, end) - self._cum(self.load, start)) / known, known / bins
 
 
-class _WholeWindows:
-    """Expected load of a window read directly from a whole-window profile (its start's slot)."""
-
-    def __init__(self, profile: Profile) -> None:
-        self.profile = profile
-
-    def window(self, start: float, end: float) -> tuple[float | None, float]:
-        value = self.profile.at(start)
-        return value, (0.0 if value is None else 1.0)
-
-
 def _normalize(observed_days: float, tuning: Tuning) -> bool:
     return tuning.normalize_min_days <= observed_days < tuning.normalize_max_days
 
@@ -228,30 +217,15 @@ def plan_windows(
             raise PolicyWindowError(
                 "windows", f"no policy window is {length} long", "widen a window or shorten the restart"
             )
-    estimator: _Estimator | _WholeWindows | None = None
-    if profile is not None and tuning.whole_windows:
-        estimator = _WholeWindows(
-            build_window_profile(
-                slot,
-                bins,
-                zone,
-                span,
-                shrink=tuning.shrink,
-                min_day_coverage=tuning.min_day_coverage,
-                min_window_coverage=tuning.min_window_coverage,
-                trim=tuning.trim,
-                quantile=tuning.quantile,
-                half_life_days=tuning.half_life_days,
-                normalize=_normalize(len(bins) * slot / 86400, tuning),
-                min_weekday_days=tuning.min_weekday_days,
-            )
-        )
-    elif profile is not None:
-        estimator = _Estimator(
+    estimator = (
+        _Estimator(
             profile,
             int(_midnight(first_day, zone) // slot) - 1,
             int(_midnight(last_day + timedelta(days=2), zone) // slot) + int(span // slot) + 2,
         )
+        if profile
+        else None
+    )
 
     chosen: list[Window] = []
     notes: list[str] = []

@@ -1,8 +1,12 @@
 """The expected load at each wall-clock slot of each weekday, learned robustly from history.
 
-Each local day's bins are divided by that day's level (its mean load), so a busy week, a growing
-service or a holiday changes the *shape* less than the raw numbers: what matters for choosing a window
-is when a day is quiet relative to itself. For every (weekday, time of day) the profile takes the
+With a short history (``normalize``), each local day's bins are divided by that day's level (its mean
+load), so that with one week a single busy day does not set the shape. With two weeks or more the
+bins are divided by the overall mean instead: the medians below already discard an odd day, and a
+restart disturbs requests, not shares of a day, so the quiet time of the busy days should count for
+more than that of a nearly idle day (cross-validated on the tuning traces, docs/restarts.md). The
+optional ``half_life_days`` weighs recent days more and ``quantile`` replaces the median by another
+quantile; both were tried and are off by default. For every (weekday, time of day) the profile takes the
 median over the same weekday in earlier weeks (a burst or an outage in one week moves a median of
 three weeks not at all) and the median over all days, and blends them by how many same-weekday days
 there are: ``(n·same + k·all) / (n + k)``. With one week of history the all-days shape dominates,
@@ -16,14 +20,13 @@ sides of a daylight-saving change; the hour that does not exist in spring has no
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import date, datetime, time
+from datetime import date, datetime
 from zoneinfo import ZoneInfo
 
-__all__ = ["Profile", "build_profile", "build_window_profile"]
+__all__ = ["Profile", "build_profile"]
 
 
 @dataclass(frozen=True)
@@ -211,74 +214,6 @@ def build_profile(
     for wd, row in rows.items():
         for tod, value in _smooth(row, smooth, per_day).items():
             values[(wd, tod)] = value
-    counts = sorted(len(v) for v in same.values())
-    weeks = counts[len(counts) // 2] if counts else 0
-    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=split.full)
-
-
-def build_window_profile(
-    slot: int,
-    bins: Mapping[int, float],
-    tz: ZoneInfo,
-    span: float,
-    *,
-    shrink: float,
-    min_day_coverage: float,
-    min_window_coverage: float,
-    trim: float = 0.5,
-    quantile: float = 0.5,
-    half_life_days: float | None = None,
-    normalize: bool = True,
-    min_weekday_days: int = 1,
-) -> Profile:
-    """Like :func:`build_profile`, but each value is the expected relative load of a whole window of
-    ``span`` seconds starting at that weekday and wall-clock slot: each history day's window (real
-    time, the bins it covers, each divided by its own day's level) is one observation, and the centre
-    is taken across days of those window means, not per slot. A window that is quiet on most days but
-    hit by a burst on others is then judged as a whole, and slot-level noise averages out before the
-    median is taken. Days whose window has under ``min_window_coverage`` of its bins are left out."""
-    split = _split_days(slot, bins, tz, min_day_coverage, normalize)
-    weights = _recency(split, half_life_days)
-    rel: dict[int, float] = {}
-    for index, value in bins.items():
-        day = datetime.fromtimestamp(index * slot, tz).date()
-        base = split.base[day]
-        rel[index] = value / base if base > 0 else 0.0
-    first = min(bins, default=0)
-    last = max(bins, default=0)
-    total = [0.0]
-    known = [0]
-    for index in range(first, last + 1):
-        seen = rel.get(index)
-        total.append(total[-1] + (seen or 0.0))
-        known.append(known[-1] + (seen is not None))
-
-    def window(t0: float) -> float | None:
-        a = max(first, math.floor(t0 / slot))
-        b = min(last + 1, math.ceil((t0 + span) / slot))
-        want = max(1, math.ceil((t0 + span) / slot) - math.floor(t0 / slot))
-        if b <= a:
-            return None
-        have = known[b - first] - known[a - first]
-        if have < min_window_coverage * want:
-            return None
-        return (total[b - first] - total[a - first]) / have
-
-    per_day = max(1, 86400 // slot)
-    same: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    every: dict[int, list[tuple[float, float]]] = {}
-    for day in split.slots:
-        w = weights[day]
-        wd = split.weekday[day]
-        for tod in range(per_day):
-            seconds = tod * slot
-            start = datetime.combine(day, time(seconds // 3600, seconds % 3600 // 60, seconds % 60), tz)
-            mean = window(start.timestamp())
-            if mean is not None:
-                same.setdefault((wd, tod), []).append((mean, w))
-                every.setdefault(tod, []).append((mean, w))
-    rows = _blend(same, every, shrink=shrink, trim=trim, quantile=quantile, min_weekday_days=min_weekday_days)
-    values = {(wd, tod): value for wd, row in rows.items() for tod, value in row.items()}
     counts = sorted(len(v) for v in same.values())
     weeks = counts[len(counts) // 2] if counts else 0
     return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=split.full)
