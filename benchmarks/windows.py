@@ -24,7 +24,7 @@ from datetime import date, datetime, time, timedelta
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-from loadline.windows import combine_series, parse_duration, plan_windows
+from loadline.windows import Tuning, combine_series, parse_duration, plan_windows
 
 DATA = Path(__file__).resolve().parent / "data" / "traces"
 
@@ -45,6 +45,7 @@ TRACES = (
     ("nab-tweets-cvs", "America/New_York", "report", "Twitter mentions"),
     ("nab-tweets-pfe", "America/New_York", "report", "Twitter mentions"),
     ("nab-tweets-ups", "America/New_York", "report", "Twitter mentions"),
+    ("nasa-http", "America/New_York", "report", "NASA web server requests, 5 min, 2 months (1995)"),
 )
 HIDDEN_DAYS = 7
 #: A window is scored only where this share of its bins has data (both chosen and oracle).
@@ -99,10 +100,21 @@ def naive_start(history: list[tuple[float, float]], zone: ZoneInfo, span: float)
     return best * slot
 
 
-def evaluate(stem: str, tz: str, span: float, weeks_back: int = 0) -> dict[str, float]:
-    """Scores of one trace; ``weeks_back`` hides an earlier week instead (for tuning sweeps)."""
+def evaluate(
+    stem: str,
+    tz: str,
+    span: float,
+    weeks_back: int = 0,
+    *,
+    history_days: float | None = None,
+    tuning: Tuning | None = None,
+    rows: list[tuple[float, float]] | None = None,
+) -> dict[str, float]:
+    """Scores of one trace. For tuning sweeps (benchmarks/windows_tune.py): ``weeks_back`` hides an
+    earlier week instead, ``history_days`` keeps only that much history before the hidden week (as a
+    young service would have), ``tuning`` replaces the finder's defaults."""
     zone = ZoneInfo(tz)
-    rows = load(stem)
+    rows = load(stem) if rows is None else rows
     if weeks_back:
         end = rows[-1][0] - weeks_back * 7 * 86400
         rows = [(t, v) for t, v in rows if t <= end]
@@ -111,8 +123,9 @@ def evaluate(stem: str, tz: str, span: float, weeks_back: int = 0) -> dict[str, 
     last_full = last.date() - timedelta(days=1)  # the last day is partial, or ends at its midnight
     days = [last_full - timedelta(days=HIDDEN_DAYS - 1 - i) for i in range(HIDDEN_DAYS)]
     cut = midnight(days[0], zone)
-    history = [(t, v) for t, v in rows if t < cut]
-    plan = plan_windows(history, timedelta(seconds=span), zone, now=cut)
+    first = -math.inf if history_days is None else cut - history_days * 86400
+    history = [(t, v) for t, v in rows if first <= t < cut]
+    plan = plan_windows(history, timedelta(seconds=span), zone, now=cut, tuning=tuning or Tuning())
     learned = {w.start.date(): w.start.timestamp() for w in plan.windows}
     naive = naive_start(history, zone, span)
     sums = {"learned": 0.0, "naive": 0.0, "fixed": 0.0, "oracle": 0.0}

@@ -98,6 +98,23 @@ def test_one_week_is_not_enough_to_trust_a_single_weekday() -> None:
     assert "weekdays not told apart yet" in plan.reason
 
 
+def test_from_two_weeks_on_the_quiet_time_of_busy_days_counts_for_more() -> None:
+    # A launch week (1000 requests/s, dips to 300 at 03:00 and to 400 at 14:00) and then an idle week
+    # (10/s, dips to 9 at 03:00 and to 1 at 14:00). Relative to each day's own level 14:00 looks
+    # quieter (a 90 % dip in the idle week), but a restart disturbs requests, not shares: averaged
+    # over the two weeks 03:00 costs (300 + 9) / 2 and 14:00 (400 + 1) / 2.
+    def load(at: datetime) -> float:
+        busy = at.date() < date(2026, 5, 11)
+        if 3 <= at.hour < 5:
+            return 300.0 if busy else 9.0
+        if 14 <= at.hour < 16:
+            return 400.0 if busy else 1.0
+        return 1000.0 if busy else 10.0
+
+    plan = plan_windows(series(date(2026, 5, 4), 14, BERLIN, load), "2h", BERLIN)
+    assert all((w.start.hour, w.start.minute) == (3, 0) for w in plan.windows)
+
+
 def test_bursts_and_outliers_do_not_move_the_window() -> None:
     base = quiet((3, 5))
 

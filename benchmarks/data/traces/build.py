@@ -7,14 +7,17 @@ clones, so the build needs no network beyond the clone:
 
     git clone https://github.com/alibaba/ServeGen /tmp/ServeGen
     git clone https://github.com/numenta/NAB /tmp/NAB
-    python benchmarks/data/traces/build.py /tmp/ServeGen /tmp/NAB
+    git clone https://github.com/reconfigurable-ml-pipeline/web-service-datasets /tmp/web-service-datasets
+    python benchmarks/data/traces/build.py /tmp/ServeGen /tmp/NAB /tmp/web-service-datasets
 """
 
 from __future__ import annotations
 
 import gzip
+import io
 import subprocess
 import sys
+import tarfile
 from collections import defaultdict
 from datetime import datetime
 from pathlib import Path
@@ -90,6 +93,58 @@ def nab(repo: Path) -> None:
         _write(name, rows, 3)
 
 
+#: The NASA Kennedy Space Center WWW logs (July and August 1995, local time UTC-4) as requests per
+#: second, one number per second from the first request of each month's file: the July file runs
+#: to 1995-07-28 13:32 (the last days are missing from the public log), the August file is whole.
+NASA_STARTS = (
+    datetime(1995, 7, 1, 0, 0, 1, tzinfo=ZoneInfo("America/New_York")),
+    datetime(1995, 8, 1, 0, 0, 1, tzinfo=ZoneInfo("America/New_York")),
+)
+NASA_AUGUST_SECONDS = 31 * 86400 - 8  # 00:00:01 to 23:59:53, the August file's first and last request
+NASA_BIN = 300
+#: A run of this many seconds without a single request is the server or its log being down (the
+#: quietest hours still see a request every few seconds), not quiet: its bins are left out.
+NASA_OUTAGE = 600
+
+
+def nasa(repo: Path) -> None:
+    """Requests per 5 minutes from web-service-datasets' per-second counts of the NASA logs."""
+    packed = subprocess.run(
+        ["git", "-C", str(repo), "show", "HEAD:dataset/nasa/workload.tbz2"], check=True, capture_output=True
+    ).stdout
+    with tarfile.open(fileobj=io.BytesIO(packed), mode="r:bz2") as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("workload.txt"))
+        handle = tar.extractfile(member)
+        assert handle is not None
+        counts = [int(x) for x in handle.read().split()]
+    split = len(counts) - NASA_AUGUST_SECONDS
+    down: set[int] = set()
+    run = 0
+    for i, c in enumerate([*counts, 1]):
+        if c == 0:
+            run += 1
+            continue
+        if run >= NASA_OUTAGE:
+            down.update(range(i - run, i))
+        run = 0
+    sums: dict[int, float] = defaultdict(float)
+    seconds: dict[int, int] = defaultdict(int)
+    dropped: set[int] = set()
+    for i, c in enumerate(counts):
+        start = NASA_STARTS[0].timestamp() + i if i < split else NASA_STARTS[1].timestamp() + i - split
+        ts = int(start // NASA_BIN * NASA_BIN)
+        seconds[ts] += 1
+        if i in down:
+            dropped.add(ts)
+        else:
+            sums[ts] += c
+    # A bin the log covers only in part (where the July file stops) would look falsely quiet.
+    kept = {ts: v for ts, v in sums.items() if ts not in dropped and seconds[ts] >= NASA_BIN - 10}
+    _write("nasa-http", kept, 0)
+
+
 if __name__ == "__main__":
     servegen(Path(sys.argv[1]))
     nab(Path(sys.argv[2]))
+    if len(sys.argv) > 3:
+        nasa(Path(sys.argv[3]))

@@ -39,6 +39,19 @@ class Tuning:
     trim: float = 0.5
     #: Profile smoothing: mean over this many neighbouring slots on each side.
     smooth_slots: int = 0
+    #: Quantile across days of each slot's relative load (0.5 = median; higher = risk-averse).
+    quantile: float = 0.5
+    #: Recency: a day's weight halves every this many days of age (None = all days alike).
+    half_life_days: float | None = None
+    #: Each day is divided by its own level only with at least ``normalize_min_days`` and less than
+    #: ``normalize_max_days`` of history (days, gaps excluded); otherwise by the overall mean. With
+    #: one week a weekday's shape rests on one day, and dividing out the levels keeps a busy day
+    #: from dominating it; with two weeks or more the medians already discard odd days, and the raw
+    #: levels favour the windows that are quiet on the busy days, whose load a restart disturbs most.
+    normalize_min_days: float = 0.0
+    normalize_max_days: float = 14.0
+    #: A weekday's own shape is used only once it rests on this many days.
+    min_weekday_days: int = 1
     #: A local day with fewer of its bins observed borrows the level of the nearest fuller day.
     min_day_coverage: float = 0.5
     #: Share of a candidate window whose expected load must be known.
@@ -124,6 +137,10 @@ class _Estimator:
         return (self._cum(self.load, end) - self._cum(self.load, start)) / known, known / bins
 
 
+def _normalize(observed_days: float, tuning: Tuning) -> bool:
+    return tuning.normalize_min_days <= observed_days < tuning.normalize_max_days
+
+
 def learned_profile(
     samples: Sequence[Sample] | Sequence[Sequence[Sample]], zone: ZoneInfo, tuning: Tuning
 ) -> tuple[int, dict[int, float], Profile | None]:
@@ -143,6 +160,10 @@ def learned_profile(
         min_day_coverage=tuning.min_day_coverage,
         trim=tuning.trim,
         smooth=tuning.smooth_slots,
+        quantile=tuning.quantile,
+        half_life_days=tuning.half_life_days,
+        normalize=_normalize(len(bins) * slot / 86400, tuning),
+        min_weekday_days=tuning.min_weekday_days,
     )
     return slot, dict(bins), profile
 

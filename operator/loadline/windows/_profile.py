@@ -1,8 +1,12 @@
 """The expected load at each wall-clock slot of each weekday, learned robustly from history.
 
-Each local day's bins are divided by that day's level (its mean load), so a busy week, a growing
-service or a holiday changes the *shape* less than the raw numbers: what matters for choosing a window
-is when a day is quiet relative to itself. For every (weekday, time of day) the profile takes the
+With a short history (``normalize``), each local day's bins are divided by that day's level (its mean
+load), so that with one week a single busy day does not set the shape. With two weeks or more the
+bins are divided by the overall mean instead: the medians below already discard an odd day, and a
+restart disturbs requests, not shares of a day, so the quiet time of the busy days should count for
+more than that of a nearly idle day (cross-validated on the tuning traces, docs/restarts.md). The
+optional ``half_life_days`` weighs recent days more and ``quantile`` replaces the median by another
+quantile; both were tried and are off by default. For every (weekday, time of day) the profile takes the
 median over the same weekday in earlier weeks (a burst or an outage in one week moves a median of
 three weeks not at all) and the median over all days, and blends them by how many same-weekday days
 there are: ``(n·same + k·all) / (n + k)``. With one week of history the all-days shape dominates,
@@ -50,13 +54,40 @@ def _day_bins(t0: float, t1: float, slot: int) -> float:
     return max(1.0, (t1 - t0) / slot)
 
 
-def _center(values: list[float], trim: float) -> float:
-    """Mean of the values left after cutting ``trim`` of them off each end (0.5 = the median)."""
+def _quantile(pairs: list[tuple[float, float]], q: float) -> float:
+    """Weighted ``q``-quantile of ``(value, weight)`` pairs: each value sits at the middle of its
+    weight's share of the total, and ``q`` is interpolated between them (equal weights and q = 0.5:
+    the ordinary median)."""
+    ordered = sorted(pairs)
+    total = sum(w for _, w in ordered)
+    if total <= 0:
+        return statistics.median(v for v, _ in ordered)
+    position = 0.0
+    previous: tuple[float, float] | None = None
+    for value, weight in ordered:
+        middle = (position + weight / 2) / total
+        position += weight
+        if q <= middle:
+            if previous is None:
+                return value
+            span = middle - previous[1]
+            share = (q - previous[1]) / span if span > 0 else 1.0
+            return previous[0] + share * (value - previous[0])
+        previous = (value, middle)
+    return ordered[-1][0]
+
+
+def _center(pairs: list[tuple[float, float]], trim: float, quantile: float) -> float:
+    """The typical value of ``(value, weight)`` pairs across days: the ``quantile`` when ``trim`` is
+    0.5, else the mean of what is left after cutting ``trim`` of the weight off each end."""
     if trim >= 0.5:
-        return statistics.median(values)
-    ordered = sorted(values)
+        if quantile == 0.5 and len({w for _, w in pairs}) == 1:
+            return statistics.median(v for v, _ in pairs)
+        return _quantile(pairs, quantile)
+    ordered = sorted(pairs)
     cut = int(len(ordered) * trim)
-    return statistics.fmean(ordered[cut : len(ordered) - cut])
+    kept = ordered[cut : len(ordered) - cut]
+    return sum(v * w for v, w in kept) / sum(w for _, w in kept)
 
 
 def _smooth(row: dict[int, float], width: int, per_day: int) -> dict[int, float]:
@@ -69,18 +100,22 @@ def _smooth(row: dict[int, float], width: int, per_day: int) -> dict[int, float]
     return out
 
 
-def build_profile(
-    slot: int,
-    bins: Mapping[int, float],
-    tz: ZoneInfo,
-    *,
-    shrink: float,
-    min_day_coverage: float,
-    trim: float = 0.5,
-    smooth: int = 0,
-) -> Profile:
-    """The profile of ``bins`` (bin index → load, bins of ``slot`` seconds), see the module docstring."""
-    # Per local day: slot of day -> values (two on the repeated autumn hour).
+@dataclass(frozen=True)
+class _Days:
+    """The history cut into local days, each with the level its bins are divided by."""
+
+    #: Per local day: slot of day -> values (two on the repeated autumn hour).
+    slots: dict[date, dict[int, list[float]]]
+    weekday: dict[date, int]
+    #: The divisor of each day's bins (its own mean, a borrowed one, or the overall mean).
+    base: dict[date, float]
+    #: Days with enough bins to set their own level.
+    full: int
+
+
+def _split_days(
+    slot: int, bins: Mapping[int, float], tz: ZoneInfo, min_day_coverage: float, normalize: bool
+) -> _Days:
     days: dict[date, dict[int, list[float]]] = {}
     weekday: dict[date, int] = {}
     for index, value in bins.items():
@@ -101,6 +136,8 @@ def build_profile(
     full = sorted(levels)
 
     def level(day: date) -> float:
+        if not normalize:
+            return overall
         if day in levels:
             return levels[day]
         if full:  # a partial day (history starts or ends mid-day, an outage) borrows the nearest level
@@ -108,30 +145,75 @@ def build_profile(
             return levels[nearest]
         return overall
 
-    same: dict[tuple[int, int], list[float]] = {}
-    every: dict[int, list[float]] = {}
-    for day, slots in days.items():
-        base = level(day)
-        for tod, seen in slots.items():
-            mean = statistics.fmean(seen)
-            rel = mean / base if base > 0 else 0.0
-            same.setdefault((weekday[day], tod), []).append(rel)
-            every.setdefault(tod, []).append(rel)
+    return _Days(days, weekday, {day: level(day) for day in days}, len(levels))
 
-    per_day = max(1, 86400 // slot)
-    overall_shape = {tod: _center(v, trim) for tod, v in every.items()}
-    values: dict[tuple[int, int], float] = {}
+
+def _recency(days: _Days, half_life_days: float | None) -> dict[date, float]:
+    newest = max(days.slots, default=date.min).toordinal()
+    if half_life_days is None:
+        return dict.fromkeys(days.slots, 1.0)
+    return {day: 0.5 ** ((newest - day.toordinal()) / half_life_days) for day in days.slots}
+
+
+def _blend(
+    same: Mapping[tuple[int, int], list[tuple[float, float]]],
+    every: Mapping[int, list[tuple[float, float]]],
+    *,
+    shrink: float,
+    trim: float,
+    quantile: float,
+    min_weekday_days: int,
+) -> dict[int, dict[int, float]]:
+    """Per weekday, per slot: the weekday's own centre shrunk toward the all-days centre."""
+    overall_shape = {tod: _center(v, trim, quantile) for tod, v in every.items()}
+    rows: dict[int, dict[int, float]] = {}
     for wd in range(7):
         row = {}
         for tod, all_days in overall_shape.items():
             own = same.get((wd, tod))
-            if own:
+            if own and len(own) >= min_weekday_days:
                 n = len(own)
-                row[tod] = (n * _center(own, trim) + shrink * all_days) / (n + shrink)
+                row[tod] = (n * _center(own, trim, quantile) + shrink * all_days) / (n + shrink)
             else:
                 row[tod] = all_days
+        rows[wd] = row
+    return rows
+
+
+def build_profile(
+    slot: int,
+    bins: Mapping[int, float],
+    tz: ZoneInfo,
+    *,
+    shrink: float,
+    min_day_coverage: float,
+    trim: float = 0.5,
+    smooth: int = 0,
+    quantile: float = 0.5,
+    half_life_days: float | None = None,
+    normalize: bool = True,
+    min_weekday_days: int = 1,
+) -> Profile:
+    """The profile of ``bins`` (bin index → load, bins of ``slot`` seconds), see the module docstring."""
+    split = _split_days(slot, bins, tz, min_day_coverage, normalize)
+    weights = _recency(split, half_life_days)
+    same: dict[tuple[int, int], list[tuple[float, float]]] = {}
+    every: dict[int, list[tuple[float, float]]] = {}
+    for day, slots in split.slots.items():
+        base = split.base[day]
+        w = weights[day]
+        for tod, seen in slots.items():
+            mean = statistics.fmean(seen)
+            rel = mean / base if base > 0 else 0.0
+            same.setdefault((split.weekday[day], tod), []).append((rel, w))
+            every.setdefault(tod, []).append((rel, w))
+
+    per_day = max(1, 86400 // slot)
+    rows = _blend(same, every, shrink=shrink, trim=trim, quantile=quantile, min_weekday_days=min_weekday_days)
+    values: dict[tuple[int, int], float] = {}
+    for wd, row in rows.items():
         for tod, value in _smooth(row, smooth, per_day).items():
             values[(wd, tod)] = value
     counts = sorted(len(v) for v in same.values())
     weeks = counts[len(counts) // 2] if counts else 0
-    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=len(levels))
+    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=split.full)
