@@ -1,7 +1,8 @@
 """INCIDENT.json at the boundary: pydantic checks it once and names the field at fault.
 
 Unknown keys are refused (a typo such as ``kv_cache_usag`` would otherwise silently drop evidence),
-except the annotation keys the test corpus carries (``source``, ``expected_class``, ``note``).
+except the annotation keys the test corpus carries (``source``, ``expected_class``, ``note``, ``split``,
+``message_origin``, ``timing``, ``resolution``).
 """
 
 from __future__ import annotations
@@ -12,12 +13,13 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadline.errors import SpecError
+from loadline.oom._corpus import CORPUS_KEYS
 from loadline.oom._model import Config, Incident, Metrics, Plan
 
 __all__ = ["ANNOTATION_KEYS", "parse_incident"]
 
 #: Keys a corpus file may carry besides the incident; ignored by the classifier.
-ANNOTATION_KEYS = frozenset({"source", "expected_class", "note"})
+ANNOTATION_KEYS = CORPUS_KEYS
 
 _FIXES = {
     "kv_cache_usage": "give a fraction between 0 and 1 (0.97, not 97)",
