@@ -8,7 +8,7 @@ except the annotation keys the test corpus carries (``source``, ``expected_class
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -69,6 +69,7 @@ class _Incident(_Strict):
     ever_ready: bool | None = None
     uptime_seconds: float | None = Field(default=None, ge=0.0)
     seconds_since_ready: float | None = Field(default=None, ge=0.0)
+    phase: Literal["loading", "starting", "serving"] | None = None
     engine_version: str | None = None
     metrics: _Metrics = Field(default_factory=_Metrics)
     config: _Config = Field(default_factory=_Config)
@@ -113,6 +114,7 @@ def parse_incident(data: Mapping[str, Any]) -> Incident:
         ever_ready=model.ever_ready,
         uptime_seconds=model.uptime_seconds,
         seconds_since_ready=model.seconds_since_ready,
+        phase=model.phase,
         engine_version=model.engine_version,
         metrics=Metrics(
             prompt_tokens_max=m.prompt_tokens_max,
