@@ -1,73 +1,105 @@
-"""Every public incident in tests/corpus/oom must be classified as its file says.
+"""The public incident corpus: cited, split before tuning, and classified at least as well as docs/oom.md says.
 
-The corpus is the classifier's ground truth: real vLLM out-of-memory reports, each with its source. A
-wrong class here means the operator would apply the wrong fix to that kind of crash; a confident
-answer where the file expects ``unknown`` means it would act on evidence that does not decide.
+The corpus is the classifier's ground truth: real vLLM out-of-memory reports, each with its source and the
+resolution that justifies its label, plus synthetic truncated variants of them. Each case is ``tune`` or
+``heldout`` by a hash of its report's address (``split_for``); rules are tuned on ``tune`` only, so the
+held-out accuracy is the honest figure, and the floors below are the ones docs/oom.md states.
 """
 
 from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from loadline.oom import OomClass, classify, parse_incident, propose_remediation
+from loadline.oom._corpus import Case, load_corpus, score, split_for
 
 CORPUS = Path(__file__).parent / "corpus" / "oom"
-FILES = sorted(CORPUS.glob("*.json"))
+CASES = load_corpus(CORPUS)
+IDS = [c.name for c in CASES]
 UNKNOWN_MAX_CONFIDENCE = 0.3
 DECIDED_MIN_CONFIDENCE = 0.4
 
+# Floors stated in docs/oom.md, set below the 2026-11-23 measurement (held out: 11/11 real, 13/17 all;
+# tune: 27/31 real) by one to two cases, because one case moves these small sets by 6 to 9 points.
+HELDOUT_REAL_FLOOR = 0.80
+HELDOUT_ALL_FLOOR = 0.70
+TUNE_REAL_FLOOR = 0.80
 
-def _load(path: Path) -> dict[str, Any]:
-    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+
+def _predict(incident: Mapping[str, Any]) -> str:
+    return classify(parse_incident(incident)).oom_class.value
+
+
+def _raw(case: Case) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((CORPUS / f"{case.name}.json").read_text(encoding="utf-8"))
     return data
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_corpus_incident_is_classified_as_expected(path: Path) -> None:
-    data = _load(path)
-    diagnosis = classify(parse_incident(data))
-    assert diagnosis.oom_class.value == data["expected_class"], diagnosis.evidence
-    if diagnosis.oom_class is OomClass.UNKNOWN:
-        assert diagnosis.confidence <= UNKNOWN_MAX_CONFIDENCE
-    else:
-        assert diagnosis.confidence >= DECIDED_MIN_CONFIDENCE
-    assert diagnosis.evidence, "a diagnosis must say why"
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_split_is_the_hash_rule_not_a_choice(case: Case) -> None:
+    assert case.split == split_for(case.source)
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_corpus_incident_is_cited_and_quotes_the_report(path: Path) -> None:
-    data = _load(path)
-    assert data["source"].startswith(("https://github.com/", "/work/shared/calibration/"))
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_corpus_incident_is_cited_and_quotes_the_report(case: Case) -> None:
+    data = _raw(case)
+    assert case.source.startswith(("https://github.com/", "/work/shared/calibration/"))
     assert len(data["note"]) > 20
+    assert case.expected in {c.value for c in OomClass}
     # Every incident carries the report's own error text, except a bare OOMKilled (which has none).
     if data["reason"] != "OOMKilled":
         assert data.get("message") or data.get("log_tail"), "quote the real error text"
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_corpus_remediation_matches_the_class(path: Path) -> None:
-    incident = parse_incident(_load(path))
+@pytest.mark.parametrize("case", [c for c in CASES if c.origin == "synthetic"], ids=lambda c: c.name)
+def test_a_synthetic_case_has_a_real_parent_with_its_class_and_split(case: Case) -> None:
+    parent = next(c for c in CASES if c.origin == "real" and case.name == f"synthetic_{c.name}_truncated")
+    assert (parent.expected, parent.split, parent.source) == (case.expected, case.split, case.source)
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_confidence_and_remediation_agree_with_the_answer(case: Case) -> None:
+    incident = parse_incident(case.incident)
     diagnosis = classify(incident)
     remediation = propose_remediation(diagnosis, incident)
+    assert diagnosis.evidence, "a diagnosis must say why"
     if diagnosis.oom_class is OomClass.UNKNOWN:
-        assert remediation.action == "none"
-        assert remediation.look_at
+        assert diagnosis.confidence <= UNKNOWN_MAX_CONFIDENCE
+        assert remediation.action == "none" and remediation.look_at
     else:
+        assert diagnosis.confidence >= DECIDED_MIN_CONFIDENCE
         assert remediation.action != "none"
     for change in remediation.changes:
         assert change.new is not None and change.new != change.old
 
 
-def test_corpus_covers_every_class_with_real_reports() -> None:
-    counts = Counter(_load(p)["expected_class"] for p in FILES)
-    assert len(FILES) >= 20
-    assert set(counts) == {c.value for c in OomClass}
-    assert counts["unknown"] >= 2
-    # Both public calibration OOM rows (P26, P27) are in.
-    sources = " ".join(_load(p)["source"] for p in FILES)
+@pytest.mark.parametrize(
+    ("split", "origins", "floor"),
+    [
+        ("heldout", {"real"}, HELDOUT_REAL_FLOOR),
+        ("heldout", {"real", "paraphrase", "synthetic"}, HELDOUT_ALL_FLOOR),
+        ("tune", {"real"}, TUNE_REAL_FLOOR),
+    ],
+    ids=["heldout-real", "heldout-all", "tune-real"],
+)
+def test_accuracy_stays_above_the_documented_floor(split: str, origins: set[str], floor: float) -> None:
+    cases = [c for c in CASES if c.split == split and c.origin in origins]
+    result = score(cases, _predict)
+    assert result.total >= 10, "too few cases for the figure to mean anything"
+    assert result.accuracy >= floor, f"{result.right}/{result.total}; misses: {result.misses}"
+
+
+def test_corpus_covers_every_class_on_both_sides() -> None:
+    real = [c for c in CASES if c.origin == "real"]
+    assert len(real) >= 40
+    assert {c.expected for c in real} == {c.value for c in OomClass}
+    counts = Counter(c.split for c in real)
+    assert counts["heldout"] >= 10 and counts["tune"] >= 20
+    sources = " ".join(c.source for c in CASES)
     assert "record P26" in sources and "record P27" in sources

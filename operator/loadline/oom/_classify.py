@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from loadline.oom._model import CAUSES, AllocatorFigures, Diagnosis, Incident, OomClass
 from loadline.oom._parse import parse_oom_text
-from loadline.oom._signals import Tables, tables
+from loadline.oom._signals import Tables, TimingRow, tables
 
 __all__ = ["classify"]
 
@@ -194,6 +194,7 @@ def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
 
 
 def _score_timing(s: _Score, incident: Incident, runtime: bool, gpu_signal: bool) -> None:
+    """Facts about *when* that rule classes out (the moments that point to a class are the timing table)."""
     t = s.t
     if gpu_signal and (incident.ever_ready or runtime):
         s.add("served")
@@ -202,20 +203,72 @@ def _score_timing(s: _Score, incident: Incident, runtime: bool, gpu_signal: bool
     util = incident.config.gpu_memory_utilization
     if gpu_signal and util is not None and util >= t.threshold("high_util"):
         s.add("high_util", util=util)
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What the timing table says: the row that matched, refined, and the sentence that says so."""
+
+    row: TimingRow
+    confidence: float
+    sentence: str
+
+
+def _since_ready(incident: Incident) -> float | None:
     # Time since Ready is what matters; a pod that never restarted its engine has uptime close to it.
-    since = incident.seconds_since_ready
-    if since is None and incident.ever_ready:
-        since = incident.uptime_seconds
-    if runtime and since is not None:
-        hours = since / 3600
-        if hours >= t.threshold("very_long_uptime_hours"):
-            s.add("very_long_uptime", hours=_num(hours))
-        elif hours >= t.threshold("long_uptime_hours"):
-            s.add("long_uptime", hours=_num(hours))
-        elif since < t.threshold("first_batch_seconds") and gpu_signal:
-            m = incident.metrics
-            if m.prompt_tokens_max is None and m.kv_cache_usage is None:
-                s.add("first_batch", since=_num(since))
+    if incident.seconds_since_ready is not None:
+        return incident.seconds_since_ready
+    return incident.uptime_seconds if incident.ever_ready else None
+
+
+def _timing_verdict(
+    t: Tables, incident: Incident, f: _Facts, runtime: bool, host: bool, gpu: bool, growing: bool
+) -> _Verdict | None:
+    """The field guide's timing table, read from the incident: which moment the crash came at, if known.
+
+    Only moments the incident actually shows count: a crash before Ready with no sign of the phase
+    (loading or after it) matches no row, because both "model too big" and "batch settings" fit it.
+    """
+    row_id: str | None = None
+    detail = ""
+    since = _since_ready(incident)
+    m, config = incident.metrics, incident.config
+    if host and not gpu:
+        row_id = "host_kill"
+    elif gpu and not runtime:
+        after_load = f.weights_loaded or f.profiling or f.graph_capture or f.sampler_warmup
+        if incident.phase == "loading" or (f.load_phase and not f.weights_loaded) or f.load_failed:
+            row_id = "at_load"
+        elif (incident.phase == "starting" or after_load) and f.gpu_oom:
+            # A refusal (no cache blocks, max_len vs KV) is not an out-of-memory during a batch.
+            row_id = "after_load"
+    elif gpu and runtime:
+        long_prompt = (
+            m.prompt_tokens_max is not None
+            and bool(config.max_model_len)
+            and m.prompt_tokens_max >= t.threshold("prompts_long") * (config.max_model_len or 1)
+        )
+        kv_full = m.kv_cache_usage is not None and m.kv_cache_usage >= t.threshold("kv_high")
+        climbing = (
+            m.gpu_memory_growth_gib_per_hour is not None
+            and m.gpu_memory_growth_gib_per_hour >= t.threshold("memory_climbing_gib_per_hour")
+        )
+        if long_prompt or growing or kv_full:
+            row_id = "long_requests"
+        elif since is not None and since < t.timing_threshold("first_batch_seconds"):
+            row_id, detail = "first_batch", f" ({_num(since)} s after Ready)"
+        elif since is not None and since / 3600 >= t.timing_threshold("long_uptime_hours"):
+            hours = _num(since / 3600)
+            row_id = "hours_memory_climbing" if climbing else "long_uptime"
+            detail = f" ({hours} h after Ready)"
+    if row_id is None:
+        return None
+    row = t.timing[row_id]
+    sentence = (
+        f"Timing{detail}: {row.when} The field guide's timing table points to {row.oom_class.value} "
+        f"(confidence {row.confidence:.2f} on timing alone)."
+    )
+    return _Verdict(row=row, confidence=row.confidence, sentence=sentence)
 
 
 def _score_metrics(s: _Score, incident: Incident, runtime: bool, growing: tuple[bool, str]) -> None:
@@ -258,6 +311,8 @@ def _score_allocator(s: _Score, fig: AllocatorFigures | None, incident: Incident
             s.add("reserved_large", **values)
         elif ratio >= t.threshold("reserved_covers_ratio"):
             s.add("reserved_covers", **values)
+        elif fig.free_gib is not None and fig.requested_gib > fig.free_gib:
+            s.add("allocator_exhausted", free=_num(fig.free_gib), **values)
     outside = fig.outside_gib
     if outside is not None and fig.total_gib:
         big = max(t.threshold("external_memory_gib"), t.threshold("external_memory_fraction") * fig.total_gib)
@@ -281,26 +336,73 @@ def _score_config(s: _Score, incident: Incident, host: bool) -> None:
             )
 
 
-def _decide(s: _Score) -> tuple[OomClass, float, list[str]]:
+def _unknown(s: _Score, confidence: float, note: str) -> tuple[OomClass, float, list[str]]:
+    low = round(min(s.t.threshold("unknown_max_confidence"), max(0.0, confidence)), 2)
+    return OomClass.UNKNOWN, low, [note]
+
+
+def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[str]]:
+    """Rule order: strong text evidence; else the timing table; ``unknown`` when they disagree.
+
+    The text's evidence (with plan, config, metrics and allocator figures) decides when it is strong and
+    clearly ahead. When it is thin, the timing row decides at its stated confidence, raised by whatever
+    the evidence adds for the same class and lowered by what it adds for others. ``unknown`` only when
+    text and timing point to different classes with comparable strength, when the evidence rules the
+    timing's class out, or when neither says anything.
+    """
     t = s.t
     ranked = sorted(CAUSES, key=lambda c: -min(1.0, s.scores[c]))
     top, second = ranked[0], ranked[1]
     s1 = min(1.0, s.scores[top])
     s2 = max(0.0, min(1.0, s.scores[second]))
-    confidence = max(0.0, min(t.threshold("max_confidence"), s1 - 0.5 * s2))
-    notes: list[str] = []
-    # Two strong, close candidates: the incident holds contradicting evidence, so do not pick one.
-    split = s2 >= t.threshold("decide_min_score") and s1 - s2 < t.threshold("split_margin")
-    if split or s1 < t.threshold("decide_min_score") or confidence < t.threshold("decide_min_confidence"):
-        low = round(min(t.threshold("unknown_max_confidence"), max(0.0, confidence)), 2)
+    cap = t.threshold("max_confidence")
+    text_conf = max(0.0, min(cap, s1 - 0.5 * s2))
+    margin = t.timing_threshold("comparable_margin")
+    # Two strong, close candidates: the text holds contradicting evidence, so do not pick one.
+    if s2 >= t.threshold("decide_min_score") and s1 - s2 < t.threshold("split_margin"):
+        note = f"The evidence is split between {top.value} and {second.value}; it does not decide."
+        return _unknown(s, text_conf, note)
+    text_decides = s1 >= t.threshold("decide_min_score") and text_conf >= t.threshold("decide_min_confidence")
+    if timing is None:
+        if text_decides:
+            return top, round(text_conf, 2), []
         if s1 <= 0:
-            notes.append("None of the evidence points to a cause.")
-        elif s2 > 0 and s1 - s2 < t.threshold("split_margin"):
-            notes.append(f"The evidence is split between {top.value} and {second.value}; it does not decide.")
-        else:
-            notes.append(f"The evidence is too thin to decide (best guess: {top.value}).")
-        return OomClass.UNKNOWN, low, notes
-    return top, round(confidence, 2), notes
+            return _unknown(
+                s, text_conf, "None of the evidence points to a cause, and the timing does not say."
+            )
+        return _unknown(
+            s,
+            text_conf,
+            f"The evidence is too thin to decide (best guess: {top.value}) and the timing does not say.",
+        )
+    cls = timing.row.oom_class
+    if text_decides:
+        if cls is top:
+            return top, round(min(cap, max(text_conf, timing.confidence)), 2), []
+        if timing.confidence >= text_conf - margin:
+            note = (
+                f"The text points to {top.value} ({text_conf:.2f}) but the timing to {cls.value} "
+                f"({timing.confidence:.2f}): they disagree with comparable strength."
+            )
+            return _unknown(s, min(text_conf, timing.confidence), note)
+        return top, round(text_conf, 2), [f"The text outweighs the timing, which points to {cls.value}."]
+    own = min(1.0, s.scores[cls])
+    against = max(0.0, max(min(1.0, s.scores[c]) for c in CAUSES if c is not cls))
+    if own <= t.timing_threshold("ruled_out_score"):
+        note = f"The timing points to {cls.value} but the evidence rules it out ({own:.2f})."
+        return _unknown(s, timing.confidence + own, note)
+    if against > 0 and against >= timing.confidence - margin:
+        leaning = max((c for c in CAUSES if c is not cls), key=lambda c: s.scores[c])
+        note = (
+            f"The timing points to {cls.value} ({timing.confidence:.2f}) but the text leans to "
+            f"{leaning.value} ({against:.2f}): they disagree with comparable strength."
+        )
+        return _unknown(s, min(timing.confidence, against), note)
+    share = t.timing_threshold("text_support_share")
+    confidence = timing.confidence + share * max(0.0, own) - share * against
+    if confidence < t.threshold("decide_min_confidence"):
+        return _unknown(s, confidence, f"The timing points to {cls.value}, too weakly to decide.")
+    return cls, round(min(cap, confidence), 2), ["The message alone does not decide; the timing does."]
 
 
 def classify(incident: Incident) -> Diagnosis:
@@ -311,7 +413,7 @@ def classify(incident: Incident) -> Diagnosis:
     figures = parse_oom_text(text)
     s = _Score(t)
 
-    runtime = bool(incident.ever_ready) or facts.serving
+    runtime = bool(incident.ever_ready) or facts.serving or incident.phase == "serving"
     before_load_done = (facts.load_phase and not facts.weights_loaded) or facts.load_failed
     gpu_signal = (
         facts.gpu_oom
@@ -344,8 +446,15 @@ def classify(incident: Incident) -> Diagnosis:
     _score_allocator(s, figures, incident, runtime)
     _score_config(s, incident, host_signal)
 
-    oom_class, confidence, notes = _decide(s)
-    evidence = [e for e in s.evidence if e] + notes
+    host_only = bool(reason == "oomkilled" or facts.ray_oom or facts.host_alloc)
+    timing = _timing_verdict(t, incident, facts, runtime, host_only, gpu_signal, growing[0])
+    oom_class, confidence, notes = _decide(s, timing)
+    evidence = [e for e in s.evidence if e]
+    fired = list(s.fired)
+    if timing is not None:
+        evidence.append(timing.sentence)
+        fired.append(timing.row.id)
+    evidence += notes
 
     caller_side = growing[0] and runtime and gpu_signal
     caller_note = None
@@ -374,5 +483,5 @@ def classify(incident: Incident) -> Diagnosis:
         kv_capacity_tokens=kv_capacity,
         logged_max_model_len=facts.max_len,
         warmup_requests=facts.warmup,
-        signals=tuple(s.fired),
+        signals=tuple(fired),
     )

@@ -90,6 +90,10 @@ class Incident:
     ever_ready: bool | None = None
     uptime_seconds: float | None = None
     seconds_since_ready: float | None = None
+    #: The moment of the pod's life the crash came at, when the operator knows it from the full log or
+    #: the probes: ``loading`` (weights loading), ``starting`` (weights loaded, not yet Ready: profiling,
+    #: KV cache, CUDA graphs, sampler warm-up) or ``serving``. The message alone often does not say.
+    phase: str | None = None
     engine_version: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
     config: Config = field(default_factory=Config)

@@ -1,23 +1,25 @@
 """INCIDENT.json at the boundary: pydantic checks it once and names the field at fault.
 
 Unknown keys are refused (a typo such as ``kv_cache_usag`` would otherwise silently drop evidence),
-except the annotation keys the test corpus carries (``source``, ``expected_class``, ``note``).
+except the annotation keys the test corpus carries (``source``, ``expected_class``, ``note``, ``split``,
+``message_origin``, ``timing``, ``resolution``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadline.errors import SpecError
+from loadline.oom._corpus import CORPUS_KEYS
 from loadline.oom._model import Config, Incident, Metrics, Plan
 
 __all__ = ["ANNOTATION_KEYS", "parse_incident"]
 
 #: Keys a corpus file may carry besides the incident; ignored by the classifier.
-ANNOTATION_KEYS = frozenset({"source", "expected_class", "note"})
+ANNOTATION_KEYS = CORPUS_KEYS
 
 _FIXES = {
     "kv_cache_usage": "give a fraction between 0 and 1 (0.97, not 97)",
@@ -67,6 +69,7 @@ class _Incident(_Strict):
     ever_ready: bool | None = None
     uptime_seconds: float | None = Field(default=None, ge=0.0)
     seconds_since_ready: float | None = Field(default=None, ge=0.0)
+    phase: Literal["loading", "starting", "serving"] | None = None
     engine_version: str | None = None
     metrics: _Metrics = Field(default_factory=_Metrics)
     config: _Config = Field(default_factory=_Config)
@@ -111,6 +114,7 @@ def parse_incident(data: Mapping[str, Any]) -> Incident:
         ever_ready=model.ever_ready,
         uptime_seconds=model.uptime_seconds,
         seconds_since_ready=model.seconds_since_ready,
+        phase=model.phase,
         engine_version=model.engine_version,
         metrics=Metrics(
             prompt_tokens_max=m.prompt_tokens_max,

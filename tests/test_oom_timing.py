@@ -1,0 +1,154 @@
+"""The field guide's timing table decides when the message is thin, and only disagreement gives ``unknown``.
+
+The thin messages are real ones cut short, as a truncated termination message is; the timing is what the
+operator knows (phase, time since Ready, metrics). Each rule users rely on is checked, and each has a
+case where it must *not* decide, so none of these can pass by always answering the same class.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadline.oom import Incident, OomClass, classify, parse_incident
+from loadline.oom._signals import tables
+
+THIN = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocat"
+SAMPLER = (
+    "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. Please "
+    "try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine."
+)
+
+
+def make(**fields: Any) -> Incident:
+    data: dict[str, Any] = {"reason": "Error", "exit_code": 1, "message": THIN}
+    data.update(fields)
+    return parse_incident(data)
+
+
+def test_thin_message_at_load_is_model_too_big() -> None:
+    d = classify(make(ever_ready=False, phase="loading"))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert "at_load" in d.signals
+    assert d.confidence == tables().timing["at_load"].confidence
+    assert any("timing does" in e for e in d.evidence)
+
+
+def test_thin_message_before_ready_without_a_phase_decides_nothing() -> None:
+    d = classify(make(ever_ready=False))
+    assert d.oom_class is OomClass.UNKNOWN
+
+
+def test_thin_message_after_load_is_batch_settings() -> None:
+    d = classify(make(ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert "after_load" in d.signals
+
+
+def test_a_refusal_after_load_is_not_a_batch_oom() -> None:
+    # "No available memory for the cache blocks" asks for *more* budget; lowering batch settings is wrong.
+    d = classify(
+        make(
+            message="ValueError: No available memory for the cache blocks.",
+            ever_ready=False,
+            phase="starting",
+        )
+    )
+    assert d.oom_class is not OomClass.BATCH_MISCONFIGURATION
+
+
+def test_first_batch_after_ready_is_batch_settings_but_not_later() -> None:
+    first = classify(make(ever_ready=True, seconds_since_ready=60))
+    later = classify(make(ever_ready=True, seconds_since_ready=2 * 3600))
+    assert first.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert later.oom_class is OomClass.UNKNOWN
+
+
+def test_long_requests_only_is_kv_cache() -> None:
+    d = classify(
+        make(
+            ever_ready=True,
+            seconds_since_ready=3 * 3600,
+            config={"max_model_len": 32768},
+            metrics={"prompt_tokens_max": 26000},
+        )
+    )
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert "long_requests" in d.signals
+
+
+def test_hours_with_memory_climbing_is_fragmentation() -> None:
+    climbing = classify(
+        make(ever_ready=True, seconds_since_ready=30 * 3600, metrics={"gpu_memory_growth_gib_per_hour": 0.3})
+    )
+    flat = classify(
+        make(ever_ready=True, seconds_since_ready=30 * 3600, metrics={"gpu_memory_growth_gib_per_hour": 0.0})
+    )
+    assert climbing.oom_class is OomClass.FRAGMENTATION
+    assert "hours_memory_climbing" in climbing.signals
+    assert climbing.confidence > flat.confidence
+
+
+def test_host_kill_is_host_memory() -> None:
+    d = classify(make(reason="OOMKilled", exit_code=137, message="", ever_ready=True, seconds_since_ready=60))
+    assert d.oom_class is OomClass.HOST_MEMORY
+    assert "host_kill" in d.signals
+
+
+def test_strong_text_wins_over_weaker_timing() -> None:
+    # The sampler warm-up message is strong; the phase agrees, and the text's confidence stands.
+    d = classify(make(message=SAMPLER, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert d.confidence >= 0.85
+
+
+def test_text_and_timing_of_comparable_strength_disagreeing_is_unknown() -> None:
+    # Allocator figures say fragmentation (memory there but in pieces); the first minute after Ready says
+    # batch settings. Comparable strength, different classes: do not pick one.
+    fragmented = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 960.00 MiB. GPU 0 has a total capacity "
+        "of 79.14 GiB of which 712.75 MiB is free. Process 854401 has 78.43 GiB memory in use. Of the allocated "
+        "memory 74.06 GiB is allocated by PyTorch, with 159.88 MiB allocated in private pools (e.g., CUDA "
+        "Graphs), and 2.22 GiB is reserved by PyTorch but unallocated."
+    )
+    alone = classify(make(message=fragmented, ever_ready=True))
+    early = classify(make(message=fragmented, ever_ready=True, seconds_since_ready=60))
+    assert alone.oom_class is OomClass.FRAGMENTATION
+    assert early.oom_class is OomClass.UNKNOWN
+    assert early.confidence <= 0.3
+    assert any("disagree" in e for e in early.evidence)
+
+
+def test_timing_ruled_out_by_the_plan_is_unknown() -> None:
+    # At load, but the weights take 30 % of the GPU: the plan rules out "model too big".
+    d = classify(make(ever_ready=False, phase="loading", plan={"weights_gib": 24, "gpu_memory_gib": 80}))
+    assert d.oom_class is OomClass.UNKNOWN
+    assert any("rules it out" in e for e in d.evidence)
+
+
+def test_allocator_with_memory_used_up_weighs_against_fragmentation() -> None:
+    exhausted = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+        "79.14 GiB of which 300.00 MiB is free. Including non-PyTorch memory, this process has 78.80 GiB memory "
+        "in use. Of the allocated memory 78.00 GiB is allocated by PyTorch, and 100.00 MiB is reserved by "
+        "PyTorch but unallocated."
+    )
+    # 30 h without a memory trend points weakly to fragmentation; figures showing the memory used up
+    # (not in pieces) take that away.
+    plain = classify(make(ever_ready=True, seconds_since_ready=30 * 3600))
+    d = classify(make(message=exhausted, ever_ready=True, seconds_since_ready=30 * 3600))
+    assert plain.oom_class is OomClass.FRAGMENTATION
+    assert "allocator_exhausted" in d.signals
+    assert d.oom_class is OomClass.UNKNOWN
+
+
+def test_every_timing_row_names_a_cause_and_is_reachable() -> None:
+    import re
+    from pathlib import Path
+
+    import loadline.oom._classify as module
+
+    source = Path(module.__file__).read_text(encoding="utf-8")
+    assigned = set(re.findall(r'row_id(?:, detail)? = "(\w+)"', source))
+    assigned |= set(re.findall(r'"(hours_memory_climbing)" if climbing else "(long_uptime)"', source)[0])
+    assert assigned == set(tables().timing)
+    assert all(row.oom_class is not OomClass.UNKNOWN for row in tables().timing.values())
