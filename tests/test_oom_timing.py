@@ -152,3 +152,23 @@ def test_every_timing_row_names_a_cause_and_is_reachable() -> None:
     assigned |= set(re.findall(r'"(hours_memory_climbing)" if climbing else "(long_uptime)"', source)[0])
     assert assigned == set(tables().timing)
     assert all(row.oom_class is not OomClass.UNKNOWN for row in tables().timing.values())
+
+
+FRAGMENTED = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of "
+    "22.05 GiB of which 0.41 GiB is free. Including non-PyTorch memory, this process has 21.63 GiB memory in use. "
+    "Of the allocated memory 14.20 GiB is allocated by PyTorch, and 6.90 GiB is reserved by PyTorch but "
+    "unallocated."
+)
+
+
+def test_days_of_serving_with_memory_in_pieces_is_fragmentation_above_the_auto_threshold() -> None:
+    """loadline always renders expandable segments, which counts against fragmentation: the restart of a
+    pod that served for days and had the memory in pieces must still clear the default minimum
+    confidence for automatic remediation (0.6), while the same crash after 8 h of serving does not."""
+    config = {"expandable_segments": True, "max_model_len": 8192}
+    days = classify(make(message=FRAGMENTED, ever_ready=True, seconds_since_ready=72 * 3600, config=config))
+    assert days.oom_class is OomClass.FRAGMENTATION and days.confidence >= 0.6
+    assert "days_of_serving" in days.signals and "24 h" in " ".join(days.evidence)
+    hours = classify(make(message=FRAGMENTED, ever_ready=True, seconds_since_ready=8 * 3600, config=config))
+    assert hours.oom_class is OomClass.FRAGMENTATION and hours.confidence < days.confidence

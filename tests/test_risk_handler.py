@@ -115,3 +115,17 @@ def test_the_estimate_runs_once_per_interval_per_model() -> None:
     assert not _risk.risk_due(memo, settings, 1200.0)
     assert _risk.risk_due(memo, settings, 1300.0)
     assert not _risk.risk_due({}, OperatorSettings(risk_interval_seconds=0), 1000.0)
+
+
+def test_prompts_growing_toward_the_kv_cache_predict_the_crash(
+    prometheus: FakePrometheus, events: list[tuple[str, str]]
+) -> None:
+    """The longest prompt of each 5 minutes climbs 3,000 tokens an hour toward the 34,112 the KV cache
+    holds: the prompts are the deciding signal, read with histogram_quantile(1, ...)."""
+    prompts = [(t, 20000.0 + 3000.0 * (t - NOW) / 3600 + 9000) for t, _ in rising(0.0, 0.0)]
+    prometheus.answer = lambda q: matrix(prompts) if q.startswith("histogram_quantile(1,") else empty(q)
+    patch, estimate = assess(prometheus, body())
+    assert patch.status["oomRisk"]["signal"] == "prompt_tokens", patch.status["oomRisk"]
+    hours = (estimate.predicted_at.timestamp() - NOW) / 3600
+    assert 1.0 < hours < 2.5, hours  # (34112 - 29000) / 3000 ≈ 1.7 h
+    assert any("vllm:request_prompt_tokens_bucket" in q for q in prometheus.queries)

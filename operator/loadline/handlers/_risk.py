@@ -1,8 +1,8 @@
 """OOM risk before the crash: the measuring timer's second, slower job.
 
 Every ``LOADLINE_RISK_INTERVAL_SECONDS`` (and only for models the measuring timer already reads) it
-asks Prometheus for the last hours of the model's GPU memory on its busiest GPU, KV-cache usage and
-preemptions (range queries through prometheus-api-client, each bounded in time), hands them to the
+asks Prometheus for the last hours of the model's GPU memory on its busiest GPU, KV-cache usage,
+preemptions and the longest prompt of each 5 minutes (range queries through prometheus-api-client, each bounded in time), hands them to the
 pure estimator :func:`loadline.risk.estimate_oom_risk`, and writes ``status.oomRisk`` and the
 ``OOMRisk`` condition; an Event when a crash becomes predicted (or no longer is). Nothing is written
 while the verdict and the predicted time hold, so a model at rest costs no writes.
@@ -31,6 +31,7 @@ from loadline.risk import (
 from loadline.traffic import (
     busiest_gpu_memory_query,
     kv_cache_usage_now_query,
+    longest_prompt_query,
     preemptions_counter_query,
     query_range,
 )
@@ -77,6 +78,12 @@ def _sum_per_time(series: Sequence[Sequence[Sample]]) -> list[Sample]:
     return sorted(total.items())
 
 
+def _capped(samples: list[Sample], plan: Mapping[str, Any]) -> list[Sample]:
+    """Prompt lengths at most maxModelLen: a bucket bound above it is an upper bound vLLM never takes."""
+    limit = plan.get("maxModelLen")
+    return [(t, min(v, float(limit))) for t, v in samples] if limit else samples
+
+
 def read_signals(
     settings: OperatorSettings,
     namespace: str,
@@ -106,6 +113,7 @@ def read_signals(
         gpu_memory_total_gib=float(memory) if memory else None,
         kv_cache_usage=_max_per_time(ask(lambda pod: kv_cache_usage_now_query(namespace, pod, engine))),
         preemptions_total=_sum_per_time(ask(lambda pod: preemptions_counter_query(namespace, pod))),
+        prompt_tokens_max=_capped(_max_per_time(ask(lambda pod: longest_prompt_query(namespace, pod))), plan),
         kv_cache_tokens=int(plan["kvCacheTokens"]) if plan.get("kvCacheTokens") else None,
     )
 

@@ -10,8 +10,9 @@ import secrets
 import socket
 from pathlib import Path
 from typing import Self
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loadline.errors import SpecError
@@ -151,6 +152,17 @@ class OperatorSettings(BaseSettings):
     )
     remediation_min_confidence: float = Field(default=0.6, ge=0, le=1, description="Act only above this.")
     remediation_max_memory_gib: float = Field(default=1024, gt=0, description="Cap on raised pod memory.")
+
+    @field_validator("restart_timezone")
+    @classmethod
+    def _iana(cls, value: str) -> str:
+        try:
+            ZoneInfo(value)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ValueError(
+                f"unknown time zone {value!r}: use an IANA name such as UTC or Europe/Berlin"
+            ) from None
+        return value
 
     @model_validator(mode="after")
     def _election_timings(self) -> Self:

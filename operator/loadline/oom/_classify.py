@@ -260,12 +260,17 @@ def _timing_verdict(
         elif since is not None and since / 3600 >= t.timing_threshold("long_uptime_hours"):
             hours = _num(since / 3600)
             row_id = "hours_memory_climbing" if climbing else "long_uptime"
+            if not climbing and since / 3600 >= t.timing_threshold("days_of_serving_hours"):
+                row_id = "days_of_serving"
             detail = f" ({hours} h after Ready)"
     if row_id is None:
         return None
     row = t.timing[row_id]
+    when = row.when
+    for name in ("first_batch_seconds", "long_uptime_hours", "days_of_serving_hours"):
+        when = when.replace(name, _num(t.timing_threshold(name)) + (" s" if name.endswith("seconds") else " h"))
     sentence = (
-        f"Timing{detail}: {row.when} The field guide's timing table points to {row.oom_class.value} "
+        f"Timing{detail}: {when} The field guide's timing table points to {row.oom_class.value} "
         f"(confidence {row.confidence:.2f} on timing alone)."
     )
     return _Verdict(row=row, confidence=row.confidence, sentence=sentence)
@@ -390,6 +395,9 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     against = max(0.0, max(min(1.0, s.scores[c]) for c in CAUSES if c is not cls))
     if own <= t.timing_threshold("ruled_out_score"):
         note = f"The timing points to {cls.value} but the evidence rules it out ({own:.2f})."
+        return _unknown(s, timing.confidence + own, note)
+    if own < 0:
+        note = f"The timing points to {cls.value} but the evidence weighs against it ({own:.2f})."
         return _unknown(s, timing.confidence + own, note)
     if against > 0 and against >= timing.confidence - margin:
         leaning = max((c for c in CAUSES if c is not cls), key=lambda c: s.scores[c])

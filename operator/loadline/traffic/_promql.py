@@ -28,6 +28,7 @@ __all__ = [
     "gpu_memory_used_query",
     "kv_cache_usage_query",
     "label_value",
+    "longest_prompt_query",
     "model_load_query",
     "preemptions_query",
     "prompt_buckets_query",
@@ -204,3 +205,12 @@ def model_load_query(namespace: str, model: str) -> str:
     LeaderWorkerSet leader's ``<model>-<n>``; a model named ``chat`` never matches ``chat-big``'s."""
     pods = f"{re.escape(model)}-([a-z0-9]+-[a-z0-9]{{5}}|[0-9]+)"
     return f"sum({REQUESTS_RUNNING}{{namespace={label_value(namespace)},pod=~{label_value(pods)}}})"
+
+
+def longest_prompt_query(namespace: str, pod: str, window: int = 300) -> str:
+    """The longest prompt the pod received in each ``window`` (a range query: the OOM-risk trend of
+    prompts growing toward the KV cache's size). ``histogram_quantile(1, ...)`` is the upper bound of the
+    highest bucket that gained observations, what :func:`loadline.traffic.top_bucket` reads from an
+    instant answer (any lower quantile would hide one long prompt among many short ones); a window
+    without requests has no value."""
+    return f"histogram_quantile(1, {prompt_buckets_query(namespace, pod, window)})"
