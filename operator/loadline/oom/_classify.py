@@ -268,7 +268,8 @@ def _timing_verdict(
     row = t.timing[row_id]
     when = row.when
     for name in ("first_batch_seconds", "long_uptime_hours", "days_of_serving_hours"):
-        when = when.replace(name, _num(t.timing_threshold(name)) + (" s" if name.endswith("seconds") else " h"))
+        unit = " s" if name.endswith("seconds") else " h"
+        when = when.replace(name, _num(t.timing_threshold(name)) + unit)
     sentence = (
         f"Timing{detail}: {when} The field guide's timing table points to {row.oom_class.value} "
         f"(confidence {row.confidence:.2f} on timing alone)."
