@@ -4,8 +4,9 @@ Every ``LOADLINE_RISK_INTERVAL_SECONDS`` (and only for models the measuring time
 asks Prometheus for the last hours of the model's GPU memory on its busiest GPU, KV-cache usage,
 preemptions and the longest prompt of each 5 minutes (range queries through prometheus-api-client,
 each bounded in time), hands them to the pure estimator :func:`loadline.risk.estimate_oom_risk`, and
-writes ``status.oomRisk`` and the ``OOMRisk`` condition; an Event when a crash becomes predicted (or no longer is). Nothing is written
-while the verdict and the predicted time hold, so a model at rest costs no writes.
+writes ``status.oomRisk`` and the ``OOMRisk`` condition; an Event when a crash becomes predicted (or
+no longer is). Nothing is written while the verdict and the predicted time hold, so a model at rest
+costs no writes.
 """
 
 from __future__ import annotations
