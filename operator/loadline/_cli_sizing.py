@@ -157,6 +157,25 @@ def _plan_table(name: str, plan: Plan) -> str:
         f"  KV cache: {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}",
         f"  download: {s['downloadGiB']} GiB per pod ({plan.download.format} checkpoint)",
     ]
+    shape = s["nodeShape"]
+    if shape is not None:
+        price = "no price" if shape["pricePerHour"] is None else f"${shape['pricePerHour']:.2f}/h"
+        host = (
+            f"{shape['hostMemoryGiB']:g} GiB ({shape['allocatableMemoryGiB']:g} allocatable), "
+            f"{shape['vcpus']:g} vCPU ({shape['allocatableCPU']:g} allocatable)"
+            if shape["hostMemoryGiB"] is not None
+            else "host memory and CPU not in the catalog"
+        )
+        lines.append(
+            f"  node shape: {shape['instancesPerReplica']} × {shape['name']} ({shape['provider']}, "
+            f"{shape['gpusPerNode']} GPUs {shape['interconnect']}, rdma {shape['rdma']}, {host}, {price}); "
+            f"pod asks {shape['podMemoryGiB']} GiB, {shape['podCPU']} CPU"
+        )
+        if shape["why"]:
+            lines.append(f"    why: {shape['why']}")
+    if s["tuning"]:
+        lines.append("  tuning: " + s["tuning"][0])
+        lines.extend(f"    - {note}" for note in s["tuning"][1:])
     if plan.fallback_from:
         lines.append(f"  fallback: {plan.fallback_from} had no free capacity")
     if plan.rejected:

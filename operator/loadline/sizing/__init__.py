@@ -30,6 +30,8 @@ from loadline.sizing._resolve import (
     resolve_model,
     resolve_quantization,
 )
+from loadline.sizing._shapes import NodeShape, PodRequest, node_shapes, pod_request, shapes_for
+from loadline.sizing._tune import Tuned, tune
 
 __all__ = [
     "Architecture",
@@ -39,11 +41,14 @@ __all__ = [
     "EngineSettings",
     "GPUType",
     "MemoryBudget",
+    "NodeShape",
     "ParameterCounts",
     "Plan",
+    "PodRequest",
     "QuantConfig",
     "ResolvedModel",
     "SpecInputs",
+    "Tuned",
     "check_compatibility",
     "check_max_model_len",
     "checkpoint_download",
@@ -57,12 +62,16 @@ __all__ = [
     "free_gpus_by_type",
     "gpu_catalog",
     "model_catalog",
+    "node_shapes",
     "parse_hf_config",
     "parse_version",
     "plan_inference_model",
+    "pod_request",
     "quantization_methods",
     "resolve_dtype",
     "resolve_inputs",
     "resolve_model",
     "resolve_quantization",
+    "shapes_for",
+    "tune",
 ]
