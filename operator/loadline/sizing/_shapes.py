@@ -364,7 +364,8 @@ def choose_shape(
         notes.append(
             f"{idle} of {best.gpus} GPUs per instance stay idle (no {pod.gpus}-GPU {gpu.name} shape)"
         )
-    cheaper = [p for o, p in misfits if o < rank]
+    # Shapes with too few GPUs are not alternatives worth naming; those whose host was too small are.
+    cheaper = [p for o, p in misfits if o < rank and " GPUs < " not in p]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
     return ShapeChoice(best, nodes, "; ".join(notes))
