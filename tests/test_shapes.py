@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -43,9 +44,16 @@ def test_every_shape_names_a_catalog_gpu_and_a_source() -> None:
     raw = json.loads((REPO / "operator/loadline/sizing/data/node_shapes.json").read_text())
     for row in raw["shapes"]:
         assert find_gpu(row["gpu"]).name == row["gpu"]
-        assert row["source"] and "price" in row["source"], row["name"]
+        assert row["source"] and row["price_source"], row["name"]
         if row["provider"] == "onprem":
             assert row["price_per_hour"] is None  # bought, not rented: no invented hourly figure
+        if row["price_verified"]:
+            # A verified price names where it was read and the date that source states.
+            assert row["price_per_hour"] is not None and "https://" in row["price_source"], row["name"]
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["price_as_of"] or ""), row["name"]
+        elif row["price_per_hour"] is not None:
+            assert row["price_source"].startswith("UNVERIFIED"), row["name"]
+            assert row["price_as_of"] is None, row["name"]
     for gpu in gpu_catalog().values():
         assert node_shapes()[gpu.name], gpu.name
 
@@ -178,3 +186,21 @@ def test_plan_text_names_the_shape_and_the_tuning(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "node shape: 1 × g2-standard-8 (gcp" in out and "pod asks 22 GiB, 3 CPU" in out
     assert "tuning: vLLM's defaults serve concurrency 4" in out
+
+
+def test_a_plan_priced_from_an_unverified_figure_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    # GCP's g2 prices have no dated source: the plan's status and its text both say the price is unverified.
+    result = plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["gcp"]}})
+    shape = shape_of(result)
+    assert shape["provider"] == "gcp" and shape["pricePerHour"] is not None
+    assert shape["priceVerified"] is False and shape["priceAsOf"] is None
+    assert "unverified" in shape["why"]
+    from loadline._cli_sizing import _plan_table
+
+    assert "UNVERIFIED price" in _plan_table("chat", result).splitlines()[0]
+
+
+def test_a_plan_priced_from_a_dated_source_names_it() -> None:
+    shape = shape_of(plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["aws"]}}))
+    assert shape["priceVerified"] is True and shape["priceAsOf"] == "2026-09-24"
+    assert "https://" in shape["priceSource"] and "unverified" not in shape["why"]

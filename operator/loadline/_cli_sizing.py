@@ -142,10 +142,16 @@ def _cmd_size(args: argparse.Namespace) -> int:
 def _plan_table(name: str, plan: Plan) -> str:
     s = plan.summary()
     mem = s["memory"]
+    shape = s["nodeShape"]
+    caveat = ""
+    if shape is not None and shape["pricePerHour"] is None:
+        caveat = f" (no price known for {shape['name']})"
+    elif shape is not None and not shape["priceVerified"]:
+        caveat = f" (UNVERIFIED price: no dated source for {shape['name']}'s figure)"
     lines = [
         f"{name}: {plan.model.model_id} → {s['gpu']} × {plan.replicas} replica(s)"
         f" (TP {s['tensorParallelSize']}, PP {s['pipelineParallelSize']}, {s['nodesPerReplica']} node(s)),"
-        f" ${s['pricePerHour']:.2f}/h",
+        f" ${s['pricePerHour']:.2f}/h{caveat}",
         f"  engine: vLLM {s['engineVersion']}, dtype {plan.settings.dtype}, quantization "
         f"{plan.settings.quantization}, kv-cache-dtype {plan.settings.kv_cache_dtype}",
         f"  batching: max-model-len {s['maxModelLen']}, max-num-seqs {s['maxNumSeqs']}, "
@@ -157,9 +163,10 @@ def _plan_table(name: str, plan: Plan) -> str:
         f"  KV cache: {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}",
         f"  download: {s['downloadGiB']} GiB per pod ({plan.download.format} checkpoint)",
     ]
-    shape = s["nodeShape"]
     if shape is not None:
         price = "no price" if shape["pricePerHour"] is None else f"${shape['pricePerHour']:.2f}/h"
+        if shape["pricePerHour"] is not None and not shape["priceVerified"]:
+            price += " UNVERIFIED"
         host = (
             f"{shape['hostMemoryGiB']:g} GiB ({shape['allocatableMemoryGiB']:g} allocatable), "
             f"{shape['vcpus']:g} vCPU ({shape['allocatableCPU']:g} allocatable)"

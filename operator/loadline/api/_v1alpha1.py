@@ -529,6 +529,14 @@ class NodeShapeSummary(_Model):
     price_per_hour: float | None = Field(
         default=None, description="Catalog price of one instance per hour (USD); null when unknown."
     )
+    price_verified: bool = Field(
+        default=False,
+        description="Whether a dated public source states pricePerHour (false: recalled, unverified).",
+    )
+    price_source: str = Field(default="", description="Where pricePerHour comes from (a URL), or why none.")
+    price_as_of: str | None = Field(
+        default=None, description="The date the price's source states (null: no dated source)."
+    )
     instances_per_replica: int = Field(
         description="Instances one replica occupies (whole instances are priced)."
     )

@@ -69,7 +69,7 @@ class Candidate:
         A candidate rejected before a shape was chosen keeps the catalog's per-GPU price, which only
         orders the rejections."""
         if self.shape is not None:
-            return round((self.shape.price_per_hour or 0.0) * self.instances, 4)
+            return round((self.shape.price_per_hour or 0.0) * self.instances, 6)
         return round(self.gpu.price_per_gpu_hour * self.gpus, 4)
 
     @property
@@ -169,6 +169,9 @@ class Plan:
             "vcpus": shape.vcpus if finite else None,
             "allocatableCPU": round(shape.allocatable_cpu, 2) if finite else None,
             "pricePerHour": shape.price_per_hour,
+            "priceVerified": shape.price_verified,
+            "priceSource": shape.price_source,
+            "priceAsOf": shape.price_as_of,
             "instancesPerReplica": c.instances,
             "podMemoryGiB": c.pod.memory_gib,
             "podCPU": c.pod.cpu,

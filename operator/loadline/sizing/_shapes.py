@@ -110,6 +110,14 @@ class NodeShape:
     source: str
     allocatable_memory_gib: float
     allocatable_cpu: float
+    #: Whether a dated public source states the price (``price_source``/``price_as_of`` name it); a
+    #: recalled figure is kept only with this false, and every plan priced from it says so.
+    price_verified: bool = False
+    price_source: str = ""
+    price_as_of: str | None = None
+    #: The Kubernetes ``node.kubernetes.io/instance-type`` value nodes of this shape carry (the name for
+    #: the catalog's cloud shapes; empty for a shape derived from a node whose label is unknown).
+    instance_type: str = ""
 
     @property
     def nvlink(self) -> bool:
@@ -120,8 +128,18 @@ class NodeShape:
         """Whether instances of this shape are joined by an RDMA-class fabric (pipeline parallel across)."""
         return self.rdma != "none"
 
+    @property
+    def unverified_price(self) -> bool:
+        """A price is set but no dated source states it: the plan must say so."""
+        return self.price_per_hour is not None and not self.price_verified
+
+    def price_text(self) -> str:
+        if self.price_per_hour is None:
+            return "no price"
+        return f"${self.price_per_hour:.2f}/h" + ("" if self.price_verified else " unverified")
+
     def describe(self) -> str:
-        price = f"${self.price_per_hour:.2f}/h" if self.price_per_hour is not None else "no price"
+        price = self.price_text()
         return (
             f"{self.name} ({self.provider}, {self.gpus}×{self.gpu} {self.interconnect}, "
             f"{self.memory_gib:g} GiB, {self.vcpus:g} vCPU, {price})"
@@ -165,6 +183,10 @@ def _shape(entry: Any, reserve: Reserve, where: str) -> NodeShape:
             source=str(entry.get("source", "")),
             allocatable_memory_gib=max(memory - reserve.memory_gib(memory), 0.0),
             allocatable_cpu=max(vcpus - reserve.cpu(vcpus), 0.0),
+            price_verified=bool(entry.get("price_verified", False)) and price is not None,
+            price_source=str(entry.get("price_source", "")),
+            price_as_of=None if entry.get("price_as_of") is None else str(entry["price_as_of"]),
+            instance_type=str(entry.get("instance_type", entry["name"])),
         )
     except KeyError as exc:
         raise SpecError(f"{where}.{exc.args[0]}", "is missing", "compare with node_shapes.json") from None
@@ -252,6 +274,7 @@ def shapes_for(gpu: GPUType) -> tuple[NodeShape, ...]:
             source="generic: the GPU catalog entry has no node shapes; host memory and CPU not checked",
             allocatable_memory_gib=math.inf,
             allocatable_cpu=math.inf,
+            price_source="the GPU catalog's per-GPU price × GPUs (no instance price known)",
         )
         for count in sorted(gpu.gpus_per_node)
     )
@@ -300,7 +323,7 @@ class ShapeChoice:
     def price_per_hour(self) -> float | None:
         if self.shape is None or self.shape.price_per_hour is None:
             return None
-        return round(self.shape.price_per_hour * self.instances, 4)
+        return round(self.shape.price_per_hour * self.instances, 6)
 
 
 def _misfit(shape: NodeShape, pod: PodRequest) -> str:
@@ -368,4 +391,8 @@ def choose_shape(
     cheaper = [p for o, p in misfits if o < rank and " GPUs < " not in p]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
+    if best.unverified_price:
+        notes.append(f"priced from an unverified figure ({best.price_text()}): {best.price_source}")
+    elif best.price_per_hour is None:
+        notes.append(f"no price ({best.price_source or 'none in the catalog'}); ranked after priced shapes")
     return ShapeChoice(best, nodes, "; ".join(notes))
