@@ -5,7 +5,7 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
-from loadline.sizing._capacity import free_gpus_by_type
+from loadline.sizing._capacity import cluster_shapes, free_gpus_by_type
 from loadline.sizing._compat import check_compatibility, compat_table
 from loadline.sizing._data import (
     CatalogModel,
@@ -30,7 +30,14 @@ from loadline.sizing._resolve import (
     resolve_model,
     resolve_quantization,
 )
-from loadline.sizing._shapes import NodeShape, PodRequest, node_shapes, pod_request, shapes_for
+from loadline.sizing._shapes import (
+    ClusterShapes,
+    NodeShape,
+    PodRequest,
+    node_shapes,
+    pod_request,
+    shapes_for,
+)
 from loadline.sizing._tune import Tuned, tune
 
 __all__ = [
@@ -38,6 +45,7 @@ __all__ = [
     "Candidate",
     "CatalogModel",
     "CheckpointDownload",
+    "ClusterShapes",
     "EngineSettings",
     "GPUType",
     "MemoryBudget",
@@ -52,6 +60,7 @@ __all__ = [
     "check_compatibility",
     "check_max_model_len",
     "checkpoint_download",
+    "cluster_shapes",
     "compat_table",
     "compute_budget",
     "count_parameters",

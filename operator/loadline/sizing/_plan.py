@@ -30,7 +30,14 @@ from loadline.sizing._data import (
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._resolve import ResolvedModel, SpecInputs, resolve_inputs, resolve_model
-from loadline.sizing._shapes import NodeShape, PodRequest, allowed_shapes, choose_shape, pod_request
+from loadline.sizing._shapes import (
+    ClusterShapes,
+    NodeShape,
+    PodRequest,
+    allowed_shapes,
+    choose_shape,
+    pod_request,
+)
 from loadline.sizing._tune import tune
 
 _TP_SIZES = (1, 2, 4, 8)
@@ -206,9 +213,9 @@ def _tp_options(arch_heads: int, kv_heads: int, node_gpus: int) -> list[int]:
     return options
 
 
-def _node_gpus(gpu: GPUType, providers: Sequence[str]) -> tuple[int, bool]:
+def _node_gpus(gpu: GPUType, inputs: SpecInputs) -> tuple[int, bool]:
     """GPUs of the largest allowed shape of ``gpu``, and whether any allowed shape has an RDMA fabric."""
-    allowed = allowed_shapes(gpu, providers)
+    allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
     if not allowed:
         return gpu.max_gpus_per_node, gpu.multi_node
     return max(s.gpus for s in allowed), any(s.fabric for s in allowed)
@@ -278,7 +285,7 @@ def _evaluate(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) ->
         memory_override_gib=inputs.memory_gib_override,
         cpu_override=inputs.cpu_override,
     )
-    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers)
+    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
     return Candidate(
         gpu,
         tp,
@@ -333,7 +340,7 @@ def plan_candidates(
         if problem:
             out.append(Candidate(gpu, 1, 1, 1, None, None, problem))
             continue
-        node, fabric = _node_gpus(gpu, inputs.providers)
+        node, fabric = _node_gpus(gpu, inputs)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts(
             gpu, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, max_gpus, spans_nodes, node
@@ -371,13 +378,18 @@ def plan_inference_model(
     free_gpus: Mapping[str, Sequence[int]] | None = None,
     min_gpus: int = 1,
     min_gpu_memory_gib: float = 0.0,
+    cluster_shapes: ClusterShapes | None = None,
 ) -> Plan:
-    """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node) makes it capacity aware.
+    """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node) makes it capacity aware;
+    ``cluster_shapes`` (the cluster's GPU nodes as shapes, :func:`loadline.sizing.cluster_shapes`)
+    restricts the node shapes to those the cluster has (see :func:`allowed_shapes`).
 
     Raises :class:`NoFeasiblePlanError` with one line per rejected candidate when nothing fits.
     """
     model = resolve_model(spec, config_map_config, hub_config)
     inputs = resolve_inputs(spec, model)
+    if cluster_shapes is not None:
+        inputs = dataclasses.replace(inputs, cluster=cluster_shapes)
     names = list(spec.gpu.types) or list(gpu_catalog())
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
     candidates = plan_candidates(

@@ -16,6 +16,7 @@ from loadline.sizing._arch import Architecture, parse_hf_config
 from loadline.sizing._budget import EngineSettings, resolve_dtype
 from loadline.sizing._compat import check_compatibility
 from loadline.sizing._data import GPUType, engine_version, find_catalog_model, quantization_methods
+from loadline.sizing._shapes import ClusterShapes
 
 # Names a checkpoint's quantization_config uses, mapped to the vLLM method that loads it on NVIDIA GPUs.
 _CHECKPOINT_METHODS = {
@@ -149,6 +150,8 @@ class SpecInputs:
     memory_gib_override: float | None = None
     cpu_override: int | None = None
     kv_offload_gib: float = 0.0
+    #: The node shapes the cluster has (the operator's view of its GPU nodes); None: not known.
+    cluster: ClusterShapes | None = None
 
 
 def _env_flag(spec: InferenceModelSpec, name: str) -> bool | None:

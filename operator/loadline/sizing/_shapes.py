@@ -44,7 +44,8 @@ from loadline.sizing._data import GPU_CATALOG_ENV, GPUType, read_json, read_user
 
 GIB = 1024**3
 parse_quantity: Callable[[object], Decimal] = _untyped_parse_quantity  # the client ships no types
-#: Providers a shape may name; ``spec.gpu.providers`` restricts the planner to some of them.
+#: Providers a shape may name; ``spec.gpu.providers`` restricts the planner to some of them. A shape
+#: derived from a cluster node of an instance type the catalog does not know has provider "cluster".
 PROVIDERS = ("aws", "gcp", "azure", "onprem")
 #: Tensor parallelism above this all-reduces every layer across more GPUs than a PCIe switch pair serves
 #: well, so shapes with NVLink are preferred for it (vLLM's custom all-reduce needs NVLink beyond 2 GPUs).
@@ -127,6 +128,11 @@ class NodeShape:
     def fabric(self) -> bool:
         """Whether instances of this shape are joined by an RDMA-class fabric (pipeline parallel across)."""
         return self.rdma != "none"
+
+    @property
+    def instance_type_known(self) -> bool:
+        """A catalog shape (a provider and a price basis), not one derived from a node."""
+        return self.provider in PROVIDERS
 
     @property
     def unverified_price(self) -> bool:
@@ -240,17 +246,132 @@ def _node_shapes(user_file: str) -> dict[str, tuple[NodeShape, ...]]:
     }
 
 
-def allowed_shapes(gpu: GPUType, providers: Sequence[str] = ()) -> tuple[NodeShape, ...]:
-    """``shapes_for(gpu)`` within ``providers`` (empty: all), memoised: the planner asks per layout."""
-    key = (gpu.name, tuple(providers), os.environ.get(GPU_CATALOG_ENV, ""))
+@dataclass(frozen=True)
+class ClusterShapes:
+    """The node shapes a cluster actually has, from its GPU nodes (see
+    :func:`loadline.sizing.cluster_shapes`): per GPU type the shapes of its nodes, and the providers
+    those shapes tell. Hashable, so plans memoised per input stay correct when the cluster changes."""
+
+    by_gpu: tuple[tuple[str, tuple[NodeShape, ...]], ...] = ()
+    providers: tuple[str, ...] = ()
+
+    def shapes(self, gpu_name: str) -> tuple[NodeShape, ...] | None:
+        for name, shapes in self.by_gpu:
+            if name == gpu_name:
+                return shapes
+        return None
+
+
+def allowed_shapes(
+    gpu: GPUType, providers: Sequence[str] = (), cluster: ClusterShapes | None = None
+) -> tuple[NodeShape, ...]:
+    """The shapes a plan on ``gpu`` may assume, memoised (the planner asks per layout).
+
+    Without ``cluster``: ``shapes_for(gpu)`` within ``providers`` (empty: all). With it (the operator
+    knows the cluster's GPU nodes): a GPU type the cluster has nodes of gets only those nodes' shapes (a
+    catalog shape when its instance type is known, else one derived from the node itself); a type it
+    has none of gets the catalog's shapes from the providers the cluster's nodes are on, so an AWS
+    cluster is never planned on a GCP machine. ``providers`` still restricts catalog shapes."""
+    key = (gpu.name, tuple(providers), os.environ.get(GPU_CATALOG_ENV, ""), cluster)
     found = _ALLOWED.get(key)
     if found is None or found[0] is not gpu:
-        shapes = tuple(s for s in shapes_for(gpu) if not providers or s.provider in providers)
+        shapes = _allowed(gpu, tuple(providers), cluster)
         found = _ALLOWED[key] = (gpu, shapes)
     return found[1]
 
 
-_ALLOWED: dict[tuple[str, tuple[str, ...], str], tuple[GPUType, tuple[NodeShape, ...]]] = {}
+def _allowed(
+    gpu: GPUType, providers: tuple[str, ...], cluster: ClusterShapes | None
+) -> tuple[NodeShape, ...]:
+    in_cluster = cluster.shapes(gpu.name) if cluster is not None else None
+    if in_cluster is not None:
+        return tuple(
+            s for s in in_cluster if not providers or not s.instance_type_known or s.provider in providers
+        )
+    wanted = providers or (cluster.providers if cluster is not None else ())
+    if providers and cluster is not None and cluster.providers:
+        wanted = tuple(p for p in providers if p in cluster.providers) or providers
+    return tuple(s for s in shapes_for(gpu) if not wanted or s.provider in wanted)
+
+
+_ALLOWED: dict[
+    tuple[str, tuple[str, ...], str, ClusterShapes | None], tuple[GPUType, tuple[NodeShape, ...]]
+] = {}
+
+
+def _by_price(shapes: Sequence[NodeShape]) -> tuple[NodeShape, ...]:
+    return tuple(sorted(shapes, key=lambda s: (s.price_per_hour is None, s.price_per_hour or 0.0, s.gpus)))
+
+
+def node_as_shape(
+    gpu: GPUType, node_name: str, instance_type: str, gpus: int, memory_gib: float, cpu: float
+) -> NodeShape:
+    """A GPU node whose instance type the catalog does not know, taken as a shape of its own: its
+    allocatable memory and CPU (the kubelet's reserve is already out of them; loadline's allowance for
+    DaemonSets is taken off as for catalog shapes), its GPU count, the GPU catalog's interconnect, no
+    fabric assumed, and the GPU catalog's approximate per-GPU price, marked unverified."""
+    res = reserve()
+    label = instance_type or f"node {node_name}"
+    return NodeShape(
+        name=f"{label} ({gpus}×{gpu.name}, {memory_gib:.0f} GiB, {cpu:g} CPU)",
+        provider="cluster",
+        gpu=gpu.name,
+        gpus=gpus,
+        memory_gib=memory_gib,
+        vcpus=cpu,
+        price_per_hour=round(gpu.price_per_gpu_hour * gpus, 4) if gpu.price_per_gpu_hour else None,
+        interconnect=gpu.interconnect,
+        rdma="none",
+        source=f"the cluster's node {node_name}: allocatable memory and CPU, {gpus} GPUs "
+        f"(instance type {instance_type or 'unlabelled'} is not in the catalog)",
+        allocatable_memory_gib=max(memory_gib - res.system_pods_memory_gib, 0.0),
+        allocatable_cpu=max(cpu - res.system_pods_cpu, 0.0),
+        price_source=f"UNVERIFIED: the GPU catalog's approximate per-GPU price × {gpus} "
+        f"(no price for {instance_type or 'an unlabelled node'})",
+        instance_type=instance_type,
+    )
+
+
+def build_cluster_shapes(
+    nodes: Sequence[tuple[GPUType, str, str, int, float | None, float | None]],
+) -> ClusterShapes | None:
+    """``ClusterShapes`` from (GPU type, node name, instance-type label, GPUs, allocatable memory GiB,
+    allocatable CPU) per GPU node; None when there are none (nothing is known, plan from the catalog).
+
+    A node whose label names a catalog shape of its GPU type with its GPU count is that shape; any
+    other node is a shape of its own (:func:`node_as_shape`), one per distinct instance type (or, when
+    unlabelled, per distinct size), keeping the smallest allocatable figures seen so every node of it
+    takes the pod."""
+    if not nodes:
+        return None
+    found: dict[str, dict[tuple[object, ...], NodeShape]] = {}
+    providers: set[str] = set()
+    for gpu, node_name, instance_type, gpus, memory_gib, cpu in nodes:
+        shapes = found.setdefault(gpu.name, {})
+        known = next(
+            (
+                s
+                for s in shapes_for(gpu)
+                if instance_type and s.instance_type == instance_type and s.gpus == gpus
+            ),
+            None,
+        )
+        if known is not None:
+            shapes[("catalog", known.name)] = known
+            providers.add(known.provider)
+            continue
+        if memory_gib is None or cpu is None or gpus < 1:
+            continue  # nothing to size a pod against; the node still counts for free GPUs
+        key: tuple[object, ...] = (instance_type, gpus) if instance_type else ("", gpus, memory_gib, cpu)
+        previous = shapes.get(key)
+        if previous is not None:
+            memory_gib = min(memory_gib, previous.memory_gib)
+            cpu = min(cpu, previous.vcpus)
+        shapes[key] = node_as_shape(gpu, node_name, instance_type, gpus, memory_gib, cpu)
+    return ClusterShapes(
+        by_gpu=tuple((name, _by_price(list(found[name].values()))) for name in sorted(found) if found[name]),
+        providers=tuple(sorted(providers)),
+    )
 
 
 def shapes_for(gpu: GPUType) -> tuple[NodeShape, ...]:
@@ -348,15 +469,15 @@ def choose_shape(
     tensor_parallel_size: int,
     nodes: int,
     providers: Sequence[str] = (),
+    cluster: ClusterShapes | None = None,
 ) -> ShapeChoice:
     """The cheapest shape of ``gpu`` (within ``providers``; empty: all) that takes the pod, NVLink
     first when tensor parallelism exceeds 2; with ``nodes`` > 1, one whole instance per pod and an RDMA
     fabric between them. Shapes are listed cheapest first, so the first fit is the cheapest."""
-    allowed = allowed_shapes(gpu, providers)
+    allowed = allowed_shapes(gpu, providers, cluster)
     if not allowed:
-        return ShapeChoice(
-            None, 0, "", f"no {gpu.name} node shape from {', '.join(providers)} in the catalog"
-        )
+        where = ", ".join(providers or (cluster.providers if cluster is not None else ())) or "any provider"
+        return ShapeChoice(None, 0, "", f"no {gpu.name} node shape from {where} in the catalog")
     want_nvlink = tensor_parallel_size > NVLINK_PREFERRED_ABOVE_TP
     misfits: list[tuple[int, str]] = []
     fits: list[tuple[int, NodeShape]] = []
