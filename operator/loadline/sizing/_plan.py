@@ -14,14 +14,17 @@ were re-planned and work (:func:`refusal_fixes`).
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from typing import Any
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.sizing._budget import EngineSettings, MemoryBudget
 from loadline.sizing._data import (
+    GPU_CATALOG_ENV,
     GPUType,
     find_gpu,
     fp8_kv_min_compute_capability,
@@ -231,7 +234,15 @@ def _layouts(
     node: int | None = None,
 ) -> list[tuple[int, int, int]]:
     """(tp, pp, nodes) layouts in increasing GPU count, the best layout for each count."""
-    node = node or gpu.max_gpus_per_node
+    return list(_layouts_for(node or gpu.max_gpus_per_node, heads, kv_heads, layers, max_gpus, multi_node))
+
+
+@cache
+def _layouts_for(
+    node: int, heads: int, kv_heads: int, layers: int, max_gpus: int, multi_node: bool
+) -> tuple[tuple[int, int, int], ...]:
+    """:func:`_layouts` for a node size: a pure function of a few integers, asked once per plan and GPU
+    type, so memoised."""
     tps = _tp_options(heads, kv_heads, node)
     counts = [n for n in (1, 2, 4, 8) if n <= node]
     if multi_node:
@@ -252,7 +263,7 @@ def _layouts(
         if nodes > 1 and tp * pp != nodes * node:
             continue
         layouts.append((tp, pp, nodes))
-    return layouts
+    return tuple(layouts)
 
 
 def _support_problem(gpu: GPUType, inputs: SpecInputs) -> str:
@@ -273,6 +284,26 @@ def _support_problem(gpu: GPUType, inputs: SpecInputs) -> str:
 
 
 def _evaluate(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) -> Candidate:
+    """:func:`_evaluate_layout`, memoised per (spec inputs, GPU type, layout): a pure function of them
+    (and of the catalogs, read once per process; the user catalog's path is in the key), asked again
+    by every re-plan of an unchanged model and by refusal fixes. GPUType holds a dict, so the key has
+    its name and the entry keeps the object, as :func:`allowed_shapes` does."""
+    key = (inputs, gpu.name, tp, pp, nodes, os.environ.get(GPU_CATALOG_ENV, ""))
+    found = _EVALUATED.get(key)
+    if found is not None and found[0] is gpu:
+        return found[1]
+    if len(_EVALUATED) >= _EVALUATED_MAX:
+        _EVALUATED.clear()
+    candidate = _evaluate_layout(inputs, gpu, tp, pp, nodes)
+    _EVALUATED[key] = (gpu, candidate)
+    return candidate
+
+
+_EVALUATED_MAX = 32768
+_EVALUATED: dict[tuple[SpecInputs, str, int, int, int, str], tuple[GPUType, Candidate]] = {}
+
+
+def _evaluate_layout(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) -> Candidate:
     """Tune the engine for this layout, then find the node shape its pods fit."""
     tuned = tune(inputs, gpu, tp, pp)
     if not tuned.serves:

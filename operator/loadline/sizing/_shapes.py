@@ -275,6 +275,8 @@ def allowed_shapes(
     key = (gpu.name, tuple(providers), os.environ.get(GPU_CATALOG_ENV, ""), cluster)
     found = _ALLOWED.get(key)
     if found is None or found[0] is not gpu:
+        if len(_ALLOWED) > 4096:  # a long-running operator sees many cluster states; keep memory bounded
+            _ALLOWED.clear()
         shapes = _allowed(gpu, tuple(providers), cluster)
         found = _ALLOWED[key] = (gpu, shapes)
     return found[1]
