@@ -4,7 +4,7 @@ Each model is planned alone on each GPU type of the catalog (any provider, up to
 allowed) at ``maxModelLen`` min(8192, the model's window) × concurrency 8, the shape of a small chat
 service; then across all GPU types together, which is the plan loadline would pick. A line per plan:
 
-    GPU  layout  node shape (provider) × instances  $/h per replica  seqs/tokens/util[/eager]  KV sequences
+    GPU  layout  shape (provider) × instances  $/h per replica (?: unverified)  seqs/tokens/util[/eager]  KV
 
 or the refusal's first fix. The last line times it. Run: `make bench`.
 """
@@ -27,6 +27,8 @@ def _line(gpu: str, plan: Plan) -> str:
     shape = c.shape
     where = f"{c.instances}×{shape.name} ({shape.provider})" if shape is not None else "-"
     price = f"${c.price_per_hour:.2f}/h" if c.priced else "no price"
+    if c.shape is not None and c.shape.unverified_price:
+        price += "?"  # no dated source for this figure (node_shapes.json price_verified: false)
     tuned = f"seqs {s.max_num_seqs}/tokens {s.max_num_batched_tokens}/util {s.gpu_memory_utilization}"
     if s.enforce_eager:
         tuned += "/eager"
