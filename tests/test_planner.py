@@ -106,11 +106,12 @@ def test_unknown_gpu_type_is_named() -> None:
 
 
 def test_absent_capacity_falls_back_to_the_next_feasible_type_and_says_so() -> None:
-    free = {"L4": [], "L40S": [4, 4], "H100-80GB": [8]}
+    # Cheapest: one L40S (g6e.xlarge); two L4 need a 2-GPU instance (g2-standard-24), which costs more.
+    free = {"L4": [4], "L40S": [], "H100-80GB": [8]}
     result = plan(free_gpus=free, maxModelLen=8192, concurrency=8, gpu={"types": ["L4", "L40S", "H100-80GB"]})
-    assert result.chosen.gpu.name == "L40S"
-    assert result.fallback_from == "L4"
-    assert result.summary()["fallbackFrom"] == "L4"
+    assert result.chosen.gpu.name == "L4" and result.chosen.gpus == 2
+    assert result.fallback_from == "L40S"
+    assert result.summary()["fallbackFrom"] == "L40S"
 
 
 def test_fallback_refused_when_the_spec_forbids_it() -> None:

@@ -427,10 +427,12 @@ def test_max_replicas() -> None:
 
 
 def test_max_price_per_hour_counts_every_replica() -> None:
-    eff = combine([policy("budget", limits={"maxPricePerHour": 2})])  # one L4 is $0.80/h
+    # One replica is one L4 on a g2-standard-8 at $0.85/h: its pod's 22 GiB host memory does not fit the
+    # 16 GiB one-L4 instances (g2-standard-4, g6.xlarge), so the plan prices the next shape up.
+    eff = combine([policy("budget", limits={"maxPricePerHour": 2})])
     assert evaluate(spec(replicas=2), eff) == []
     [v] = evaluate(spec(replicas=3), eff)
-    assert v.field == "spec.replicas" and "$2.40/h exceeds maxPricePerHour 2" in v.problem
+    assert v.field == "spec.replicas" and "$2.56/h exceeds maxPricePerHour 2" in v.problem
     assert v.fix == "set spec.replicas to 2 or fewer"
     [one] = evaluate(spec(), combine([policy("tiny", limits={"maxPricePerHour": 0.5})]))
     assert one.field == "spec.gpu.types" and "quantize" in one.fix

@@ -14,7 +14,7 @@ from typing import Any
 
 from loadline._cli_input import read_json
 from loadline._cli_policy import Governed, describe_policies, govern, where
-from loadline.api import load_manifests
+from loadline.api import InferenceModel, load_manifests
 from loadline.errors import LoadlineError, SpecError
 from loadline.render import resolve_version, vllm_command
 from loadline.sizing import (
@@ -32,6 +32,7 @@ from loadline.sizing import (
     resolve_quantization,
 )
 from loadline.sizing._arch import Architecture
+from loadline.sizing._shapes import PROVIDERS
 
 _DTYPES = ("auto", "bfloat16", "float16", "float32")
 _KV_DTYPES = ("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2")
@@ -142,10 +143,16 @@ def _cmd_size(args: argparse.Namespace) -> int:
 def _plan_table(name: str, plan: Plan) -> str:
     s = plan.summary()
     mem = s["memory"]
+    shape = s["nodeShape"]
+    caveat = ""
+    if shape is not None and shape["pricePerHour"] is None:
+        caveat = f" (no price known for {shape['name']})"
+    elif shape is not None and not shape["priceVerified"]:
+        caveat = f" (UNVERIFIED price: no dated source for {shape['name']}'s figure)"
     lines = [
         f"{name}: {plan.model.model_id} → {s['gpu']} × {plan.replicas} replica(s)"
         f" (TP {s['tensorParallelSize']}, PP {s['pipelineParallelSize']}, {s['nodesPerReplica']} node(s)),"
-        f" ${s['pricePerHour']:.2f}/h",
+        f" ${s['pricePerHour']:.2f}/h{caveat}",
         f"  engine: vLLM {s['engineVersion']}, dtype {plan.settings.dtype}, quantization "
         f"{plan.settings.quantization}, kv-cache-dtype {plan.settings.kv_cache_dtype}",
         f"  batching: max-model-len {s['maxModelLen']}, max-num-seqs {s['maxNumSeqs']}, "
@@ -156,7 +163,28 @@ def _plan_table(name: str, plan: Plan) -> str:
         f"CUDA graphs {mem['cudaGraphGiB']}, KV cache {mem['kvCacheGiB']} GiB",
         f"  KV cache: {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}",
         f"  download: {s['downloadGiB']} GiB per pod ({plan.download.format} checkpoint)",
+        _provider_line(plan),
     ]
+    if shape is not None:
+        price = "no price" if shape["pricePerHour"] is None else f"${shape['pricePerHour']:.2f}/h"
+        if shape["pricePerHour"] is not None and not shape["priceVerified"]:
+            price += " UNVERIFIED"
+        host = (
+            f"{shape['hostMemoryGiB']:g} GiB ({shape['allocatableMemoryGiB']:g} allocatable), "
+            f"{shape['vcpus']:g} vCPU ({shape['allocatableCPU']:g} allocatable)"
+            if shape["hostMemoryGiB"] is not None
+            else "host memory and CPU not in the catalog"
+        )
+        lines.append(
+            f"  node shape: {shape['instancesPerReplica']} × {shape['name']} ({shape['provider']}, "
+            f"{shape['gpusPerNode']} GPUs {shape['interconnect']}, rdma {shape['rdma']}, {host}, {price}); "
+            f"pod asks {shape['podMemoryGiB']} GiB, {shape['podCPU']} CPU"
+        )
+        if shape["why"]:
+            lines.append(f"    why: {shape['why']}")
+    if s["tuning"]:
+        lines.append("  tuning: " + s["tuning"][0])
+        lines.extend(f"    - {note}" for note in s["tuning"][1:])
     if plan.fallback_from:
         lines.append(f"  fallback: {plan.fallback_from} had no free capacity")
     if plan.rejected:
@@ -182,6 +210,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     if not args.file:
         raise SpecError("FILE", "is required", "pass an InferenceModel YAML file")
     manifests = load_manifests(args.file)
+    if args.provider:
+        manifests.models = [(source, _with_providers(obj, args.provider)) for source, obj in manifests.models]
     if not manifests.models:
         print(describe_policies(manifests.policies))
         return 0
@@ -202,6 +232,26 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def _with_providers(obj: InferenceModel, providers: list[str]) -> InferenceModel:
+    """``--provider``: the command line does not know the cluster, so it says where the nodes come from
+    (replacing ``spec.gpu.providers``), as the operator learns it from the cluster's nodes."""
+    gpu = obj.spec.gpu.model_copy(update={"providers": list(dict.fromkeys(providers))})
+    return obj.model_copy(update={"spec": obj.spec.model_copy(update={"gpu": gpu})})
+
+
+def _provider_line(plan: Plan) -> str:
+    """Which provider the plan assumes, and whether the user chose it or the planner did."""
+    shape = plan.chosen.shape
+    provider = shape.provider if shape is not None else "?"
+    chosen = plan.inputs.providers
+    if chosen:
+        return f"  provider: {provider} (allowed: {', '.join(chosen)})"
+    return (
+        f"  provider: {provider}, the cheapest of all providers' shapes "
+        "(pass --provider aws|gcp|azure|onprem or set spec.gpu.providers to plan for yours)"
+    )
 
 
 def _check_command(governed: Governed) -> None:
@@ -256,6 +306,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     plan.add_argument("--output", choices=("table", "json"), default="table")
     plan.add_argument("--list-models", action="store_true", help="list the bundled model catalog")
+    plan.add_argument(
+        "--provider",
+        action="append",
+        choices=PROVIDERS,
+        help="where the nodes come from (repeatable; replaces spec.gpu.providers); default: any",
+    )
     plan.set_defaults(func=_cmd_plan)
 
 

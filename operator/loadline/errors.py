@@ -13,8 +13,8 @@ and the operator can put it in status and an Event without rewording.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Self
+from collections.abc import Mapping, Sequence
+from typing import Any, Self
 
 __all__ = [
     "LoadlineError",
@@ -57,8 +57,12 @@ class ModelConfigError(SpecError):
 class NoFeasiblePlanError(LoadlineError):
     """No GPU type × count can serve the spec; ``rejections`` says why, one line per candidate."""
 
-    def __init__(self, message: str, rejections: Sequence[str] = ()) -> None:
+    def __init__(
+        self, message: str, rejections: Sequence[str] = (), fixes: Sequence[Mapping[str, Any]] = ()
+    ) -> None:
         self.rejections = list(rejections)
+        #: Spec changes that were re-planned and work, each ``{camelCase path under spec: value}``.
+        self.fixes = [dict(f) for f in fixes]
         super().__init__(message)
 
 

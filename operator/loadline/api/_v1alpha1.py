@@ -281,6 +281,15 @@ class GPUSelector(_SpecModel):
         le=256,
         description="Upper bound on GPUs for one replica (tensor × pipeline parallel).",
     )
+    providers: list[Literal["aws", "gcp", "azure", "onprem"]] = Field(
+        default_factory=list,
+        max_length=4,
+        description=(
+            "Where the nodes come from, for the node shapes (instance types) the plan may assume and price: "
+            "aws, gcp, azure, onprem; empty: any shape in the catalog."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
     allow_multi_node: bool = Field(
         default=True,
         description="Allow a replica to span nodes (pipeline parallel across nodes, LeaderWorkerSet).",
@@ -497,6 +506,49 @@ class MemoryBreakdown(_Model):
     kv_cache_gi_b: float = Field(alias="kvCacheGiB", description="KV cache pool.")
 
 
+class NodeShapeSummary(_Model):
+    """The node shape (instance type or server) a plan assumes, and what its pods ask of it."""
+
+    name: str = Field(description="Instance type or server name, e.g. 'g6.2xlarge'.")
+    provider: str = Field(description="aws, gcp, azure or onprem.")
+    gpus_per_node: int = Field(description="GPUs one instance has.")
+    interconnect: str = Field(description="GPU-to-GPU link inside the instance: nvlink or pcie.")
+    rdma: str = Field(description="Fabric between instances (efa, infiniband, ...), or none.")
+    host_memory_gi_b: float | None = Field(
+        default=None, alias="hostMemoryGiB", description="Host memory of one instance (null: not known)."
+    )
+    allocatable_memory_gi_b: float | None = Field(
+        default=None,
+        alias="allocatableMemoryGiB",
+        description="Host memory left for pods after the node's reserve (docs/sizing.md).",
+    )
+    vcpus: float | None = Field(default=None, description="Logical CPUs of one instance (null: not known).")
+    allocatable_cpu: float | None = Field(
+        default=None, alias="allocatableCPU", description="CPUs left for pods after the node's reserve."
+    )
+    price_per_hour: float | None = Field(
+        default=None, description="Catalog price of one instance per hour (USD); null when unknown."
+    )
+    price_verified: bool = Field(
+        default=False,
+        description="Whether a dated public source states pricePerHour (false: recalled, unverified).",
+    )
+    price_source: str = Field(default="", description="Where pricePerHour comes from (a URL), or why none.")
+    price_as_of: str | None = Field(
+        default=None, description="The date the price's source states (null: no dated source)."
+    )
+    instances_per_replica: int = Field(
+        description="Instances one replica occupies (whole instances are priced)."
+    )
+    pod_memory_gi_b: int = Field(alias="podMemoryGiB", description="Host memory each pod requests (GiB).")
+    pod_cpu: int = Field(alias="podCPU", description="CPUs each pod requests.")
+    why: str = Field(
+        default="",
+        description="Why this shape: NVLink preference, idle GPUs, cheaper shapes that did not fit.",
+    )
+    source: str = Field(default="", description="Where the shape's figures come from.")
+
+
 class PlanSummary(_Model):
     """The plan loadline chose, as shown in status."""
 
@@ -525,6 +577,14 @@ class PlanSummary(_Model):
     price_per_hour: float = Field(default=0.0, description="Catalog price of one replica per hour (USD).")
     fallback_from: str = Field(default="", description="Cheaper GPU type that was absent or full, if any.")
     engine_version: str = Field(default="", description="vLLM version planned for.")
+    enforce_eager: bool = Field(default=False, description="Whether the plan runs without CUDA graphs.")
+    tuning: list[str] = Field(
+        default_factory=list,
+        description="The engine settings chosen to serve the concurrency on these GPUs, and why.",
+    )
+    node_shape: NodeShapeSummary | None = Field(
+        default=None, description="The node shape the plan assumes and prices."
+    )
 
 
 class MeasuredGpuMemory(_Model):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from loadline.sizing._capacity import GPU_RESOURCE, PRODUCT_LABEL
+from loadline.sizing._capacity import GPU_RESOURCE, INSTANCE_TYPE_LABEL, PRODUCT_LABEL
 
 INSTANCE_LABEL = "loadline.dev/inferencemodel"
 
@@ -22,14 +22,18 @@ def node_entry(body: Mapping[str, Any], name: str) -> dict[str, Any]:
         return {}
     status = body.get("status") or {}
     ready = [c for c in status.get("conditions") or [] if c.get("type") == "Ready"]
+    allocatable = status.get("allocatable") or {}
+    kept = {PRODUCT_LABEL: labels[PRODUCT_LABEL]}
+    if labels.get(INSTANCE_TYPE_LABEL):
+        kept[INSTANCE_TYPE_LABEL] = labels[INSTANCE_TYPE_LABEL]
+    # allocatable cpu/memory: a node of an instance type the catalog lacks is planned as its own shape.
+    resources = {GPU_RESOURCE: allocatable.get(GPU_RESOURCE, "0")}
+    resources.update({k: allocatable[k] for k in ("cpu", "memory") if k in allocatable})
     return {
         name: {
-            "metadata": {"name": name, "labels": {PRODUCT_LABEL: labels[PRODUCT_LABEL]}},
+            "metadata": {"name": name, "labels": kept},
             "spec": {"unschedulable": bool((body.get("spec") or {}).get("unschedulable"))},
-            "status": {
-                "allocatable": {GPU_RESOURCE: (status.get("allocatable") or {}).get(GPU_RESOURCE, "0")},
-                "conditions": [dict(c) for c in ready],
-            },
+            "status": {"allocatable": resources, "conditions": [dict(c) for c in ready]},
         }
     }
 

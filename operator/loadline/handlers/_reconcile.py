@@ -42,7 +42,7 @@ from loadline.handlers import _build, _kube, _policies
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.render import child_kinds, render_manifests, workload_ref
-from loadline.sizing import Plan, find_catalog_model, free_gpus_by_type, plan_inference_model
+from loadline.sizing import Plan, cluster_shapes, find_catalog_model, free_gpus_by_type, plan_inference_model
 
 INSTANCE_LABEL = "loadline.dev/inferencemodel"
 
@@ -113,13 +113,17 @@ def _hub_config(obj: InferenceModel, namespace: str, settings: OperatorSettings)
 ClusterView = tuple[list[dict[str, Any]], list[dict[str, Any]]]
 
 
-def _free_gpus(name: str, namespace: str, view: ClusterView | None) -> dict[str, list[int]]:
-    """Free GPUs per type. ``view`` is (GPU nodes, GPU pods) from the operator's in-memory indexes;
-    without it (e.g. called outside kopf) the API is listed."""
+def _cluster_view(view: ClusterView | None, *, pods: bool) -> ClusterView:
+    """(GPU nodes, GPU pods) from the operator's in-memory indexes; without them (e.g. called outside
+    kopf) the API is listed (pods only when ``pods``: capacity awareness needs them, shapes do not)."""
     if view is None:
-        nodes, all_pods = _kube.list_objects("v1", "Node"), _kube.list_objects("v1", "Pod")
-    else:
-        nodes, all_pods = view
+        return _kube.list_objects("v1", "Node"), _kube.list_objects("v1", "Pod") if pods else []
+    return view
+
+
+def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[int]]:
+    """Free GPUs per type, leaving this InferenceModel's own pods out."""
+    nodes, all_pods = view
     # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
     pods = [
         pod
@@ -235,9 +239,11 @@ def reconcile(
     try:
         inputs = model_inputs(body, settings)
         obj, state = inputs.obj, inputs.state
-        free = _free_gpus(name, namespace, view) if settings.capacity_aware else None
+        cluster = _cluster_view(view, pods=settings.capacity_aware)
+        free = _free_gpus(name, namespace, cluster) if settings.capacity_aware else None
         plan = inputs.plan(
             free_gpus=free,
+            cluster_shapes=cluster_shapes(cluster[0]),
             min_gpus=state.overrides.min_gpus_per_replica or 1,
             min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
         )

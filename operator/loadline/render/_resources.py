@@ -6,17 +6,11 @@ has ``plan.chosen.nodes`` pods, each with ``gpus / nodes`` GPUs.
 
 Rules (GiB unless said otherwise):
 
-* ``/dev/shm`` = max(2, 2 × GPUs per pod). NCCL and vLLM's multiprocessing executor exchange tensors
-  through shared memory; Docker's 64 MiB default makes tensor parallelism crash.
-* host memory = ``spec.resources.memoryGiB``, else max(16, ⌈weights on this pod's GPUs + CPU KV
-  offload share + /dev/shm + 4 + 1 per GPU⌉). Why: safetensors are memory-mapped while loading and the
-  page cache they fill is charged to the pod's cgroup (a limit below one copy of the pod's weights
-  makes loading thrash); the offload buffer is pinned host memory; a memory-backed emptyDir counts
-  against the limit; 4 GiB for the API server, tokenizer and engine processes and ~1 GiB of CUDA host
-  allocations per GPU worker. Requests equal limits, like the GPUs.
-* CPU = ``spec.resources.cpu``, else 1 + 2 per GPU (API server, engine core busy loop and one worker
-  process per GPU). A request only: a CPU limit would throttle the engine's busy loop (CFS quota),
-  which shows up as latency spikes, not as savings.
+* ``/dev/shm``, host memory and CPU: the planner's figures for the pod (``sizing.pod_request``, rules in
+  ``loadline/sizing/_shapes.py``), the same the planner checked against the node shape it assumed, so
+  the manifests ask exactly for what the plan priced. Memory requests equal limits, like the GPUs; CPU
+  is a request only: a CPU limit would throttle the engine's busy loop (CFS quota), which shows up as
+  latency spikes, not as savings.
 * model cache (emptyDir at ``/data``, and the ephemeral-storage request) = ⌈1.1 × download + 20⌉, where
   download is the checkpoint as its files store it (``sizing.checkpoint_download``: torch_dtype or the
   pre-quantized format, never the in-GPU weights, which online fp8/bitsandbytes halve or quarter):
@@ -38,7 +32,7 @@ import math
 from dataclasses import dataclass
 
 from loadline.api import InferenceModel
-from loadline.sizing import Plan
+from loadline.sizing import Plan, pod_request
 
 GIB = 1024**3
 #: Worst-case download throughput from the Hugging Face Hub, per pod. Hub/CDN downloads to cloud nodes
@@ -92,16 +86,17 @@ def pod_resources(obj: InferenceModel, plan: Plan) -> PodResources:
     """Apply the rules above to one InferenceModel and its plan."""
     chosen = plan.chosen
     nodes = max(chosen.nodes, 1)
-    gpus = max(chosen.gpus // nodes, 1)
     total = weights_total_gib(plan)
-    shm = max(2, 2 * gpus)
-    offload = obj.spec.kv_offload.cpu_gi_b if obj.spec.kv_offload is not None else 0.0
-    if obj.spec.resources.memory_gi_b is not None:
-        memory = math.ceil(obj.spec.resources.memory_gi_b)
-    else:
-        needed = plan.budget.weights_gib * gpus + offload / nodes + shm + 4 + gpus
-        memory = max(16, math.ceil(needed))
-    cpu = obj.spec.resources.cpu or 1 + 2 * gpus
+    spec = obj.spec
+    pod = chosen.pod or pod_request(
+        weights_gib_per_gpu=plan.budget.weights_gib,
+        gpus_per_pod=chosen.gpus // nodes,
+        nodes=nodes,
+        kv_offload_gib=spec.kv_offload.cpu_gi_b if spec.kv_offload is not None else 0.0,
+        memory_override_gib=spec.resources.memory_gi_b,
+        cpu_override=spec.resources.cpu,
+    )
+    gpus, memory, cpu, shm = pod.gpus, pod.memory_gib, pod.cpu, pod.shm_gib
     download = plan.download
     existing = obj.spec.model_cache
     seconds = download.bytes / LOAD_BYTES_PER_SECOND

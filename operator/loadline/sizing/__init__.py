@@ -5,7 +5,7 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
-from loadline.sizing._capacity import free_gpus_by_type
+from loadline.sizing._capacity import cluster_shapes, free_gpus_by_type
 from loadline.sizing._compat import check_compatibility, compat_table
 from loadline.sizing._data import (
     CatalogModel,
@@ -30,23 +30,37 @@ from loadline.sizing._resolve import (
     resolve_model,
     resolve_quantization,
 )
+from loadline.sizing._shapes import (
+    ClusterShapes,
+    NodeShape,
+    PodRequest,
+    node_shapes,
+    pod_request,
+    shapes_for,
+)
+from loadline.sizing._tune import Tuned, tune
 
 __all__ = [
     "Architecture",
     "Candidate",
     "CatalogModel",
     "CheckpointDownload",
+    "ClusterShapes",
     "EngineSettings",
     "GPUType",
     "MemoryBudget",
+    "NodeShape",
     "ParameterCounts",
     "Plan",
+    "PodRequest",
     "QuantConfig",
     "ResolvedModel",
     "SpecInputs",
+    "Tuned",
     "check_compatibility",
     "check_max_model_len",
     "checkpoint_download",
+    "cluster_shapes",
     "compat_table",
     "compute_budget",
     "count_parameters",
@@ -57,12 +71,16 @@ __all__ = [
     "free_gpus_by_type",
     "gpu_catalog",
     "model_catalog",
+    "node_shapes",
     "parse_hf_config",
     "parse_version",
     "plan_inference_model",
+    "pod_request",
     "quantization_methods",
     "resolve_dtype",
     "resolve_inputs",
     "resolve_model",
     "resolve_quantization",
+    "shapes_for",
+    "tune",
 ]

@@ -220,8 +220,36 @@ def compute_budget(
     *,
     exact_parameters: int | None = None,
 ) -> MemoryBudget:
-    """The per-GPU budget of one engine configuration on GPUs of ``gpu_memory_gib``, and whether it starts."""
+    """The per-GPU budget of one engine configuration on GPUs of ``gpu_memory_gib``, and whether it starts.
+
+    Memoised: a pure function of its (hashable, frozen) arguments and the coefficients table, and the
+    planner asks for the same (model, GPU, layout, settings) again and again (the tuning ladder's rungs,
+    refusal fixes, every reconcile of an unchanged model)."""
     coef = coefficients()
+    key = (arch, settings, gpu_memory_gib, exact_parameters)
+    found = _BUDGETS.get(key)
+    if found is not None and found[0] is coef:
+        return found[1]
+    if len(_BUDGETS) >= _BUDGETS_MAX:
+        _BUDGETS.clear()
+    budget = _compute_budget(arch, settings, gpu_memory_gib, coef, exact_parameters)
+    _BUDGETS[key] = (coef, budget)
+    return budget
+
+
+_BUDGETS_MAX = 65536
+_BUDGETS: dict[
+    tuple[Architecture, EngineSettings, float, int | None], tuple[ModelCoefficients, MemoryBudget]
+] = {}
+
+
+def _compute_budget(
+    arch: Architecture,
+    settings: EngineSettings,
+    gpu_memory_gib: float,
+    coef: ModelCoefficients,
+    exact_parameters: int | None,
+) -> MemoryBudget:
     tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
     counts = count_parameters(arch)
     if settings.weights_gib_total is not None:

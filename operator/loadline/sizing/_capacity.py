@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from loadline.sizing._data import gpu_catalog
+from loadline.sizing._data import find_gpu, gpu_catalog
+from loadline.sizing._shapes import GIB, ClusterShapes, build_cluster_shapes, parse_quantity
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"
+#: Kubernetes' well-known label for the cloud instance type (set by the cloud's node controller).
+INSTANCE_TYPE_LABEL = "node.kubernetes.io/instance-type"
 
 
 def _catalog_name(product: str) -> str | None:
@@ -87,3 +90,39 @@ def free_gpus_by_type(
         allocatable = _quantity((node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
         free.setdefault(name, []).append(max(allocatable - used.get(meta.get("name", ""), 0), 0))
     return {name: sorted(counts, reverse=True) for name, counts in free.items()}
+
+
+def _amount(value: Any, scale: float) -> float | None:
+    if value is None:
+        return None
+    try:
+        return float(parse_quantity(value)) / scale
+    except ValueError:
+        return None
+
+
+def cluster_shapes(nodes: Iterable[Mapping[str, Any]]) -> ClusterShapes | None:
+    """The node shapes the cluster has, from its GPU nodes (Ready or not: a node being replaced still
+    tells which instance types the cluster runs). A node's ``node.kubernetes.io/instance-type`` names a
+    catalog shape when the catalog knows it; otherwise the node's allocatable memory, CPU and GPU count
+    make a shape of their own. None when no GPU node of a catalog type is seen: nothing is known."""
+    seen = []
+    for node in nodes:
+        meta = node.get("metadata", {})
+        labels = meta.get("labels") or {}
+        product = labels.get(PRODUCT_LABEL)
+        name = _catalog_name(product) if product else None
+        if name is None:
+            continue
+        allocatable = node.get("status", {}).get("allocatable") or {}
+        seen.append(
+            (
+                find_gpu(name),
+                str(meta.get("name", "")),
+                str(labels.get(INSTANCE_TYPE_LABEL) or ""),
+                _quantity(allocatable.get(GPU_RESOURCE, 0)),
+                _amount(allocatable.get("memory"), GIB),
+                _amount(allocatable.get("cpu"), 1.0),
+            )
+        )
+    return build_cluster_shapes(seen)

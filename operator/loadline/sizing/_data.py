@@ -19,6 +19,11 @@ import yaml
 from loadline.errors import SpecError
 
 
+def read_json(*parts: str) -> Any:
+    """A JSON table of ``loadline/sizing/data``."""
+    return _read_json(*parts)
+
+
 def _read_json(*parts: str) -> Any:
     node = resources.files("loadline.sizing").joinpath("data")
     for part in parts:
@@ -146,17 +151,22 @@ def _gpu_type(entry: Any, where: str) -> GPUType:
         raise SpecError(where, f"has a value of the wrong type ({exc})", "compare with gpus.json") from None
 
 
-def read_gpu_catalog_file(path: str) -> list[GPUType]:
-    """The GPU entries of a user catalog file (JSON or YAML); a bad file is one SpecError naming it."""
+def read_user_catalog(path: str) -> Any:
+    """A user catalog file (JSON or YAML) as data; an unreadable file is one SpecError naming it."""
     try:
         with open(path, encoding="utf-8") as handle:
-            raw = yaml.safe_load(handle)
+            return yaml.safe_load(handle)
     except OSError as exc:
         raise SpecError(
             GPU_CATALOG_ENV, f"cannot read {path}: {exc.strerror}", "point it at a file"
         ) from None
     except yaml.YAMLError as exc:
         raise SpecError(GPU_CATALOG_ENV, f"{path} is not JSON or YAML: {exc}", "fix the file") from None
+
+
+def read_gpu_catalog_file(path: str) -> list[GPUType]:
+    """The GPU entries of a user catalog file (JSON or YAML); a bad file is one SpecError naming it."""
+    raw = read_user_catalog(path)
     entries = raw.get("gpus") if isinstance(raw, dict) else raw
     if not isinstance(entries, list):
         raise SpecError(GPU_CATALOG_ENV, f"{path} has no list under 'gpus'", 'write {"gpus": [...]}')
@@ -244,6 +254,7 @@ def _engine_table() -> tuple[tuple[EngineVersion, ...], ModelCoefficients]:
     return tuple(versions), ModelCoefficients(**coefficients)
 
 
+@cache
 def engine_version(version: str) -> EngineVersion:
     """The budgeting rules of a vLLM version (versions before 0.8, the V0 engine, are refused)."""
     wanted = parse_version(version)

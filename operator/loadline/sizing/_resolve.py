@@ -16,6 +16,7 @@ from loadline.sizing._arch import Architecture, parse_hf_config
 from loadline.sizing._budget import EngineSettings, resolve_dtype
 from loadline.sizing._compat import check_compatibility
 from loadline.sizing._data import GPUType, engine_version, find_catalog_model, quantization_methods
+from loadline.sizing._shapes import ClusterShapes
 
 # Names a checkpoint's quantization_config uses, mapped to the vLLM method that loads it on NVIDIA GPUs.
 _CHECKPOINT_METHODS = {
@@ -144,6 +145,13 @@ class SpecInputs:
     max_num_batched_tokens: int | None
     enforce_eager: bool
     cuda_graphs_counted: bool
+    # The pod's host side, which decides the node shape (see loadline.sizing._shapes).
+    providers: tuple[str, ...] = ()
+    memory_gib_override: float | None = None
+    cpu_override: int | None = None
+    kv_offload_gib: float = 0.0
+    #: The node shapes the cluster has (the operator's view of its GPU nodes); None: not known.
+    cluster: ClusterShapes | None = None
 
 
 def _env_flag(spec: InferenceModelSpec, name: str) -> bool | None:
@@ -174,28 +182,43 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
         max_num_batched_tokens=spec.engine.max_num_batched_tokens,
         enforce_eager=spec.engine.enforce_eager,
         cuda_graphs_counted=table.cuda_graph_in_kv_budget if counted is None else counted,
+        providers=tuple(spec.gpu.providers),
+        memory_gib_override=spec.resources.memory_gi_b,
+        cpu_override=spec.resources.cpu,
+        kv_offload_gib=spec.kv_offload.cpu_gi_b if spec.kv_offload is not None else 0.0,
     )
 
 
 def engine_settings(
-    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, *, max_num_seqs: int | None = None
+    inputs: SpecInputs,
+    gpu: GPUType,
+    tp: int,
+    pp: int,
+    *,
+    max_num_seqs: int | None = None,
+    max_num_batched_tokens: int | None = None,
+    gpu_memory_utilization: float | None = None,
+    enforce_eager: bool | None = None,
 ) -> EngineSettings:
-    """Settings vLLM would run with for this spec on ``tp × pp`` GPUs of ``gpu``."""
+    """Settings vLLM would run with for this spec on ``tp × pp`` GPUs of ``gpu``; the keywords are the
+    planner's tuning (see :mod:`loadline.sizing._tune`), which never overrides what the spec pins."""
     table = engine_version(inputs.version)
     tier = table.batch_default(gpu.name, gpu.memory_gib)
     seqs = max_num_seqs or inputs.max_num_seqs or max(tier.max_num_seqs, inputs.concurrency)
-    tokens = inputs.max_num_batched_tokens or max(tier.max_num_batched_tokens, seqs)
+    tokens = max_num_batched_tokens or inputs.max_num_batched_tokens or max(tier.max_num_batched_tokens, seqs)
     return EngineSettings(
         dtype=inputs.dtype,
         quantization=inputs.quantization,
         kv_cache_dtype=inputs.kv_cache_dtype,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
-        gpu_memory_utilization=inputs.gpu_memory_utilization or table.gpu_memory_utilization,
+        gpu_memory_utilization=(
+            gpu_memory_utilization or inputs.gpu_memory_utilization or table.gpu_memory_utilization
+        ),
         max_model_len=inputs.max_model_len,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
-        enforce_eager=inputs.enforce_eager,
+        enforce_eager=inputs.enforce_eager if enforce_eager is None else enforce_eager,
         cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
         block_size=table.block_size,
         weight_bits=inputs.weight_bits,

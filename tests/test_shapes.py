@@ -1,0 +1,206 @@
+"""Node shapes: a plan names an instance type its pod fits, and its price is that of whole instances."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from loadline.api import parse_inference_model
+from loadline.render import render_manifests
+from loadline.sizing import Plan, find_gpu, node_shapes, plan_inference_model
+from loadline.sizing._data import GPU_CATALOG_ENV, gpu_catalog
+from loadline.sizing._shapes import PodRequest, choose_shape, reserve
+from tests.conftest import inference_model
+
+REPO = Path(__file__).resolve().parents[1]
+CHAT = {"maxModelLen": 8192, "concurrency": 4, "gpu": {"types": ["L4", "L40S", "A100-80GB", "H100-80GB"]}}
+
+
+def plan(**spec: Any) -> Plan:
+    return plan_inference_model(parse_inference_model(inference_model(**spec)).spec)
+
+
+def shape_of(result: Plan) -> dict[str, Any]:
+    shape = result.summary()["nodeShape"]
+    assert shape is not None
+    return dict(shape)
+
+
+def test_allocatable_memory_follows_the_published_reserve_tiers() -> None:
+    # 16 GiB: 25 % of 4 + 20 % of 4 + 10 % of 8 = 2.6 GiB, 100 MiB eviction, 1 GiB for DaemonSets.
+    assert reserve().memory_gib(16) == pytest.approx(2.6 + 100 / 1024 + 1.0)
+    g6 = next(s for s in node_shapes()["L4"] if s.name == "g6.xlarge")
+    assert g6.memory_gib == 16 and g6.allocatable_memory_gib == pytest.approx(12.3, abs=0.01)
+    # 4 vCPU: 6 % + 1 % + 2 × 0.5 % of a core = 0.08, plus 0.5 for DaemonSets.
+    assert g6.allocatable_cpu == pytest.approx(4 - 0.08 - 0.5)
+
+
+def test_every_shape_names_a_catalog_gpu_and_a_source() -> None:
+    raw = json.loads((REPO / "operator/loadline/sizing/data/node_shapes.json").read_text())
+    for row in raw["shapes"]:
+        assert find_gpu(row["gpu"]).name == row["gpu"]
+        assert row["source"] and row["price_source"], row["name"]
+        if row["provider"] == "onprem":
+            assert row["price_per_hour"] is None  # bought, not rented: no invented hourly figure
+        if row["price_verified"]:
+            # A verified price names where it was read and the date that source states.
+            assert row["price_per_hour"] is not None and "https://" in row["price_source"], row["name"]
+            assert re.fullmatch(r"\d{4}-\d{2}-\d{2}", row["price_as_of"] or ""), row["name"]
+        elif row["price_per_hour"] is not None:
+            assert row["price_source"].startswith("UNVERIFIED"), row["name"]
+            assert row["price_as_of"] is None, row["name"]
+    for gpu in gpu_catalog().values():
+        assert node_shapes()[gpu.name], gpu.name
+
+
+def test_the_chat_example_no_longer_assumes_an_instance_its_pod_does_not_fit() -> None:
+    result = plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["aws"]}})
+    shape = shape_of(result)
+    assert result.chosen.gpu.name == "L4" and result.chosen.gpus == 1
+    assert shape["podMemoryGiB"] == 22  # 15 GiB of weights + /dev/shm + engine processes
+    assert shape["name"] == "g6.2xlarge" and shape["allocatableMemoryGiB"] >= shape["podMemoryGiB"]
+    assert shape["allocatableCPU"] >= shape["podCPU"]
+    # The 16 GiB g6.xlarge was cheaper, and the plan says why it was not taken.
+    assert "g6.xlarge: 16 GiB host memory (12.3 allocatable) < 22 GiB the pod needs" in shape["why"]
+    # The price is the instance's, not a per-GPU figure.
+    assert result.summary()["pricePerHour"] == round(shape["pricePerHour"], 2) == 0.98
+
+
+def test_the_rendered_pod_asks_what_the_plan_checked_against_the_shape() -> None:
+    obj = parse_inference_model(inference_model(**CHAT))
+    result = plan_inference_model(obj.spec)
+    shape = shape_of(result)
+    deployment = next(o for o in render_manifests(obj, result) if o["kind"] == "Deployment")
+    requests = deployment["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"]
+    assert requests["memory"] == f"{shape['podMemoryGiB']}Gi"
+    assert requests["cpu"] == str(shape["podCPU"])
+    assert shape["allocatableMemoryGiB"] >= shape["podMemoryGiB"]
+
+
+def test_two_l4_on_aws_price_the_whole_four_gpu_instance_and_say_two_stay_idle() -> None:
+    result = plan(
+        maxModelLen=8192, concurrency=8, gpu={"types": ["L4"], "providers": ["aws"], "maxGPUsPerReplica": 2}
+    )
+    shape = shape_of(result)
+    assert result.chosen.gpus == 2 and shape["name"] == "g6.12xlarge" and shape["gpusPerNode"] == 4
+    assert result.chosen.price_per_hour == shape["pricePerHour"] == 4.6016
+    assert "2 of 4 GPUs per instance stay idle" in shape["why"]
+
+
+def test_every_feasible_candidate_is_priced_by_its_instances() -> None:
+    result = plan(model={"name": "meta-llama/Llama-3.3-70B-Instruct"}, maxModelLen=8192, concurrency=4)
+    for c in result.candidates:
+        if c.shape is not None and c.shape.price_per_hour is not None:
+            assert c.price_per_hour == pytest.approx(c.shape.price_per_hour * c.instances)
+            assert c.pod is not None and c.shape.allocatable_memory_gib >= c.pod.memory_gib
+
+
+def test_tensor_parallel_above_two_takes_nvlink_shapes_and_says_so() -> None:
+    result = plan(
+        model={"name": "meta-llama/Llama-3.3-70B-Instruct"},
+        maxModelLen=16384,
+        concurrency=16,
+        gpu={"types": ["A100-80GB"]},
+    )
+    assert result.chosen.tensor_parallel_size > 2
+    shape = shape_of(result)
+    assert shape["interconnect"] == "nvlink" and "NVLink shape preferred" in shape["why"]
+
+
+def test_tensor_parallel_over_pcie_is_explained_when_no_nvlink_shape_exists() -> None:
+    result = plan(
+        model={"name": "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic"},
+        maxModelLen=32768,
+        concurrency=8,
+        kvCacheDtype="fp8",
+        gpu={"types": ["L40S"]},
+    )
+    assert result.chosen.tensor_parallel_size == 4
+    shape = shape_of(result)
+    assert shape["interconnect"] == "pcie" and "TP 4 over PCIe" in shape["why"]
+
+
+@pytest.fixture
+def user_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    def use(doc: dict[str, Any]) -> None:
+        path = tmp_path / "catalog.json"
+        path.write_text(json.dumps(doc))
+        monkeypatch.setenv(GPU_CATALOG_ENV, str(path))
+        gpu_catalog.cache_clear()
+
+    yield use
+    monkeypatch.delenv(GPU_CATALOG_ENV, raising=False)
+    gpu_catalog.cache_clear()
+
+
+def test_a_cheaper_pcie_shape_loses_to_nvlink_for_tp4(user_catalog: Any) -> None:
+    cheap = {
+        "name": "cheap-pcie-4", "provider": "onprem", "gpu": "A100-80GB", "gpus": 4, "memory": "512Gi",
+        "vcpus": 64, "price_per_hour": 1.0, "interconnect": "pcie", "rdma": "none", "source": "test",
+    }  # fmt: skip
+    user_catalog({"gpus": [], "shapes": [cheap]})
+    a100 = find_gpu("A100-80GB")
+    pod = PodRequest(gpus=4, memory_gib=150, cpu=9, shm_gib=8)
+    assert choose_shape(a100, pod, 4, 1).shape.nvlink  # type: ignore[union-attr]
+    # Two GPUs all-reduce fine over PCIe: there the cheapest shape wins.
+    pod2 = PodRequest(gpus=2, memory_gib=80, cpu=5, shm_gib=4)
+    assert choose_shape(a100, pod2, 2, 1).shape.name == "cheap-pcie-4"  # type: ignore[union-attr]
+
+
+def test_multi_node_replicas_take_whole_instances_with_a_fabric() -> None:
+    result = plan(
+        model={"name": "meta-llama/Llama-3.1-405B"},
+        maxModelLen=8192,
+        concurrency=4,
+        gpu={"types": ["H100-80GB"]},
+    )
+    shape = shape_of(result)
+    assert result.chosen.nodes == 2 and shape["instancesPerReplica"] == 2
+    assert shape["rdma"] != "none" and shape["gpusPerNode"] == 8
+    assert result.chosen.price_per_hour == pytest.approx(2 * shape["pricePerHour"])
+
+
+def test_on_prem_shapes_plan_without_a_price() -> None:
+    result = plan(**{**CHAT, "gpu": {"types": ["H100-80GB"], "providers": ["onprem"]}})
+    shape = shape_of(result)
+    assert shape["name"] == "DGX-H100" and shape["pricePerHour"] is None
+    assert result.summary()["pricePerHour"] == 0.0
+
+
+def test_a_pod_larger_than_every_shape_is_refused_naming_each_shape() -> None:
+    with pytest.raises(Exception) as caught:
+        plan(**{**CHAT, "gpu": {"types": ["L4"], "maxGPUsPerReplica": 1}, "resources": {"memoryGiB": 1000}})
+    lines = "\n".join(getattr(caught.value, "rejections", []))
+    assert "g6.4xlarge: 64 GiB host memory" in lines and "< 1000 GiB the pod needs" in lines
+
+
+def test_plan_text_names_the_shape_and_the_tuning(capsys: pytest.CaptureFixture[str]) -> None:
+    from loadline.cli import main
+
+    assert main(["plan", str(REPO / "examples" / "chat-llama-8b.yaml")]) == 0
+    out = capsys.readouterr().out
+    assert "node shape: 1 × g2-standard-8 (gcp" in out and "pod asks 22 GiB, 3 CPU" in out
+    assert "tuning: vLLM's defaults serve concurrency 4" in out
+
+
+def test_a_plan_priced_from_an_unverified_figure_says_so(capsys: pytest.CaptureFixture[str]) -> None:
+    # GCP's g2 prices have no dated source: the plan's status and its text both say the price is unverified.
+    result = plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["gcp"]}})
+    shape = shape_of(result)
+    assert shape["provider"] == "gcp" and shape["pricePerHour"] is not None
+    assert shape["priceVerified"] is False and shape["priceAsOf"] is None
+    assert "unverified" in shape["why"]
+    from loadline._cli_sizing import _plan_table
+
+    assert "UNVERIFIED price" in _plan_table("chat", result).splitlines()[0]
+
+
+def test_a_plan_priced_from_a_dated_source_names_it() -> None:
+    shape = shape_of(plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["aws"]}}))
+    assert shape["priceVerified"] is True and shape["priceAsOf"] == "2026-09-24"
+    assert "https://" in shape["priceSource"] and "unverified" not in shape["why"]
