@@ -73,9 +73,9 @@ def age_container(kubectl: Kubectl, namespace: str, pod: dict[str, Any], hours: 
             "-p", json.dumps(patch))  # fmt: skip
 
 
-def age_readiness(kubectl: Kubectl, namespace: str, hours: float) -> None:
+def age_readiness(kubectl: Kubectl, namespace: str, hours: float, name: str = "chat") -> None:
     """Make the model's Ready transition as old as the aged container (a consistent long-running world)."""
-    obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+    obj = kubectl.json("get", "inferencemodel", name, "-n", namespace)
     when = (
         (datetime.now(UTC) - timedelta(hours=hours)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     )
@@ -87,7 +87,7 @@ def age_readiness(kubectl: Kubectl, namespace: str, hours: float) -> None:
         "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
         "status": {"conditions": conditions},
     }
-    kubectl("patch", "inferencemodel", "chat", "-n", namespace, "--subresource=status", "--type=merge",
+    kubectl("patch", "inferencemodel", name, "-n", namespace, "--subresource=status", "--type=merge",
             "-p", json.dumps(patch))  # fmt: skip
 
 

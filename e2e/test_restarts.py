@@ -12,7 +12,6 @@ interval (conftest.operator_values); a platform team's defaults are 2 hours, 28 
 
 from __future__ import annotations
 
-import json
 import subprocess
 import time
 from datetime import UTC, datetime, timedelta
@@ -23,7 +22,7 @@ from conftest import RESTART_HISTORY_DAYS, RESTART_WINDOW_MINUTES
 from crash import crash_container
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
 from operator_helpers import example, model, pods_of, wait_phase
-from test_oom import FRAGMENTED, age_container
+from test_oom import FRAGMENTED, age_container, age_readiness
 from test_prometheus import HISTORY, STEP, Pod, openmetrics
 
 WINDOW = RESTART_WINDOW_MINUTES * 60
@@ -77,18 +76,7 @@ def deploy(kubectl: Kubectl, namespace: str, name: str = "chat", replicas: int =
 def fragment(kubectl: Kubectl, namespace: str, name: str, pod: dict[str, Any]) -> None:
     """A fragmentation crash of a pod that served for three days (the class needs the long uptime)."""
     age_container(kubectl, namespace, pod, 72)
-    obj = model(kubectl, namespace, name)
-    when = (datetime.now(UTC) - timedelta(hours=71)).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    conditions = obj["status"]["conditions"]
-    for cond in conditions:
-        if cond["type"] == "Ready":
-            cond["lastTransitionTime"] = when
-    patch = {
-        "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
-        "status": {"conditions": conditions},
-    }
-    kubectl("patch", "inferencemodel", name, "-n", namespace, "--subresource=status", "--type=merge",
-            "-p", json.dumps(patch))  # fmt: skip
+    age_readiness(kubectl, namespace, 71, name)
     crash_container(kubectl, pod["metadata"]["name"], namespace, "cuda-oom", message=FRAGMENTED)
 
 

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from loadline.sizing._arch import Architecture
 from loadline.sizing._data import ModelCoefficients, QuantMethod, coefficients, quantization_methods
+from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._params import ParameterCounts, count_parameters
 
 GIB = 1024**3
@@ -226,21 +227,16 @@ def compute_budget(
     planner asks for the same (model, GPU, layout, settings) again and again (the tuning ladder's rungs,
     refusal fixes, every reconcile of an unchanged model)."""
     coef = coefficients()
-    key = (arch, settings, gpu_memory_gib, exact_parameters)
-    found = _BUDGETS.get(key)
-    if found is not None and found[0] is coef:
-        return found[1]
-    if len(_BUDGETS) >= _BUDGETS_MAX:
-        _BUDGETS.clear()
-    budget = _compute_budget(arch, settings, gpu_memory_gib, coef, exact_parameters)
-    _BUDGETS[key] = (coef, budget)
-    return budget
+    return _BUDGETS.get(
+        (arch, settings, gpu_memory_gib, exact_parameters),
+        coef,
+        lambda: _compute_budget(arch, settings, gpu_memory_gib, coef, exact_parameters),
+    )
 
 
-_BUDGETS_MAX = 65536
-_BUDGETS: dict[
-    tuple[Architecture, EngineSettings, float, int | None], tuple[ModelCoefficients, MemoryBudget]
-] = {}
+_BUDGETS: GuardedMemo[tuple[Architecture, EngineSettings, float, int | None], MemoryBudget] = GuardedMemo(
+    65536
+)
 
 
 def _compute_budget(

@@ -32,6 +32,7 @@ from loadline.sizing._data import (
     quantization_methods,
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
+from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._resolve import ResolvedModel, SpecInputs, resolve_inputs, resolve_model
 from loadline.sizing._shapes import (
     ClusterShapes,
@@ -289,18 +290,10 @@ def _evaluate(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) ->
     by every re-plan of an unchanged model and by refusal fixes. GPUType holds a dict, so the key has
     its name and the entry keeps the object, as :func:`allowed_shapes` does."""
     key = (inputs, gpu.name, tp, pp, nodes, os.environ.get(GPU_CATALOG_ENV, ""))
-    found = _EVALUATED.get(key)
-    if found is not None and found[0] is gpu:
-        return found[1]
-    if len(_EVALUATED) >= _EVALUATED_MAX:
-        _EVALUATED.clear()
-    candidate = _evaluate_layout(inputs, gpu, tp, pp, nodes)
-    _EVALUATED[key] = (gpu, candidate)
-    return candidate
+    return _EVALUATED.get(key, gpu, lambda: _evaluate_layout(inputs, gpu, tp, pp, nodes))
 
 
-_EVALUATED_MAX = 32768
-_EVALUATED: dict[tuple[SpecInputs, str, int, int, int, str], tuple[GPUType, Candidate]] = {}
+_EVALUATED: GuardedMemo[tuple[SpecInputs, str, int, int, int, str], Candidate] = GuardedMemo(32768)
 
 
 def _evaluate_layout(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) -> Candidate:

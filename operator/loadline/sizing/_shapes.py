@@ -41,6 +41,7 @@ from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
 
 from loadline.errors import SpecError
 from loadline.sizing._data import GPU_CATALOG_ENV, GPUType, read_json, read_user_catalog
+from loadline.sizing._memo import GuardedMemo
 
 GIB = 1024**3
 parse_quantity: Callable[[object], Decimal] = _untyped_parse_quantity  # the client ships no types
@@ -273,13 +274,7 @@ def allowed_shapes(
     has none of gets the catalog's shapes from the providers the cluster's nodes are on, so an AWS
     cluster is never planned on a GCP machine. ``providers`` still restricts catalog shapes."""
     key = (gpu.name, tuple(providers), os.environ.get(GPU_CATALOG_ENV, ""), cluster)
-    found = _ALLOWED.get(key)
-    if found is None or found[0] is not gpu:
-        if len(_ALLOWED) > 4096:  # a long-running operator sees many cluster states; keep memory bounded
-            _ALLOWED.clear()
-        shapes = _allowed(gpu, tuple(providers), cluster)
-        found = _ALLOWED[key] = (gpu, shapes)
-    return found[1]
+    return _ALLOWED.get(key, gpu, lambda: _allowed(gpu, tuple(providers), cluster))
 
 
 def _allowed(
@@ -296,9 +291,10 @@ def _allowed(
     return tuple(s for s in shapes_for(gpu) if not wanted or s.provider in wanted)
 
 
-_ALLOWED: dict[
-    tuple[str, tuple[str, ...], str, ClusterShapes | None], tuple[GPUType, tuple[NodeShape, ...]]
-] = {}
+# A long-running operator sees many cluster states: bounded.
+_ALLOWED: GuardedMemo[tuple[str, tuple[str, ...], str, ClusterShapes | None], tuple[NodeShape, ...]] = (
+    GuardedMemo(4096)
+)
 
 
 def _by_price(shapes: Sequence[NodeShape]) -> tuple[NodeShape, ...]:
