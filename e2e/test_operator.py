@@ -20,6 +20,7 @@ from tests.hubserver import TOKEN, HubServer
 
 from chart import ChartOperator
 from kube import REPO, Kubectl, wait_for
+from loadline.sizing._shapes import parse_quantity
 from operator_helpers import (
     EXAMPLES,
     example,
@@ -247,9 +248,23 @@ def test_hub_refusal_names_the_token_field(
 def test_a_pod_no_node_can_take_is_reported_with_the_schedulers_words(
     operator: ChartOperator, kubectl: Kubectl, namespace: str
 ) -> None:
+    """The plan fits the L4 nodes' shapes, but other pods already hold their host memory (the planner
+    counts GPUs, the scheduler memory): the scheduler's reason reaches the model's Ready condition."""
+    for node in kubectl.json("get", "nodes", "-l", "nvidia.com/gpu.product=NVIDIA-L4")["items"]:
+        allocatable = parse_quantity(node["status"]["allocatable"]["memory"])
+        filler = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": f"filler-{node['metadata']['name']}"},
+            "spec": {
+                "nodeName": node["metadata"]["name"],  # placed, as a DaemonSet's pod would be
+                "containers": [{"name": "hold", "image": "registry.k8s.io/pause:3.10",
+                                "resources": {"requests": {"memory": str(int(allocatable) - (4 << 30))}}}],
+            },
+        }  # fmt: skip
+        kubectl.apply(filler, namespace)
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
     doc["spec"]["gpu"] = {"types": ["L4"]}
-    doc["spec"]["resources"] = {"memoryGiB": 4000}  # more host memory than any L4 node has
     kubectl.apply(doc, namespace)
 
     def reported() -> dict[str, Any] | None:
