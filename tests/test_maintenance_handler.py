@@ -274,3 +274,12 @@ def test_max_concurrent_makes_a_due_restart_wait_for_the_slot(cluster: dict[str,
     patch = tend(model(waiting), _maintenance.FleetView({}, [], [], [policy]))
     assert patch.status["maintenance"]["state"] == "Running"
     assert _maintenance.claimed() == {"team-a/chat"}
+
+
+def test_a_claim_of_a_model_deleted_mid_restart_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A slot taken by this process stands in for the index only until the index catches up: a model
+    deleted before its restart finished must not hold the policy's slot for the rest of the process."""
+    _maintenance.clear_claims()
+    monkeypatch.setitem(_maintenance._CLAIMED, "team-a/gone", 1000.0)
+    assert _maintenance._live_claims(1000.0 + _maintenance.CLAIM_SECONDS - 1) == ["team-a/gone"]
+    assert _maintenance._live_claims(1000.0 + _maintenance.CLAIM_SECONDS + 1) == []

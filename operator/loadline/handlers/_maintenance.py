@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import time
 from collections.abc import Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
@@ -70,7 +71,17 @@ EVENT_REASONS = {
 # ``maxConcurrent`` are taken under this lock, so two timers of this process never take the last one
 # together. One process decides at a time (the elected leader), so no lock in the API is needed.
 _SLOTS = threading.Lock()
-_CLAIMED: set[str] = set()
+_CLAIMED: dict[str, float] = {}
+#: A claim stands in for the index only until the index has caught up (seconds); after this it is
+#: dropped, so a model deleted mid-restart never holds a slot for the rest of the process's life.
+CLAIM_SECONDS = 300.0
+
+
+def _live_claims(now: float) -> list[str]:
+    """The claims still standing (call under ``_SLOTS``)."""
+    for key in [k for k, at in _CLAIMED.items() if now - at > CLAIM_SECONDS]:
+        del _CLAIMED[key]
+    return list(_CLAIMED)
 
 
 def pending(status: Mapping[str, Any]) -> bool:
@@ -237,7 +248,8 @@ def tend(
             else ()
         )
         with _SLOTS:
-            restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in _CLAIMED}}
+            claims = _live_claims(now.timestamp())
+            restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in claims}}
             decision = plan_maintenance(
                 model=key,
                 now=now,
@@ -254,7 +266,7 @@ def tend(
                 timezone=settings.restart_timezone,
             )
             if decision.kind == "act":
-                _CLAIMED.add(key)
+                _CLAIMED[key] = now.timestamp()
     except PolicyWindowError as exc:
         message = f"no restart possible: {exc}"
         held = MaintenanceRecord(
@@ -296,7 +308,7 @@ def _start(
 
 def _release(key: str) -> None:
     with _SLOTS:
-        _CLAIMED.discard(key)
+        _CLAIMED.pop(key, None)
 
 
 def _carry_out(
@@ -453,7 +465,7 @@ def report_pending(parent: Mapping[str, Any], maintenance: Mapping[str, Any]) ->
 def claimed() -> frozenset[str]:
     """Models this process has started restarting (for tests and the metrics)."""
     with _SLOTS:
-        return frozenset(_CLAIMED)
+        return frozenset(_live_claims(time.time()))
 
 
 def clear_claims() -> None:
