@@ -53,8 +53,28 @@ running_pid() {
   echo "${pid}"
 }
 
+# A free port below the kernel's ephemeral range: a backfill restarts Prometheus on the same port, and a
+# port in the ephemeral range can meanwhile be taken as the local end of any outgoing connection (kubectl,
+# the operator), which would move Prometheus and leave the URL handed out to the operator dead.
 free_port() {
-  python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); s.close()'
+  python3 - <<'PY'
+import random, socket
+try:
+    low = int(open("/proc/sys/net/ipv4/ip_local_port_range").read().split()[0])
+except (OSError, ValueError, IndexError):
+    low = 32768
+for port in random.sample(range(20000, max(low, 20200)), 200):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break
+PY
 }
 
 # Major*1000+minor of the prometheus binary, e.g. 2042.

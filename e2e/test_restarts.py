@@ -47,12 +47,14 @@ def traffic(namespace: str, name: str, quiet_start: int, end: int) -> list[str]:
     return lines
 
 
-def backfill(name: str, text: str) -> None:
+def backfill(name: str, text: str, prometheus_url: str) -> None:
     source = STATE_DIR / "prometheus" / f"{name}.om"
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text(text)
-    subprocess.run(["bash", str(E2E_DIR / "prometheus.sh"), "backfill", str(source)],
-                   capture_output=True, text=True, timeout=180, check=True)  # fmt: skip
+    done = subprocess.run(["bash", str(E2E_DIR / "prometheus.sh"), "backfill", str(source)],
+                          capture_output=True, text=True, timeout=180, check=True)  # fmt: skip
+    # The restarted server must answer where the operator asks (the chart's prometheusUrl).
+    assert done.stdout.strip().splitlines()[-1] == prometheus_url, done.stdout
 
 
 def only_traffic(lines: list[str]) -> str:
@@ -107,7 +109,7 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
 ) -> None:
     now = int(time.time())
     quiet = (now + 270) // 60 * 60  # the lull starts on a minute, four to five minutes from now
-    backfill("restart-window", only_traffic(traffic(namespace, "chat", quiet, now - 60)))
+    backfill("restart-window", only_traffic(traffic(namespace, "chat", quiet, now - 60)), prometheus_url)
     pods = deploy(kubectl, namespace, replicas=2)
     before = sorted(p["metadata"]["name"] for p in pods)
     fragment(kubectl, namespace, "chat", pods[0])
@@ -170,7 +172,7 @@ def test_a_predicted_oom_moves_the_restart_before_the_window(
     # One file, one Prometheus restart: the lull's history goes into the family openmetrics() opens.
     family = "# TYPE vllm:num_requests_running gauge\n"
     lull = "\n".join(traffic(namespace, "chat", quiet, end - HISTORY - 60)) + "\n"
-    backfill("restart-risk", openmetrics([climbing], end).replace(family, family + lull, 1))
+    backfill("restart-risk", openmetrics([climbing], end).replace(family, family + lull, 1), prometheus_url)
 
     def predicted() -> dict[str, Any] | None:
         status = model(kubectl, namespace, "chat").get("status") or {}

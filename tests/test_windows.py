@@ -200,6 +200,14 @@ def test_short_history_falls_back_to_policy_windows() -> None:
     assert all(w.source == "policy" for w in plan.windows)
 
 
+def test_without_history_a_policy_window_starts_when_the_policy_says_not_on_the_next_bin() -> None:
+    """A policy written as 15:23 means 15:23: bins are for learning from history, and there is none."""
+    now = datetime(2026, 11, 23, 15, 20, 30, tzinfo=ZoneInfo("UTC"))
+    plan = plan_windows([], "4m", "UTC", [{"start": "15:23", "end": "15:35", "timezone": "UTC"}], now=now)
+    assert plan.windows[0].start == now.replace(minute=23, second=0)
+    assert plan.windows[0].end == now.replace(minute=27, second=0)
+
+
 def test_short_history_without_policy_uses_the_default_time() -> None:
     plan = plan_windows(series(date(2026, 5, 4), 1, BERLIN, quiet((14, 16))), "1h", BERLIN)
     assert plan.method == "default"

@@ -261,8 +261,8 @@ def plan_windows(
             elif allowed is not None:
                 notes.append(f"{day}: no history covers the policy windows; the first one is used")
         if window is None and candidates and (estimator is None or allowed is not None):
-            if allowed is not None:
-                window = _window(candidates[0], span, zone, None, "policy")  # the policy as written
+            if allowed is not None:  # the policy as written: its own start, not the next bin's
+                window = _window(min(a for a, _b in spans), span, zone, None, "policy")
             else:
                 wanted = datetime.combine(day, tuning.default_start, zone).timestamp()
                 window = _window(wanted, span, zone, None, "default")
