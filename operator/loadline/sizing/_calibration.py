@@ -18,7 +18,6 @@ from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget
 from loadline.sizing._data import find_catalog_model
 from loadline.sizing._resolve import resolve_quantization
 
-
 #: A public run is held out of calibration when the first 8 hex digits of sha256(its source group),
 #: as an integer, are divisible by this: the rule of the OOM corpus (``oom/_corpus.py``), fixed before
 #: any error was computed. Runs from one thread or notebook share a group, so they fall on one side.
