@@ -47,6 +47,7 @@ class EngineSettings:
     block_size: int
     weight_bits: float | None = None
     weights_gib_total: float | None = None  # exact weights of the whole model, when the user knows it
+    engine: str = "v1"  # "v0": vLLM's V0 engine (VLLM_USE_V1=0, 0.6.4-0.10), profiled differently
 
     @property
     def gpus(self) -> int:
@@ -226,7 +227,7 @@ def compute_budget(
     Memoised: a pure function of its (hashable, frozen) arguments and the coefficients table, and the
     planner asks for the same (model, GPU, layout, settings) again and again (the tuning ladder's rungs,
     refusal fixes, every reconcile of an unchanged model)."""
-    coef = coefficients()
+    coef = coefficients(settings.engine)
     return _BUDGETS.get(
         (arch, settings, gpu_memory_gib, exact_parameters),
         coef,

@@ -8,6 +8,7 @@ suite asserts the medians; ``benchmarks/calibration_report.py`` prints the table
 from __future__ import annotations
 
 import csv
+import hashlib
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +17,17 @@ from loadline.sizing._arch import parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget
 from loadline.sizing._data import find_catalog_model
 from loadline.sizing._resolve import resolve_quantization
+
+#: A public run is held out of calibration when the first 8 hex digits of sha256(its source group),
+#: as an integer, are divisible by this: the rule of the OOM corpus (``oom/_corpus.py``), fixed before
+#: any error was computed. Runs from one thread or notebook share a group, so they fall on one side.
+HELDOUT_MODULUS = 3
+
+
+def split_for(source_group: str) -> str:
+    """``"heldout"`` or ``"calibrate"`` for a public run, from its source group alone."""
+    digest = hashlib.sha256(source_group.encode("utf-8")).hexdigest()
+    return "heldout" if int(digest[:8], 16) % HELDOUT_MODULUS == 0 else "calibrate"
 
 
 @dataclass(frozen=True)
@@ -27,6 +39,19 @@ class CalibrationRow:
     predicted: MemoryBudget
     vllm_failed: bool
     note: str
+    engine: str = "v1"
+    tensor_parallel_size: int = 1
+    total_gpu_memory_gib: float = 0.0
+    split: str = "calibrate"  # the H100 0.19 set is calibration; public runs by split_for
+
+    @property
+    def groups(self) -> tuple[str, ...]:
+        """The groups the held-out report medians are taken over (a row is in several)."""
+        names = ["all", f"engine {self.engine.upper()}"]
+        names.append("GPU <= 24 GB" if self.total_gpu_memory_gib < 30 else "GPU >= 40 GB")
+        if self.tensor_parallel_size > 1:
+            names.append("TP > 1")
+        return tuple(names)
 
     def error(self, name: str) -> float | None:
         """Relative error of one figure (``weights``, ``kv_cache``, ``kv_tokens``), or None if not logged."""
@@ -63,6 +88,7 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
             quantization = resolve_quantization("none", arch) if arch.quantization else method
             if quantization == "none" and method not in {"none", ""}:
                 quantization = method
+            engine = (raw.get("engine") or "v1").strip().lower()
             settings = EngineSettings(
                 dtype=raw["dtype"],
                 quantization=quantization,
@@ -75,7 +101,8 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
                 max_num_batched_tokens=int(raw["max_num_batched_tokens"]),
                 enforce_eager=raw["enforce_eager"].strip().lower() == "true",
                 cuda_graph_in_kv_budget=False,
-                block_size=16,
+                block_size=int(raw.get("block_size") or 16),
+                engine=engine,
             )
             budget = compute_budget(
                 arch, settings, float(raw["total_gpu_memory_gib"]), exact_parameters=entry.parameters
@@ -89,6 +116,8 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
                 "non_torch": _float(raw["non_torch_gib"]),
             }
             layout = f"TP{settings.tensor_parallel_size}PP{settings.pipeline_parallel_size}"
+            if raw.get("engine"):
+                layout = f"{engine.upper()} {float(raw['total_gpu_memory_gib']):.2f}GiB {layout}"
             rows.append(
                 CalibrationRow(
                     record_id=raw["record_id"],
@@ -99,6 +128,10 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
                     predicted=budget,
                     vllm_failed=raw["oom"].strip().lower() == "yes" or bool(raw["other_failure"].strip()),
                     note=raw["oom_message"][:80],
+                    engine=engine,
+                    tensor_parallel_size=settings.tensor_parallel_size,
+                    total_gpu_memory_gib=float(raw["total_gpu_memory_gib"]),
+                    split=split_for(raw["source_group"]) if raw.get("source_group") else "calibrate",
                 )
             )
     return rows
@@ -107,6 +140,46 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
 def median_abs_error(rows: list[CalibrationRow], name: str) -> float:
     errors = [abs(e) for row in rows if (e := row.error(name)) is not None]
     return statistics.median(errors)
+
+
+def _median_or_none(rows: list[CalibrationRow], name: str) -> float | None:
+    errors = [abs(e) for row in rows if (e := row.error(name)) is not None]
+    return statistics.median(errors) if errors else None
+
+
+def group_medians(rows: list[CalibrationRow]) -> dict[tuple[str, str], dict[str, float | None]]:
+    """Median absolute error per (split, group) of weights, KV budget and KV tokens, and the count."""
+    out: dict[tuple[str, str], dict[str, float | None]] = {}
+    for split in ("calibrate", "heldout"):
+        in_split = [row for row in rows if row.split == split]
+        names = sorted({g for row in in_split for g in row.groups}, key=lambda g: (g != "all", g))
+        for group in names:
+            members = [row for row in in_split if group in row.groups]
+            out[(split, group)] = {
+                "rows": float(len(members)),
+                "weights": _median_or_none(members, "weights"),
+                "kv_cache": _median_or_none(members, "kv_cache"),
+                "kv_tokens": _median_or_none(members, "kv_tokens"),
+            }
+    return out
+
+
+def format_group_table(rows: list[CalibrationRow]) -> str:
+    """A Markdown table of :func:`group_medians` (``-`` where a group logs no such figure)."""
+
+    def pct(value: float | None) -> str:
+        return "-" if value is None else f"{value * 100:.1f}%"
+
+    lines = [
+        "| split | group | rows | weights | KV budget GiB | KV tokens |",
+        "|---|---|---|---|---|---|",
+    ]
+    for (split, group), m in group_medians(rows).items():
+        lines.append(
+            f"| {split} | {group} | {int(m['rows'] or 0)} | {pct(m['weights'])} | {pct(m['kv_cache'])} "
+            f"| {pct(m['kv_tokens'])} |"
+        )
+    return "\n".join(lines)
 
 
 def format_table(rows: list[CalibrationRow]) -> str:
@@ -120,10 +193,11 @@ def format_table(rows: list[CalibrationRow]) -> str:
         weights_err = (row.error("weights") or 0) * 100
         kv_err = (row.error("kv_cache") or 0) * 100
         tokens_err = (row.error("kv_tokens") or 0) * 100
+        kv_logged = f"{row.logged['kv_cache']:.2f}" if row.logged["kv_cache"] else "-"
         lines.append(
             f"| {row.record_id} | {row.model_id} | {row.layout} "
             f"| {row.logged['weights']:.2f} / {row.predicted.weights_gib:.2f} ({weights_err:+.1f}%) "
-            f"| {row.logged['kv_cache']:.2f} / {row.predicted.kv_cache_gib:.2f} ({kv_err:+.1f}%) "
+            f"| {kv_logged} / {row.predicted.kv_cache_gib:.2f} ({kv_err:+.1f}%) "
             f"| {tokens_err:+.1f}% | {'no' if row.vllm_failed else 'yes'} "
             f"| {'yes' if row.predicted.fits else 'no'} |"
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
 from typing import Any
@@ -273,8 +273,26 @@ def engine_version(version: str) -> EngineVersion:
     return chosen
 
 
-def coefficients() -> ModelCoefficients:
-    return _engine_table()[1]
+#: Engines whose accounting differs from V1's, each as overrides of the V1 coefficients in
+#: ``engine.json`` (``model_<engine>``). "v0" is vLLM's V0 engine (0.6.4 to 0.10 with VLLM_USE_V1=0).
+ENGINES = ("v1", "v0")
+
+
+def coefficients(engine: str = "v1") -> ModelCoefficients:
+    """The memory model's coefficients for one engine: V1's, with the engine's own overrides."""
+    base = _engine_table()[1]
+    if engine == "v1":
+        return base
+    return _engine_coefficients(engine)
+
+
+@cache
+def _engine_coefficients(engine: str) -> ModelCoefficients:
+    if engine not in ENGINES:
+        raise ValueError(f"unknown vLLM engine {engine!r} (known: {', '.join(ENGINES)})")
+    overrides = _read_json("engine.json").get(f"model_{engine}", {})
+    fields = {k: float(v) for k, v in overrides.items() if not k.startswith("_")}
+    return replace(_engine_table()[1], **fields)
 
 
 @dataclass(frozen=True)
