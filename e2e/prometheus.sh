@@ -20,12 +20,16 @@ set -euo pipefail
 
 E2E_DIR="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 STATE_DIR="$(cd "${E2E_DIR}/.." && pwd)/.e2e"
-PROM_DIR="${STATE_DIR}/prometheus"
+# One instance per name: the session's (the operator reads it) and any a test wants for itself, so a
+# test that resets its own Prometheus never takes the operator's away (LOADLINE_PROMETHEUS_INSTANCE).
+INSTANCE="${LOADLINE_PROMETHEUS_INSTANCE:-prometheus}"
+[[ "${INSTANCE}" =~ ^[a-z0-9-]+$ ]] || { echo "error: bad LOADLINE_PROMETHEUS_INSTANCE ${INSTANCE}" >&2; exit 2; }
+PROM_DIR="${STATE_DIR}/${INSTANCE}"
 DATA_DIR="${PROM_DIR}/data"
 CONFIG="${PROM_DIR}/prometheus.yml"
-PID_FILE="${STATE_DIR}/prometheus.pid"
-LOG_FILE="${STATE_DIR}/prometheus.log"
-URL_FILE="${STATE_DIR}/prometheus.url"
+PID_FILE="${STATE_DIR}/${INSTANCE}.pid"
+LOG_FILE="${STATE_DIR}/${INSTANCE}.log"
+URL_FILE="${STATE_DIR}/${INSTANCE}.url"
 # shellcheck source=e2e/lib.sh
 source "${E2E_DIR}/lib.sh"
 PROMETHEUS="${PROMETHEUS:-${PROMETHEUS_BIN}/prometheus}"

@@ -16,6 +16,7 @@ history of a few fake pods is written as OpenMetrics and turned into TSDB blocks
 from __future__ import annotations
 
 import math
+import os
 import socket
 import subprocess
 import time
@@ -209,9 +210,19 @@ class Backfilled:
     crash: int  # unix seconds of llama-0's crash (all pods share the time axis)
 
 
+#: This module's own Prometheus: its reset and teardown must not take the session's (which the operator
+#: reads, and later tests backfill) away.
+INSTANCE = {**os.environ, "LOADLINE_PROMETHEUS_INSTANCE": "prometheus-offline"}
+
+
 def _script(*args: str, timeout: float = 120) -> str:
     proc = subprocess.run(
-        ["bash", str(SCRIPT), *args], capture_output=True, text=True, timeout=timeout, check=False
+        ["bash", str(SCRIPT), *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+        env=INSTANCE,
     )
     if proc.returncode != 0:
         pytest.fail(
