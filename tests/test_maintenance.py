@@ -557,6 +557,16 @@ def test_one_replica_surges_first_when_there_is_room() -> None:
     assert plan_rollout([pod("new", 1)], T0, replicas=1, room_for_surge=False).action == "done"
 
 
+def test_a_surge_pod_created_in_the_restarts_own_second_is_new() -> None:
+    """creationTimestamp has whole seconds; the restart's start has microseconds. A surge pod created
+    milliseconds after the start reads as created *before* it: it must still count as the new pod, or
+    the restart surges forever (seen on the real control plane)."""
+    started = T0 + timedelta(microseconds=500_591)
+    surge = PodState("surge", T0, True)  # created in the same second, stamped to the second
+    step = plan_rollout([pod("old", -90), surge], started, replicas=1, room_for_surge=True)
+    assert (step.action, step.pod, step.scale_to) == ("evict", "old", 1)
+
+
 def test_one_replica_without_room_says_it_will_be_down() -> None:
     step = plan_rollout([pod("old", -90)], T0, replicas=1, room_for_surge=False)
     assert (step.action, step.pod, step.downtime) == ("evict", "old", True)

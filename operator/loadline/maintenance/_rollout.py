@@ -75,7 +75,9 @@ def plan_rollout(
     for one more pod of the plan (asked only while no surge pod exists: once the surge pod runs, it
     holds that room itself).
     """
-    start = _utc(started_at, "started_at")
+    # creationTimestamp has whole seconds: a pod created in the restart's own second is a new one (the
+    # surge pod is created within milliseconds of the start), so the start is compared at that precision.
+    start = _utc(started_at, "started_at").replace(microsecond=0)
     alive = [p for p in pods if not p.terminating]
     old = sorted(
         (p for p in alive if _utc(p.created, f"{p.name}.created") < start), key=lambda p: (p.created, p.name)
