@@ -7,8 +7,10 @@ Used by the unit tests of :mod:`loadline.hub` and by the e2e operator fixture (l
 from __future__ import annotations
 
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+
+from tests.promserver import QuietHTTPServer
 
 TOKEN = "hf_test_token"
 
@@ -17,7 +19,7 @@ class HubServer:
     def __init__(self, root: Path) -> None:
         root.mkdir(parents=True, exist_ok=True)
         handler = _handler(root)
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), handler)
         self.root = root
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)

@@ -14,6 +14,17 @@ from urllib.parse import parse_qs, urlsplit
 Answer = Callable[[str], dict[str, Any]]  # PromQL → the JSON body of the answer
 
 
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A test server that does not print a client's broken pipe to stderr: the time-bound tests make
+    clients give up on purpose, and the server's late write would otherwise land, traceback and all,
+    in whatever test runs next (and break its one-line-on-stderr assertions)."""
+
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass
+
+
 class FakePrometheus:
     """Serve ``answer`` on 127.0.0.1 (a random port) until :meth:`close`."""
 
@@ -38,7 +49,7 @@ class FakePrometheus:
             def log_message(self, *args: Any) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = QuietHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
         self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
 

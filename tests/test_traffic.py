@@ -10,7 +10,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -38,6 +38,7 @@ from loadline.traffic import (
     top_bucket,
     trend_times,
 )
+from tests.promserver import QuietHTTPServer
 
 KV_NEW = "vllm:kv_cache_usage_perc"
 KV_OLD = "vllm:gpu_cache_usage_perc"
@@ -262,13 +263,6 @@ def test_crash_timestamp_accepts_what_the_operator_has() -> None:
 Handler = Callable[[str, float], tuple[int, Any]]
 
 
-class _QuietServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        pass  # a client that gave up (the deadline test) breaks the pipe; that is the point
-
-
 class FakePrometheus:
     """An in-process HTTP server answering /api/v1/query with ``handler(query, time)``."""
 
@@ -297,7 +291,7 @@ class FakePrometheus:
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
-        self.server = _QuietServer(("127.0.0.1", 0), _Handler)
+        self.server = QuietHTTPServer(("127.0.0.1", 0), _Handler)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         self.thread = threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True)
         self.thread.start()

@@ -7,12 +7,13 @@ import json
 import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 
 from loadline.traffic import query_range, query_range_async
+from tests.promserver import QuietHTTPServer
 
 MATRIX = {
     "status": "success",
@@ -54,7 +55,7 @@ class _Handler(BaseHTTPRequestHandler):
 def prom() -> Iterator[str]:
     _Handler.behaviour = "ok"
     _Handler.seen = []
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    server = QuietHTTPServer(("127.0.0.1", 0), _Handler)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
