@@ -282,6 +282,16 @@ def test_growing_prompts_from_prometheus_blame_the_caller_and_shrink_max_model_l
     assert "CallerSidePrompts" in events(kubectl, namespace)
 
 
+def climbing_gpu_memory(namespace: str, pod: str) -> Pod:
+    """Two hours of a pod's history whose GPU memory climbs 2.5 GiB an hour toward an L4's 22 GiB."""
+    return Pod(
+        namespace, pod, ("vllm:kv_cache_usage_perc",),
+        lambda t: 0.4, lambda t: 3.0, lambda t: 2000, lambda t: 0,
+        lambda t: 1024.0 * (15.0 + 2.5 * (t + HISTORY) / 3600),  # MiB: 15 GiB two hours ago, 20 GiB now
+        after_crash=0,
+    )  # fmt: skip
+
+
 def test_growing_gpu_memory_in_prometheus_is_an_oom_risk_before_any_crash(
     operator: ChartOperator, kubectl: Kubectl, namespace: str, prometheus_url: str
 ) -> None:
@@ -294,12 +304,7 @@ def test_growing_gpu_memory_in_prometheus_is_an_oom_risk_before_any_crash(
     wait_phase(kubectl, namespace, "chat", "Ready")
     [pod] = pods_of(kubectl, namespace, "chat")
     end = (int(time.time()) - 60) // STEP * STEP  # the last scrape a minute ago
-    climbing = Pod(
-        namespace, pod["metadata"]["name"], ("vllm:kv_cache_usage_perc",),
-        lambda t: 0.4, lambda t: 3.0, lambda t: 2000, lambda t: 0,
-        lambda t: 1024.0 * (15.0 + 2.5 * (t + HISTORY) / 3600),  # MiB: 15 GiB two hours ago, 20 GiB now
-        after_crash=0,
-    )  # fmt: skip
+    climbing = climbing_gpu_memory(namespace, pod["metadata"]["name"])
     source = STATE_DIR / "prometheus" / "risk-e2e.om"
     source.parent.mkdir(parents=True, exist_ok=True)
     source.write_text(openmetrics([climbing], end))

@@ -22,8 +22,8 @@ from conftest import RESTART_HISTORY_DAYS, RESTART_WINDOW_MINUTES
 from crash import crash_container
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
 from operator_helpers import example, model, pods_of, wait_phase
-from test_oom import FRAGMENTED, age_container, age_readiness
-from test_prometheus import HISTORY, STEP, Pod, openmetrics
+from test_oom import FRAGMENTED, age_container, age_readiness, climbing_gpu_memory
+from test_prometheus import HISTORY, STEP, openmetrics
 
 WINDOW = RESTART_WINDOW_MINUTES * 60
 OLD_POD = "{name}-5c8d7b9f4-h2x7q"  # a pod the model had days ago: history outlives pods
@@ -163,12 +163,7 @@ def test_a_predicted_oom_moves_the_restart_before_the_window(
     now = int(time.time())
     quiet = (now + 6 * 3600) // 60 * 60
     end = (now - 60) // STEP * STEP
-    climbing = Pod(
-        namespace, pod["metadata"]["name"], ("vllm:kv_cache_usage_perc",),
-        lambda t: 0.4, lambda t: 3.0, lambda t: 2000, lambda t: 0,
-        lambda t: 1024.0 * (15.0 + 2.5 * (t + HISTORY) / 3600),  # MiB: 15 GiB two hours ago, 20 GiB now
-        after_crash=0,
-    )  # fmt: skip
+    climbing = climbing_gpu_memory(namespace, pod["metadata"]["name"])
     # One file, one Prometheus restart: the lull's history goes into the family openmetrics() opens.
     family = "# TYPE vllm:num_requests_running gauge\n"
     lull = "\n".join(traffic(namespace, "chat", quiet, end - HISTORY - 60)) + "\n"
