@@ -66,6 +66,6 @@ cluster-down:
 tools:
 	e2e/install-tools.sh
 
+# Stops the cluster afterwards when it started it (a running one is kept): see e2e/run.sh.
 e2e: venv tools
-	PYTHON=$(PY) e2e/cluster-up.sh
-	$(VENV)/bin/pytest e2e
+	PYTHON=$(PY) e2e/run.sh
