@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadline.oom import Incident, OomClass, classify, parse_incident
+from loadline.oom import Incident, OomClass, classify, parse_incident, start_up_phase
 from loadline.oom._signals import tables
 
 THIN = "torch.OutOfMemoryError: CUDA out of memory. Tried to allocat"
@@ -172,3 +172,46 @@ def test_days_of_serving_with_memory_in_pieces_is_fragmentation_above_the_auto_t
     assert "days_of_serving" in days.signals and "24 h" in " ".join(days.evidence)
     hours = classify(make(message=FRAGMENTED, ever_ready=True, seconds_since_ready=8 * 3600, config=config))
     assert hours.oom_class is OomClass.FRAGMENTATION and hours.confidence < days.confidence
+
+
+# The start of a crashed vLLM 0.19 instance's log, as the operator reads it (limitBytes from the top):
+# the phase it reached decides a thin message.
+LOADING = (
+    "INFO 11-23 10:12:01 [api_server.py:1896] vLLM API server version 0.19.0\n"
+    "INFO 11-23 10:12:09 [core.py:84] Initializing a V1 LLM engine (v0.19.0) with config: ...\n"
+    "INFO 11-23 10:12:14 [gpu_model_runner.py:2338] Starting to load model meta-llama/Llama-3.1-70B...\n"
+    "Loading safetensors checkpoint shards:  13% Completed | 4/30 [00:09<01:01,  2.35s/it]\n"
+)
+LOADED = LOADING + (
+    "INFO 11-23 10:13:20 [default_loader.py:267] Loading weights took 65.02 seconds\n"
+    "INFO 11-23 10:13:21 [gpu_model_runner.py:2392] Model loading took 65.7234 GiB and 66.1 seconds\n"
+    "INFO 11-23 10:13:40 [backends.py:539] Dynamo bytecode transform time: 15.22 s\n"
+)
+SERVING = LOADED + (
+    "INFO 11-23 10:14:02 [kv_cache_utils.py:864] GPU KV cache size: 51,040 tokens\n"
+    "INFO 11-23 10:14:30 [api_server.py:1971] Starting vLLM API server 0 on http://0.0.0.0:8000\n"
+    "INFO:     Application startup complete.\n"
+)
+
+
+def test_the_start_of_the_log_gives_the_phase_reached() -> None:
+    assert start_up_phase(LOADING, whole=True) == "loading"
+    assert start_up_phase(LOADED, whole=True) == "starting"
+    assert start_up_phase(SERVING, whole=True) == "serving"
+    assert start_up_phase("", whole=True) is None
+    # Known Ready: it served, whatever the log's start shows.
+    assert start_up_phase(LOADING, whole=True, ever_ready=True) == "serving"
+
+
+def test_a_log_head_cut_short_only_tells_serving() -> None:
+    # The head of a long log may end before the serving lines: "loaded, not serving" is not known then.
+    assert start_up_phase(LOADED, whole=False) is None
+    assert start_up_phase(LOADING, whole=False) is None
+    assert start_up_phase(SERVING, whole=False) == "serving"
+
+
+def test_the_phase_from_the_log_decides_a_thin_message() -> None:
+    at_load = classify(make(ever_ready=None, phase=start_up_phase(LOADING, whole=True)))
+    after_load = classify(make(ever_ready=None, phase=start_up_phase(LOADED, whole=True)))
+    assert at_load.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert after_load.oom_class is OomClass.BATCH_MISCONFIGURATION

@@ -24,7 +24,7 @@ from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import crash_urgency, record_from_status
-from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation
+from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
 from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
 from loadline.policy import combine, enforced, remediation_limits, select_policies
@@ -76,6 +76,27 @@ def _previous_log(namespace: str, pod: str, container: str) -> str:
     except (ApiException, ValueError):
         return ""
     return str(text or "")
+
+
+#: How much of the crashed instance's log is read from its start to tell its phase: vLLM's start-up
+#: lines (loading, weights loaded, KV cache, graphs, "Application startup complete") fit in far less.
+LOG_HEAD_BYTES = 256 * 1024
+
+
+def _previous_log_head(namespace: str, pod: str, container: str) -> tuple[str, bool]:
+    """The first :data:`LOG_HEAD_BYTES` of the crashed container's log and whether that is all of it
+    (best effort: ``("", False)`` when the log cannot be read)."""
+    from kubernetes import client
+
+    try:
+        text = client.CoreV1Api().read_namespaced_pod_log(
+            pod, namespace, container=container, previous=True, limit_bytes=LOG_HEAD_BYTES,
+            _request_timeout=5,
+        )  # fmt: skip
+    except (ApiException, ValueError):
+        return "", False
+    text = str(text or "")
+    return text, len(text.encode("utf-8", "replace")) < LOG_HEAD_BYTES
 
 
 def _node_oom_events(node: str) -> int:
@@ -164,6 +185,13 @@ def _handle_crash(
         incident_dict = build_incident(pod, status, parent, log_tail=log_tail, node_oom_events=node_events)
         if incident_dict is None:
             return True
+        if not incident_dict.get("ever_ready"):
+            # A crash before (or without sign of) Ready: the start of its log says how far it got,
+            # which the timing table needs when the message is thin.
+            head, whole = _previous_log_head(namespace, pod["metadata"]["name"], container)
+            phase = start_up_phase(head, whole=whole)
+            if phase:
+                incident_dict["phase"] = phase
         if settings.prometheus_url and term.get("finishedAt"):
             plan = (parent.get("status") or {}).get("plan") or {}
             metrics = incident_metrics(

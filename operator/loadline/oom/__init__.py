@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadline.oom._classify import classify
+from loadline.oom._classify import classify, start_up_phase
 from loadline.oom._model import (
     CAUSES,
     AllocatorFigures,
@@ -50,6 +50,7 @@ __all__ = [
     "parse_incident",
     "parse_oom_text",
     "propose_remediation",
+    "start_up_phase",
 ]
 
 

@@ -414,6 +414,30 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     return cls, round(min(cap, confidence), 2), ["The message alone does not decide; the timing does."]
 
 
+def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None) -> str | None:
+    """Where the crashed instance was, from the beginning of its log: ``loading`` (weights loading
+    started, not finished), ``starting`` (weights loaded, not yet serving: profiling, KV cache, CUDA
+    graphs) or ``serving``; None when the log does not say.
+
+    The classifier's timing table decides by this phase when the crash message is thin or cut, and the
+    last lines of a log (what the termination message or a tail holds) rarely show the start-up lines.
+    ``whole`` says the text is the entire log: only then does a missing serving line mean the instance
+    never served (a head cut short may end before it). An instance known to have been Ready served.
+    """
+    if ever_ready:
+        return "serving"
+    facts = _read_text(log_head, tables())
+    if facts.serving:
+        return "serving"
+    if not whole:
+        return None
+    if facts.weights_loaded:
+        return "starting"
+    if facts.load_phase or facts.load_failed:
+        return "loading"
+    return None
+
+
 def classify(incident: Incident) -> Diagnosis:
     """Classify one out-of-memory incident. Pure: same incident, same diagnosis."""
     t = tables()
