@@ -11,9 +11,26 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from loadline.render import LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY
 from loadline.sizing._capacity import GPU_RESOURCE, INSTANCE_TYPE_LABEL, PRODUCT_LABEL
 
-INSTANCE_LABEL = "loadline.dev/inferencemodel"
+INSTANCE_LABEL = LABEL_MODEL
+
+#: What the API server sends the operator, per (group, version, plural): a label selector and a field
+#: selector, applied server-side to every watch and list of that resource (kopf's
+#: ``settings.watching``). Each admits every object an index or handler keeps, and leaves out what
+#: none reads:
+#: - nodes: only GPU nodes (the GPU product label ``node_entry`` requires);
+#: - pods: only pods bound to a node and not Succeeded. ``pod_entry`` keeps bound, unfinished GPU pods;
+#:   the OOM handler reads loadline's own pods once they ran (bound). ``Failed`` stays in: an evicted
+#:   pod is Failed. A field selector cannot say "requests GPUs" or "on a GPU node", so the pods of the
+#:   other nodes still arrive and are dropped by ``pod_entry`` (docs/operator.md, "What is watched");
+#: - Deployments: only those loadline manages.
+WATCH_SELECTORS: dict[tuple[str, str, str], tuple[str | None, str | None]] = {
+    ("", "v1", "nodes"): (PRODUCT_LABEL, None),
+    ("", "v1", "pods"): (None, "spec.nodeName!=,status.phase!=Succeeded"),
+    ("apps", "v1", "deployments"): (f"{LABEL_MANAGED_BY}={MANAGED_BY}", None),
+}
 
 
 def node_entry(body: Mapping[str, Any], name: str) -> dict[str, Any]:

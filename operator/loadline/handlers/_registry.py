@@ -25,9 +25,10 @@ from loadline.handlers import (
     _reconcile,
 )
 from loadline.handlers._settings import OperatorSettings
+from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
 
 SETTINGS = OperatorSettings()
-MANAGED = {"app.kubernetes.io/managed-by": "loadline"}
+MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
 ADMISSION = kopf.OperatorRegistry()
 WEBHOOK_PATHS = {
     "mutate-inferencemodel": "defaults of the FleetPolicies that govern an InferenceModel",
@@ -47,6 +48,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     )
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
+    select_watches(settings)
     # No kopf peering: one replica runs kopf at a time, elected on a Lease (loadline.handlers._election).
     settings.peering.standalone = True
     settings.peering.mandatory = False
@@ -58,6 +60,16 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # once are handled in parallel rather than queued behind each other.
     settings.execution.max_workers = SETTINGS.max_workers
     _metrics.serve(SETTINGS.metrics_port)
+
+
+def select_watches(settings: kopf.OperatorSettings) -> None:
+    """Server-side selectors: the API server sends only what an index or handler keeps (GPU nodes,
+    bound pods, our Deployments), not every node and pod of the cluster."""
+    for (group, version, plural), (labels, fields) in _index.WATCH_SELECTORS.items():
+        if labels:
+            settings.watching.label_selectors[group, version, plural] = labels
+        if fields:
+            settings.watching.field_selectors[group, version, plural] = fields
 
 
 @kopf.index("", "v1", "nodes")

@@ -58,6 +58,8 @@ ANNOTATION_VERSION = "loadline.dev/vllm-version"
 ANNOTATION_NOTES = "loadline.dev/render-notes"
 LABEL_ROLE = "loadline.dev/role"
 LABEL_MODEL = "loadline.dev/inferencemodel"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "loadline"
 
 UID = 1000
 DATA_DIR = "/data"
@@ -340,7 +342,7 @@ def render_manifests(
     labels = {
         **_string_map(obj.metadata.get("labels"), "metadata.labels"),
         **selector,
-        "app.kubernetes.io/managed-by": "loadline",
+        LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_MODEL: name,
     }
     annotations = {ANNOTATION_PLAN: _plan_annotation(plan, version), ANNOTATION_VERSION: version_string}
