@@ -23,16 +23,35 @@ _client: DynamicClient | None = None
 # Read-decide-write rounds on 409 Conflict before a handler gives up and lets kopf retry it.
 CONFLICT_RETRIES = 10
 
+#: HTTP connections kept per API server; at least one per handler thread, or threads beyond the
+#: client's default (5 per CPU) queue for a connection and urllib3 logs "Connection pool is full".
+_pool_size = 16
+
+
+def set_pool_size(size: int) -> None:
+    """Size the client's connection pool (before the first request: the operator's startup does)."""
+    global _pool_size
+    _pool_size = max(1, size)
+
+
+def load_config() -> None:
+    """Load in-cluster config, else KUBECONFIG, as the default of every client made afterwards (the
+    dynamic client here, CoreV1Api for logs), with a pool of :func:`set_pool_size` connections."""
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+    configuration = client.Configuration.get_default_copy()
+    configuration.connection_pool_maxsize = _pool_size
+    client.Configuration.set_default(configuration)
+
 
 def dynamic() -> DynamicClient:
     """One discovery-backed client per process (in-cluster config, else KUBECONFIG)."""
     global _client
     with _lock:
         if _client is None:
-            try:
-                config.load_incluster_config()  # type: ignore[no-untyped-call]
-            except config.ConfigException:
-                config.load_kube_config()  # type: ignore[no-untyped-call]
+            load_config()
             _client = DynamicClient(client.ApiClient())  # type: ignore[no-untyped-call]
         return _client
 

@@ -17,6 +17,7 @@ from loadline.handlers import (
     _admission,
     _fleet,
     _index,
+    _kube,
     _maintenance,
     _measure,
     _metrics,
@@ -59,6 +60,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Handlers are synchronous (the Kubernetes client is); enough threads that 100 models crashing at
     # once are handled in parallel rather than queued behind each other.
     settings.execution.max_workers = SETTINGS.max_workers
+    _kube.set_pool_size(SETTINGS.max_workers + 4)  # the handler threads, the timers' and a spare
     _metrics.serve(SETTINGS.metrics_port)
 
 
