@@ -38,10 +38,12 @@ def test_every_row_names_its_source_and_quotes_its_memory_lines() -> None:
     for raw in raws:
         assert raw["source_url"] and raw["source_group"], raw["record_id"]
         assert raw["engine"] in {"v0", "v1"}, raw["record_id"]
-        # every logged figure appears in the quoted log text
+        # every logged figure appears in the quoted log text, rounded to the 2 decimals vLLM's profiling
+        # lines print or verbatim (V1's "Model loading took 14.2488 GiB" is the only weights line it prints)
         for column in ("weights_gib", "kv_cache_gib", "activation_peak_gib"):
             if raw[column]:
-                assert f"{float(raw[column]):.2f}" in raw["quote"], (raw["record_id"], column)
+                shown = (f"{float(raw[column]):.2f}", raw[column])
+                assert any(text in raw["quote"] for text in shown), (raw["record_id"], column)
 
 
 def test_split_is_the_hash_rule(rows: list[CalibrationRow]) -> None:
