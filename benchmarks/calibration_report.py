@@ -87,12 +87,24 @@ def fit_v0(path: Path) -> str:
     )
 
 
+#: The public rows the V0 coefficients in engine.json (``model_v0``) were fitted to (``--fit-v0`` on
+#: 2026-11-23, before H11 on existed). The V1 coefficients were fitted to the H100 0.19 set alone, so no
+#: public row entered any fit except these; the rest of the calibrate side is out of sample too.
+FITTED_V0_ROWS = frozenset({"H01", "H02", "H03", "H04", "H05", "H06", "H07"})
+
+
 def public_report(rows: list[CalibrationRow]) -> str:
     parts = []
     for split in ("calibrate", "heldout"):
         chosen = [row for row in rows if row.split == split]
         parts.append(f"### {split} ({len(chosen)} rows)\n\n{format_table(chosen)}\n")
     parts.append(format_group_table(rows))
+    unfitted = [row for row in rows if row.split == "calibrate" and row.record_id not in FITTED_V0_ROWS]
+    if unfitted:
+        parts.append(
+            f"\n### calibrate rows no coefficient was fitted to ({len(unfitted)} rows; "
+            f"not held out by the hash rule)\n\n{format_group_table(unfitted)}"
+        )
     return "\n".join(parts)
 
 

@@ -1,8 +1,8 @@
 """The sizer against public vLLM start-up logs beyond 0.19 on H100 (benchmarks/data/vllm_public_runs.csv).
 
 The split is the hash rule, not a choice; the held-out floors are what was measured on 2026-11-23
-(docs/sizing.md), so a change that makes held-out sizing worse fails here. They are floors, not the
-issue's goal (KV budget <= 5 %), which the held-out rows do not meet yet.
+with 26 rows, 4 of them held out (docs/sizing.md), so a change that makes held-out sizing worse fails
+here. They are floors, not the issue's goal (KV budget <= 5 %), which the held-out rows do not meet yet.
 """
 
 from __future__ import annotations
@@ -20,10 +20,11 @@ from tests.conftest import REPO
 
 CSV = REPO / "benchmarks" / "data" / "vllm_public_runs.csv"
 
-#: Held-out medians measured 2026-11-23 (weights 0.22 %, KV budget 12.6 %), with a little room for
-#: rounding in the logs; the issue's goals are 3 % and 5 %.
-HELDOUT_WEIGHTS_FLOOR = 0.03
-HELDOUT_KV_FLOOR = 0.13
+#: Held-out medians measured 2026-11-23 over H08, H09, H10, H20 (weights 0.19 %, KV budget 7.78 %), with
+#: a little room for rounding in the logs; the issue's goals are 3 % and 5 %. (With H08-H10 alone they
+#: were 0.22 % and 12.6 %; H20, the fourth held-out row, moved the median.)
+HELDOUT_WEIGHTS_FLOOR = 0.005
+HELDOUT_KV_FLOOR = 0.08
 
 
 @pytest.fixture(scope="module")
@@ -34,14 +35,16 @@ def rows() -> list[CalibrationRow]:
 def test_every_row_names_its_source_and_quotes_its_memory_lines() -> None:
     with CSV.open(newline="") as handle:
         raws = list(csv.DictReader(handle))
-    assert len(raws) >= 10
+    assert len(raws) >= 26
     for raw in raws:
         assert raw["source_url"] and raw["source_group"], raw["record_id"]
         assert raw["engine"] in {"v0", "v1"}, raw["record_id"]
-        # every logged figure appears in the quoted log text
+        # every logged figure appears in the quoted log text, rounded to the 2 decimals vLLM's profiling
+        # lines print or verbatim (V1's "Model loading took 14.2488 GiB" is the only weights line it prints)
         for column in ("weights_gib", "kv_cache_gib", "activation_peak_gib"):
             if raw[column]:
-                assert f"{float(raw[column]):.2f}" in raw["quote"], (raw["record_id"], column)
+                shown = (f"{float(raw[column]):.2f}", raw[column])
+                assert any(text in raw["quote"] for text in shown), (raw["record_id"], column)
 
 
 def test_split_is_the_hash_rule(rows: list[CalibrationRow]) -> None:
