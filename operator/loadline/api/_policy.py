@@ -1,10 +1,10 @@
 """The ``loadline.dev/v1alpha1`` FleetPolicy resource as pydantic models.
 
 A FleetPolicy is how a platform team governs many InferenceModels at once: defaults filled in where a
-model's spec says nothing, limits (GPU types and counts, replicas, price, context length, vLLM
-versions, image registries, CPU offload), limits on automatic out-of-memory remediation, and the
-windows restarts may happen in. It is cluster-scoped because the team that writes it is not the team
-that owns the namespaces it governs.
+model's spec says nothing, limits (GPU types and counts, the providers nodes come from, replicas,
+price, context length, vLLM versions, image registries, CPU offload), limits on automatic
+out-of-memory remediation, and the windows restarts may happen in. It is cluster-scoped because the
+team that writes it is not the team that owns the namespaces it governs.
 
 Like the InferenceModel, these models are the source of the CRD (``crds/``) and of offline
 validation. Rules the API server cannot express (PEP 440 version ranges, IANA time zones) are checked
