@@ -66,6 +66,32 @@ def test_no_allowed_gpu_type_is_refused_with_each_candidates_reason() -> None:
     assert any(line.startswith("  - ") and "T4" in line for line in lines[1:])
 
 
+def test_a_provider_outside_the_policy_is_refused_naming_the_field_and_fix() -> None:
+    body = inference_model(maxModelLen=8192, concurrency=4, gpu={"providers": ["aws", "onprem"]})
+    clouds = policy("clouds", limits={"providers": ["gcp", "aws"]})
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(body, [clouds])
+    assert str(refused.value) == (
+        "FleetPolicy clouds: spec.gpu.providers: onprem not in providers [gcp, aws] (fix: use only aws, gcp)"
+    )
+    body["spec"]["gpu"]["providers"] = ["aws"]
+    assert validate(body, [clouds]) == []
+
+
+def test_policies_without_a_provider_in_common_are_refused_naming_each() -> None:
+    body = inference_model(maxModelLen=8192, concurrency=4)
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(
+            body,
+            [policy("a", limits={"providers": ["aws"]}), policy("b", limits={"providers": ["azure", "gcp"]})],
+        )
+    assert str(refused.value).splitlines() == [
+        f"FleetPolicy {name}: spec.gpu.providers: the governing policies (a, b) allow no provider in common "
+        "(fix: ask the platform team to reconcile their providers)"
+        for name in ("a", "b")
+    ]
+
+
 def test_warn_and_dryrun_admit_with_warnings_naming_the_policy() -> None:
     body = inference_model(maxModelLen=8192, concurrency=4)
     warnings = validate(
@@ -131,6 +157,17 @@ def test_defaults_fill_only_unset_fields_from_enforcing_policies() -> None:
     assert mutate(body, []) == {}
 
 
+def test_providers_default_is_filled_only_when_left_out() -> None:
+    body = inference_model(maxModelLen=4096)
+    body["spec"]["gpu"] = {"types": ["L4"]}
+    policies = [
+        policy("clouds", defaults={"gpu": {"providers": ["gcp"]}}, limits={"providers": ["gcp", "aws"]})
+    ]
+    assert mutate(body, policies) == {"spec": {"gpu": {"providers": ["gcp"]}}}
+    body["spec"]["gpu"]["providers"] = ["aws"]
+    assert mutate(body, policies) == {}
+
+
 def test_a_policy_the_operator_cannot_apply_is_refused_naming_the_field() -> None:
     body = {
         "apiVersion": "loadline.dev/v1alpha1",
@@ -143,6 +180,10 @@ def test_a_policy_the_operator_cannot_apply_is_refused_naming_the_field() -> Non
     assert "spec.limits.vllmVersions" in str(refused.value)
     body["spec"]["limits"]["vllmVersions"] = ">=0.17.0"
     _admission.validate_policy(body)
+    body["spec"]["limits"]["providers"] = ["gcp", "ibm"]
+    with pytest.raises(kopf.AdmissionError) as unknown:
+        _admission.validate_policy(body)
+    assert "spec.limits.providers[1]" in str(unknown.value)
 
 
 def test_every_answer_is_counted_by_webhook_and_result() -> None:

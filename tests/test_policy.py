@@ -5,13 +5,15 @@ from __future__ import annotations
 
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import pytest
 
 from loadline.api import (
     FleetPolicy,
+    GPUSelector,
     InferenceModelSpec,
+    Provider,
     all_crds,
     load_manifests,
     parse_fleet_policy,
@@ -30,11 +32,15 @@ from loadline.policy import (
     describe_selector,
     enforced,
     evaluate,
+    fills,
     image_allowed,
+    planning_spec,
     remediation_limits,
     restart_window_sets,
     select_policies,
 )
+from loadline.sizing import plan_inference_model
+from loadline.sizing._shapes import PROVIDERS
 from tests.conftest import LLAMA_8B, REPO
 
 
@@ -117,6 +123,20 @@ def test_bad_policies_are_refused_naming_the_field(body: dict[str, Any], field: 
     assert words in str(caught.value)
 
 
+def test_policy_providers_are_the_models_and_the_planners() -> None:
+    model_providers = GPUSelector.model_fields["providers"].annotation
+    assert get_args(Provider) == get_args(get_args(model_providers)[0]) == PROVIDERS
+
+
+def test_policy_providers_must_be_known_and_not_empty() -> None:
+    with pytest.raises(SpecError) as unknown:
+        policy(limits={"providers": ["aws", "oracle"]})
+    assert unknown.value.field == "spec.limits.providers[1]"
+    with pytest.raises(SpecError) as empty:
+        policy(defaults={"gpu": {"providers": []}})
+    assert empty.value.field == "spec.defaults.gpu.providers"
+
+
 def test_unnamed_policy_is_refused() -> None:
     with pytest.raises(SpecError, match=r"metadata\.name"):
         parse_fleet_policy({"apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy", "spec": {}})
@@ -143,6 +163,11 @@ def test_fleetpolicy_crd_is_cluster_scoped_with_status_and_columns() -> None:
     assert {"modelsGoverned", "violations", "conditions", "observedGeneration"} <= set(
         schema["status"]["properties"]
     )
+    limits = schema["spec"]["properties"]["limits"]["properties"]
+    gpu_defaults = schema["spec"]["properties"]["defaults"]["properties"]["gpu"]["properties"]
+    for providers in (limits["providers"], gpu_defaults["providers"]):
+        assert providers["items"]["enum"] == ["aws", "gcp", "azure", "onprem"]
+        assert providers["x-kubernetes-list-type"] == "set" and providers["minItems"] == 1
     text = repr(crd)
     for forbidden in ("$ref", "anyOf", "patternProperties", "propertyNames", "'title'"):
         assert forbidden not in text, f"{forbidden} makes the CRD schema non-structural"
@@ -251,6 +276,16 @@ def test_limits_combine_strictest_and_remember_their_policies() -> None:
     assert eff.max_gpus_per_replica is None  # nobody set it: no limit
 
 
+def test_providers_combine_by_intersection_naming_each_policy() -> None:
+    a = policy("a", limits={"providers": ["aws", "gcp", "onprem"]})
+    b = policy("b", limits={"providers": ["gcp", "onprem", "azure"]})
+    other = policy("other", limits={"maxReplicas": 3})
+    eff = combine([b, other, a])
+    assert eff.providers is not None and eff.providers.value == {"gcp", "onprem"}
+    assert eff.providers.policies == ("a", "b")  # only the policies that limit providers
+    assert combine([other]).providers is None  # nobody set it: no limit
+
+
 def test_remediation_limits_strictest_and_env_fallback() -> None:
     a = policy("a", remediation={"maxActionsPerDay": 5, "cooldownMinutes": 10, "minConfidence": 0.5})
     b = policy(
@@ -339,6 +374,29 @@ def test_defaults_fill_only_what_the_spec_leaves_out() -> None:
     assert kept.engine.image == "r.example/vllm:1"  # left out: filled
 
 
+def test_providers_default_fills_only_a_spec_that_leaves_them_out() -> None:
+    eff = combine(
+        [
+            policy("cheap", priority=1, defaults={"gpu": {"providers": ["gcp"]}}),
+            policy("other", defaults={"gpu": {"providers": ["aws"]}}),
+        ]
+    )
+    bare = spec()
+    [fill] = fills(bare, eff)
+    assert (fill.path, fill.value, fill.policy) == ("spec.gpu.providers", ["gcp"], "cheap")
+    assert apply_defaults(bare, eff).gpu.providers == ["gcp"] and bare.gpu.providers == []
+    assert defaults_patch(bare, eff) == {"gpu": {"providers": ["gcp"]}}
+    typed = spec(gpu={"types": ["L4"]})  # gpu written, providers not: still filled
+    assert apply_defaults(typed, eff).gpu.providers == ["gcp"]
+    for written in (["azure"], []):  # a written list, even an empty one ("any provider"), stays
+        own = spec(gpu={"providers": written})
+        assert apply_defaults(own, eff) is own and defaults_patch(own, eff) == {}
+    planned = plan_inference_model(
+        apply_defaults(spec(), combine([policy(defaults={"gpu": {"providers": ["aws"]}})]))
+    )
+    assert planned.chosen.shape is not None and planned.chosen.shape.provider == "aws"
+
+
 def test_defaults_are_idempotent_and_become_a_merge_patch() -> None:
     eff = combine(
         [policy("team", defaults={"engine": {"version": "0.17.0"}, "gpu": {"maxGPUsPerReplica": 2}})]
@@ -390,6 +448,88 @@ def test_planner_uses_only_allowed_gpu_types_when_the_spec_lists_none() -> None:
     result = check(spec(), eff)
     assert result.violations == ()
     assert result.plan is not None and result.plan.chosen.gpu.name == "L40S"  # L4 is cheaper but not allowed
+
+
+def _provider(result: Any) -> str:
+    assert result.plan is not None and result.plan.chosen.shape is not None
+    return str(result.plan.chosen.shape.provider)
+
+
+def test_provider_outside_the_list_is_refused_with_the_allowed_ones() -> None:
+    eff = combine([policy("clouds", limits={"providers": ["gcp", "azure"]})])
+    result = check(spec(gpu={"providers": ["aws", "gcp"]}), eff)
+    [v] = result.violations
+    assert v.line() == (
+        "FleetPolicy clouds: spec.gpu.providers: aws not in providers [gcp, azure] (fix: use only gcp, azure)"
+    )
+    assert _provider(result) == "gcp"  # planned on what is allowed of what it lists
+    fixed = check(spec(gpu={"providers": ["gcp", "azure"]}), eff)
+    assert fixed.violations == () and _provider(fixed) in {"gcp", "azure"}
+
+
+def test_provider_fix_names_only_allowed_providers_with_shapes_of_the_models_gpu_types() -> None:
+    eff = combine([policy("clouds", limits={"providers": ["gcp", "azure"]})])
+    [v] = evaluate(spec(gpu={"types": ["L4"], "providers": ["aws"]}), eff)
+    assert v.fix == "use only gcp"  # the catalog has no azure L4 shape: listing only azure would not plan
+    assert evaluate(spec(gpu={"types": ["L4"], "providers": ["gcp"]}), eff) == []
+    [l40s] = evaluate(spec(gpu={"types": ["L40S"], "providers": ["aws"]}), eff)  # L40S: aws shapes only
+    assert l40s.fix.startswith("use only gcp, azure, with a GPU type they offer in spec.gpu.types (T4, L4,")
+    assert "L40S" not in l40s.fix
+
+
+def test_planner_uses_only_allowed_providers_when_the_spec_lists_none() -> None:
+    assert _provider(check(spec(), combine([]))) == "gcp"  # unlimited, the cheapest shape is a gcp one
+    result = check(spec(), combine([policy(limits={"providers": ["aws"]})]))
+    assert result.violations == ()
+    assert _provider(result) == "aws" and result.planned_spec.gpu.providers == ["aws"]
+    on_azure = check(spec(), combine([policy(limits={"providers": ["azure", "onprem"]})]))
+    assert _provider(on_azure) == "azure" and on_azure.plan is not None
+    assert on_azure.plan.chosen.gpu.name != "L4"  # no azure or onprem L4 shape: another type is planned
+
+
+def test_several_policies_plan_on_the_providers_all_allow() -> None:
+    eff = combine(
+        [policy("a", limits={"providers": ["aws", "azure"]}), policy("b", limits={"providers": ["azure"]})]
+    )
+    result = check(spec(), eff)
+    assert result.violations == () and _provider(result) == "azure"
+    [v] = evaluate(spec(gpu={"providers": ["aws"]}), eff)  # inside a's list, outside b's
+    assert (v.policy, v.field, v.fix) == ("b", "spec.gpu.providers", "use only azure")
+
+
+def test_providers_no_policy_shares_are_reported_for_each_policy() -> None:
+    eff = combine(
+        [policy("a", limits={"providers": ["aws", "gcp"]}), policy("b", limits={"providers": ["azure"]})]
+    )
+    result = check(spec(), eff)
+    assert fields(list(result.violations)) == [("a", "spec.gpu.providers"), ("b", "spec.gpu.providers")]
+    assert {v.problem for v in result.violations} == {
+        "the governing policies (a, b) allow no provider in common"
+    }
+    assert {v.fix for v in result.violations} == {"ask the platform team to reconcile their providers"}
+    assert result.plan is None  # nothing allowed to plan on
+    [listed] = evaluate(spec(gpu={"providers": ["aws"]}), eff)  # a's own list allows aws; b refuses it
+    assert (listed.policy, listed.fix) == ("b", "ask the platform team: no provider is allowed")
+
+
+def test_no_gpu_type_with_an_allowed_provider_is_refused_on_providers() -> None:
+    eff = combine([policy("gcp-only", limits={"providers": ["gcp"]})])
+    l40s = spec(gpu={"types": ["L40S"]})
+    assert evaluate(l40s, combine([])) == []  # L40S fits, on aws
+    [v] = evaluate(l40s, eff)
+    assert (v.policy, v.field) == ("gcp-only", "spec.gpu.providers")
+    assert v.problem.startswith("no allowed GPU layout fits (providers gcp)")
+    assert v.details and all("no L40S node shape from gcp" in d for d in v.details)
+    assert v.fix.startswith("list GPU types with gcp node shapes in spec.gpu.types (T4, L4,")
+    assert evaluate(spec(gpu={"types": ["L4"]}), eff) == []  # following the fix plans
+
+
+def test_providers_narrow_what_the_planner_sees_with_the_other_gpu_limits() -> None:
+    eff = combine([policy(limits={"providers": ["onprem", "gcp"], "gpuTypes": ["H100-80GB"]})])
+    planned = planning_spec(spec(), eff)
+    assert (planned.gpu.types, planned.gpu.providers) == (["H100-80GB"], ["gcp", "onprem"])
+    assert planning_spec(spec(gpu={"providers": ["gcp"]}), eff).gpu.providers == ["gcp"]
+    assert planning_spec(spec(gpu={"providers": ["aws"]}), eff).gpu.providers == ["aws"]  # refused instead
 
 
 def test_max_gpus_per_replica_is_a_limit_and_caps_the_planner() -> None:
@@ -504,6 +644,9 @@ def test_planner_runs_through_plan_fn() -> None:
 
     check(spec(), combine([policy(limits={"gpuTypes": ["L40S"], "maxGPUsPerReplica": 2})]), plan_fn)
     assert [(s.gpu.types, s.gpu.max_gpus_per_replica) for s in seen] == [(["L40S"], 2)]
+    seen.clear()
+    check(spec(), combine([policy(limits={"providers": ["aws"]})]), plan_fn)
+    assert [s.gpu.providers for s in seen] == [["aws"]]
 
 
 # --- the decision ----------------------------------------------------------------------------------

@@ -111,6 +111,65 @@ def test_dryrun_only_reports_and_does_not_shape_the_plan(
     assert "dryrun: would refuse: FleetPolicy trial: spec.gpu.types: L4 not in gpuTypes [H100-80GB]" in err
 
 
+def test_providers_refuse_and_plan_within(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    clouds = fleet_policy("clouds", limits={"providers": ["aws"]})
+    listed = write(tmp_path, "listed.yaml", clouds, model(gpu={"providers": ["gcp"]}))
+    code, out, err = run(capsys, "plan", listed)
+    assert code == 2 and out == ""
+    assert "FleetPolicy clouds: spec.gpu.providers: gcp not in providers [aws] (fix: use only aws)" in err
+    code, _, err = run(capsys, "render", listed)
+    assert code == 2 and "spec.gpu.providers: gcp not in providers [aws]" in err
+    unlisted = write(tmp_path, "unlisted.yaml", clouds, model())
+    code, out, err = run(capsys, "plan", unlisted, "--output", "json")
+    assert code == 0, err
+    [result] = json.loads(out)
+    assert result["plan"]["nodeShape"]["provider"] == "aws"  # without the policy: a gcp g2-standard-8
+    code, out, _ = run(capsys, "plan", unlisted)
+    assert "provider: aws (allowed: aws)" in out
+    code, _, err = run(capsys, "plan", unlisted, "--provider", "gcp")  # the command line's providers too
+    assert code == 2 and "gcp not in providers [aws]" in err
+
+
+def test_providers_of_several_policies_intersect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    both = write(
+        tmp_path,
+        "both.yaml",
+        fleet_policy("a", limits={"providers": ["aws", "azure"]}),
+        fleet_policy("b", limits={"providers": ["azure", "gcp"]}),
+        model(),
+    )
+    code, out, err = run(capsys, "plan", both, "--output", "json")
+    assert code == 0, err
+    [result] = json.loads(out)
+    assert result["plan"]["nodeShape"]["provider"] == "azure" and result["policies"] == ["a", "b"]
+    disjoint = write(
+        tmp_path,
+        "disjoint.yaml",
+        fleet_policy("a", limits={"providers": ["aws"]}),
+        fleet_policy("b", enforcement="warn", limits={"providers": ["gcp"]}),
+        model(),
+    )
+    code, _, err = run(capsys, "plan", disjoint)
+    assert code == 2
+    assert (
+        "FleetPolicy a: spec.gpu.providers: the governing policies (a, b) allow no provider in common" in err
+    )
+    assert "loadline: warning: team-a/chat: FleetPolicy b: spec.gpu.providers: the governing policies" in err
+
+
+def test_dryrun_providers_do_not_shape_the_plan(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = write(
+        tmp_path,
+        "all.yaml",
+        fleet_policy("trial", enforcement="dryrun", limits={"providers": ["azure"]}),
+        model(gpu={"providers": ["gcp"]}),
+    )
+    code, out, err = run(capsys, "plan", path, "--output", "json")
+    assert code == 0
+    assert json.loads(out)[0]["plan"]["nodeShape"]["provider"] == "gcp"
+    assert "dryrun: would refuse: FleetPolicy trial: spec.gpu.providers: gcp not in providers [azure]" in err
+
+
 def test_defaults_fill_what_the_spec_leaves_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     doc = model()
     doc["spec"].pop("engine", None)
@@ -127,6 +186,25 @@ def test_defaults_fill_what_the_spec_leaves_out(tmp_path: Path, capsys: pytest.C
     assert result["policies"] == ["team-a-budget"]
     code, out, _ = run(capsys, "plan", path)
     assert "default: spec.engine.version = 0.17.0 (default of FleetPolicy team-a-budget)" in out
+
+
+def test_providers_default_chooses_where_nodes_come_from(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = write(tmp_path, "all.yaml", fleet_policy(defaults={"gpu": {"providers": ["aws"]}}), model())
+    code, out, _ = run(capsys, "plan", path, "--output", "json")
+    assert code == 0
+    assert json.loads(out)[0]["plan"]["nodeShape"]["provider"] == "aws"
+    code, out, _ = run(capsys, "plan", path)
+    assert "default: spec.gpu.providers = ['aws'] (default of FleetPolicy team-a-budget)" in out
+    written = write(
+        tmp_path,
+        "own.yaml",
+        fleet_policy(defaults={"gpu": {"providers": ["aws"]}}),
+        model(gpu={"providers": []}),
+    )
+    code, out, _ = run(capsys, "plan", written, "--output", "json")
+    assert code == 0 and json.loads(out)[0]["plan"]["nodeShape"]["provider"] == "gcp"  # [] is "any": kept
 
 
 def test_render_uses_the_policy_default_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

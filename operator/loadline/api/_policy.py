@@ -1,10 +1,10 @@
 """The ``loadline.dev/v1alpha1`` FleetPolicy resource as pydantic models.
 
 A FleetPolicy is how a platform team governs many InferenceModels at once: defaults filled in where a
-model's spec says nothing, limits (GPU types and counts, replicas, price, context length, vLLM
-versions, image registries, CPU offload), limits on automatic out-of-memory remediation, and the
-windows restarts may happen in. It is cluster-scoped because the team that writes it is not the team
-that owns the namespaces it governs.
+model's spec says nothing, limits (GPU types and counts, the providers nodes come from, replicas,
+price, context length, vLLM versions, image registries, CPU offload), limits on automatic
+out-of-memory remediation, and the windows restarts may happen in. It is cluster-scoped because the
+team that writes it is not the team that owns the namespaces it governs.
 
 Like the InferenceModel, these models are the source of the CRD (``crds/``) and of offline
 validation. Rules the API server cannot express (PEP 440 version ranges, IANA time zones) are checked
@@ -49,6 +49,9 @@ _CLOCK_PATTERN = r"^(([01][0-9]|2[0-3]):[0-5][0-9]|24:00)$"
 LabelKey = Annotated[str, StringConstraints(min_length=1, max_length=317, pattern=_LABEL_KEY_PATTERN)]
 LabelValue = Annotated[str, StringConstraints(max_length=63, pattern=_LABEL_VALUE_PATTERN)]
 GPUTypeName = Annotated[str, StringConstraints(min_length=1, max_length=64)]
+#: Where nodes come from: the values of an InferenceModel's ``spec.gpu.providers`` (the planner's
+#: catalog providers, ``loadline.sizing``'s ``PROVIDERS``; tests keep the three in step).
+Provider = Literal["aws", "gcp", "azure", "onprem"]
 
 
 class LabelSelectorRequirement(_SpecModel):
@@ -164,6 +167,16 @@ class GPUDefaults(_SpecModel):
         le=256,
         description="Upper bound on GPUs per replica for models that set none.",
     )
+    providers: list[Provider] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4,
+        description=(
+            "Where the nodes come from (aws, gcp, azure, onprem) for models that list no providers: "
+            "the node shapes the planner may assume and price."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
 
 
 class RemediationDefaults(_SpecModel):
@@ -205,6 +218,17 @@ class PolicyLimits(_SpecModel):
         ge=1,
         le=256,
         description="Most GPUs one replica may use; the planner is run within it.",
+    )
+    providers: list[Provider] | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4,
+        description=(
+            "Where nodes may come from (aws, gcp, azure, onprem): the node shapes the planner may assume "
+            "and price. A model listing another provider in spec.gpu.providers is refused; a model "
+            "listing none is planned on these only."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     max_replicas: int | None = Field(default=None, ge=0, le=1000, description="Most replicas per model.")
     max_price_per_hour: float | None = Field(

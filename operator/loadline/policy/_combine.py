@@ -1,10 +1,11 @@
 """Several FleetPolicies governing one model, combined into one :class:`EffectivePolicy`.
 
-Limits combine so that the strictest wins: the intersection of GPU-type lists and of version ranges,
-the smallest of maxima, and every registry list must be satisfied. Remediation limits likewise (fewest
-actions, longest cool-down, highest confidence floor, smallest memory cap). Defaults are taken field by
-field from the highest-priority policy that sets the field (ties by name). Every combined value keeps
-the names of the policies that set it, so a refusal can say whose limit it is.
+Limits combine so that the strictest wins: the intersection of GPU-type lists, of provider lists and
+of version ranges, the smallest of maxima, and every registry list must be satisfied. Remediation
+limits likewise (fewest actions, longest cool-down, highest confidence floor, smallest memory cap).
+Defaults are taken field by field from the highest-priority policy that sets the field (ties by
+name). Every combined value keeps the names of the policies that set it, so a refusal can say whose
+limit it is.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ DEFAULT_FIELDS: tuple[tuple[str, str], ...] = (
     ("engine", "image"),
     ("gpu", "types"),
     ("gpu", "max_gpus_per_replica"),
+    ("gpu", "providers"),
     ("remediation", "mode"),
 )
 
@@ -71,6 +73,7 @@ class EffectivePolicy:
     defaults: PolicyDefaults = field(default_factory=PolicyDefaults)
     default_sources: Mapping[str, str] = field(default_factory=dict)  # "spec.engine.version" → policy
     gpu_types: Bound[frozenset[str]] | None = None
+    providers: Bound[frozenset[str]] | None = None  # where nodes may come from (spec.gpu.providers)
     max_gpus_per_replica: Bound[int] | None = None
     max_replicas: Bound[int] | None = None
     max_price_per_hour: Bound[float] | None = None
@@ -139,6 +142,16 @@ def combine(policies: Iterable[FleetPolicy]) -> EffectivePolicy:
         )
         gpu_types = Bound(allowed, tuple(name for name, _ in gpu_lists))
 
+    provider_lists = [
+        (p.name, frozenset[str](p.spec.limits.providers))
+        for p in ordered
+        if p.spec.limits.providers is not None
+    ]
+    providers = None
+    if provider_lists:
+        common = frozenset.intersection(*(listed for _, listed in provider_lists))
+        providers = Bound(common, tuple(name for name, _ in provider_lists))
+
     specifiers = [(p.name, p.spec.limits.specifier()) for p in ordered]
     version_sets = [(name, spec) for name, spec in specifiers if spec is not None]
     vllm_versions = None
@@ -153,6 +166,7 @@ def combine(policies: Iterable[FleetPolicy]) -> EffectivePolicy:
         defaults=defaults,
         default_sources=sources,
         gpu_types=gpu_types,
+        providers=providers,
         max_gpus_per_replica=_tightest(ordered, lambda p: p.spec.limits.max_gpus_per_replica),
         max_replicas=_tightest(ordered, lambda p: p.spec.limits.max_replicas),
         max_price_per_hour=_tightest(ordered, lambda p: p.spec.limits.max_price_per_hour),

@@ -2,10 +2,10 @@
 
 Pure: the planner comes in as ``plan_fn`` (the operator passes one that knows ConfigMap and hub
 configs and the cluster's free GPUs; the CLI passes :func:`loadline.sizing.plan_inference_model`).
-The planner is run *within* the policies' limits (only allowed GPU types, at most the allowed GPUs per
-replica), so "no allowed GPU type fits" is a violation listing each candidate's reason. Each violation
-names one policy, the spec field, the limit and the fix, one line each; a model breaking several
-policies gets one violation per policy.
+The planner is run *within* the policies' limits (only allowed GPU types and providers, at most the
+allowed GPUs per replica), so "no allowed GPU type fits" is a violation listing each candidate's
+reason. Each violation names one policy, the spec field, the limit and the fix, one line each; a
+model breaking several policies gets one violation per policy.
 
 Call it on the spec after :func:`loadline.policy.apply_defaults`, as admission does (mutating webhooks
 run before validating ones).
@@ -16,14 +16,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import get_args
 
 from packaging.version import InvalidVersion, Version
 
-from loadline.api import FleetPolicy, InferenceModelSpec
+from loadline.api import FleetPolicy, InferenceModelSpec, Provider
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.policy._combine import EffectivePolicy, canonical_gpu_type
 from loadline.render import default_image
-from loadline.sizing import Plan, gpu_catalog, plan_inference_model
+from loadline.sizing import Plan, gpu_catalog, plan_inference_model, shapes_for
 
 __all__ = [
     "Evaluation",
@@ -37,6 +38,9 @@ __all__ = [
 ]
 
 PlanFn = Callable[[InferenceModelSpec], Plan]
+
+#: Every provider ``spec.gpu.providers`` may name, in the API's order (a spec listing none: any of them).
+ALL_PROVIDERS: tuple[str, ...] = get_args(Provider)
 
 
 @dataclass(frozen=True)
@@ -97,12 +101,70 @@ def _catalog_order(types: frozenset[str] | set[str]) -> list[str]:
     return known + sorted(t for t in types if t not in known)
 
 
+def _provider_order(providers: frozenset[str] | set[str]) -> list[str]:
+    """Providers in the API's order (aws, gcp, azure, onprem)."""
+    return [p for p in ALL_PROVIDERS if p in providers]
+
+
+def _offers(provider: str, types: list[str]) -> bool:
+    """Whether the catalog has a ``provider`` node shape of one of ``types``."""
+    catalog = gpu_catalog()
+    return any(s.provider == provider for t in types if t in catalog for s in shapes_for(catalog[t]))
+
+
+def _permitted_types(eff: EffectivePolicy) -> list[str]:
+    """The GPU types the policies allow, in the catalog's order (no gpuTypes limit: the catalog)."""
+    return _catalog_order(eff.gpu_types.value) if eff.gpu_types else list(gpu_catalog())
+
+
+def _offered_types(providers: list[str], eff: EffectivePolicy) -> list[str]:
+    """The allowed GPU types of which ``providers`` have a node shape in the catalog."""
+    return [t for t in _permitted_types(eff) if any(_offers(p, [t]) for p in providers)]
+
+
+def _provider_fix(spec: InferenceModelSpec, eff: EffectivePolicy, own: set[str]) -> str:
+    """The fix for listing a provider outside the limit: the allowed providers that have node shapes
+    of a GPU type the model may be planned on (so following it can plan), else what to change too."""
+    allowed = _provider_order(eff.providers.value if eff.providers else own)
+    if not allowed:
+        return "ask the platform team: no provider is allowed"
+    permitted = _permitted_types(eff)
+    wanted = _canon(spec.gpu.types) if spec.gpu.types else permitted
+    types = [t for t in wanted if t in permitted] or wanted
+    serving = [p for p in allowed if _offers(p, types)]
+    if serving:
+        return f"use only {', '.join(serving)}"
+    offered = _offered_types(allowed, eff)
+    if offered:
+        types_text = ", ".join(offered)
+        return f"use only {', '.join(allowed)}, with a GPU type they offer in spec.gpu.types ({types_text})"
+    return "ask the platform team: the allowed providers offer no allowed GPU type"
+
+
+def _unreachable_fix(planned: InferenceModelSpec, eff: EffectivePolicy) -> str:
+    """The fix when no layout fits within the allowed providers: when none of them has a node shape of
+    the GPU types planned on, other types (that they do offer); else the usual remedies."""
+    usual = "quantize, lower maxModelLen or concurrency, or ask the platform team to allow another provider"
+    types = _canon(planned.gpu.types)
+    if not types or any(_offers(p, types) for p in planned.gpu.providers):
+        return usual
+    offered = _offered_types(list(planned.gpu.providers), eff)
+    if not offered:
+        return usual
+    where = ", ".join(planned.gpu.providers)
+    return (
+        f"list GPU types with {where} node shapes in spec.gpu.types ({', '.join(offered)}), "
+        "or ask the platform team to allow another provider"
+    )
+
+
 def planning_spec(spec: InferenceModelSpec, effective: EffectivePolicy) -> InferenceModelSpec:
     """``spec`` as the planner should see it under the policies: GPU types narrowed to the allowed ones
-    (a spec listing none gets the allowed catalog types) and GPUs per replica capped.
+    (a spec listing none gets the allowed catalog types), providers likewise (a spec listing none gets
+    the allowed providers) and GPUs per replica capped.
 
-    When nothing allowed is left the spec's own types are kept: planning then shows what was asked
-    for, and :func:`check` reports the violation.
+    When nothing allowed is left the spec's own types (or providers) are kept: planning then shows what
+    was asked for, and :func:`check` reports the violation.
     """
     gpu = spec.gpu
     update: dict[str, object] = {}
@@ -112,6 +174,11 @@ def planning_spec(spec: InferenceModelSpec, effective: EffectivePolicy) -> Infer
         narrowed = [t for t in wanted if t in allowed]
         if narrowed and narrowed != _canon(gpu.types):
             update["types"] = narrowed
+    if effective.providers is not None:
+        where = list(gpu.providers) if gpu.providers else list(ALL_PROVIDERS)
+        within = [p for p in where if p in effective.providers.value]
+        if within and within != list(gpu.providers):
+            update["providers"] = within
     if effective.max_gpus_per_replica is not None:
         cap = effective.max_gpus_per_replica.value
         if gpu.max_gpus_per_replica is None or gpu.max_gpus_per_replica > cap:
@@ -149,6 +216,27 @@ def _static_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: Effective
                 "spec.gpu.types",
                 f"the governing policies ({', '.join(eff.gpu_types.policies)}) allow no GPU type in common",
                 "ask the platform team to reconcile their gpuTypes",
+            )
+        )
+    if lim.providers is not None and spec.gpu.providers:
+        own_providers: set[str] = set(lim.providers)
+        elsewhere = [p for p in spec.gpu.providers if p not in own_providers]
+        if elsewhere:
+            out.append(
+                Violation(
+                    name,
+                    "spec.gpu.providers",
+                    f"{', '.join(elsewhere)} not in providers [{', '.join(lim.providers)}]",
+                    _provider_fix(spec, eff, own_providers),
+                )
+            )
+    elif lim.providers is not None and eff.providers is not None and not eff.providers.value:
+        out.append(
+            Violation(
+                name,
+                "spec.gpu.providers",
+                f"the governing policies ({', '.join(eff.providers.policies)}) allow no provider in common",
+                "ask the platform team to reconcile their providers",
             )
         )
     cap = lim.max_gpus_per_replica
@@ -272,16 +360,22 @@ def _plan_checks(
     return out
 
 
-def _restricting(policy: FleetPolicy, spec: InferenceModelSpec, planned: InferenceModelSpec) -> bool:
-    """Whether ``policy``'s GPU limits are among those that narrowed ``spec`` into ``planned``."""
+def _restricting(policy: FleetPolicy, spec: InferenceModelSpec, planned: InferenceModelSpec) -> str | None:
+    """The field to name when ``policy``'s GPU limits are among those that narrowed ``spec`` into
+    ``planned``: ``spec.gpu.types`` for GPU types or GPUs per replica, ``spec.gpu.providers`` when only
+    its providers did; ``None`` when it narrowed nothing."""
     lim = policy.spec.limits
     if lim.gpu_types is not None:
         own = set(_canon(lim.gpu_types))
         if any(t not in own for t in (_canon(spec.gpu.types) or list(gpu_catalog()))):
-            return True
+            return "spec.gpu.types"
     cap = lim.max_gpus_per_replica
     asked = spec.gpu.max_gpus_per_replica
-    return cap is not None and (asked is None or asked > cap) and planned.gpu.max_gpus_per_replica == cap
+    if cap is not None and (asked is None or asked > cap) and planned.gpu.max_gpus_per_replica == cap:
+        return "spec.gpu.types"
+    if lim.providers is not None and any(p not in lim.providers for p in spec.gpu.providers or ALL_PROVIDERS):
+        return "spec.gpu.providers"
+    return None
 
 
 def check(
@@ -297,11 +391,16 @@ def check(
     planned = planning_spec(spec, effective)
     if not effective.policies:
         return Evaluation((), plan_fn(spec), spec)
+    # A refused list the policies cannot narrow to anything allowed: planning would only plan what is refused.
     types_refused = (
         any(v.field == "spec.gpu.types" for v in violations) and planned.gpu.types == spec.gpu.types
     )
+    providers_refused = (
+        any(v.field == "spec.gpu.providers" for v in violations)
+        and planned.gpu.providers == spec.gpu.providers
+    )
     plan = None
-    if not types_refused:
+    if not (types_refused or providers_refused):
         try:
             plan = plan_fn(planned)
         except NoCapacityError:
@@ -315,18 +414,20 @@ def check(
                 limit_words.append(f"GPU types {', '.join(planned.gpu.types)}")
             if planned.gpu.max_gpus_per_replica != spec.gpu.max_gpus_per_replica:
                 limit_words.append(f"at most {planned.gpu.max_gpus_per_replica} GPUs per replica")
+            if planned.gpu.providers != spec.gpu.providers:
+                limit_words.append(f"providers {', '.join(planned.gpu.providers)}")
             problem = (
                 f"no allowed GPU layout fits ({' and '.join(limit_words)}); each candidate's reason follows"
             )
-            fix = (
-                "quantize, lower maxModelLen or concurrency, or ask the platform team for a larger "
-                "GPU allowance"
-            )
+            fixes = {
+                "spec.gpu.types": "quantize, lower maxModelLen or concurrency, or ask the platform team "
+                "for a larger GPU allowance",
+                "spec.gpu.providers": _unreachable_fix(planned, effective),
+            }
             for p in effective.policies:
-                if _restricting(p, spec, planned):
-                    violations.append(
-                        Violation(p.name, "spec.gpu.types", problem, fix, tuple(exc.rejections))
-                    )
+                field = _restricting(p, spec, planned)
+                if field is not None:
+                    violations.append(Violation(p.name, field, problem, fixes[field], tuple(exc.rejections)))
     if plan is not None:
         violations.extend(v for p in effective.policies for v in _plan_checks(spec, plan, p, effective))
     order = {name: i for i, name in enumerate(effective.names)}
