@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -188,11 +189,17 @@ def test_plan_text_names_the_shape_and_the_tuning(capsys: pytest.CaptureFixture[
     assert "tuning: vLLM's defaults serve concurrency 4" in out
 
 
-def test_a_plan_priced_from_an_unverified_figure_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    # GCP's g2 prices have no dated source: the plan's status and its text both say the price is unverified.
-    result = plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["gcp"]}})
+def test_a_plan_priced_from_an_unverified_figure_says_so(user_catalog: Any) -> None:
+    # A price with no dated source (here a user row without price_verified): status and text say so.
+    row = {
+        "name": "unsourced-l4", "provider": "onprem", "gpu": "L4", "gpus": 1, "memory": "64Gi", "vcpus": 16,
+        "price_per_hour": 0.1, "interconnect": "pcie", "rdma": "none", "source": "test",
+        "price_source": "UNVERIFIED: a test figure",
+    }  # fmt: skip
+    user_catalog({"gpus": [], "shapes": [row]})
+    result = plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["onprem"]}})
     shape = shape_of(result)
-    assert shape["provider"] == "gcp" and shape["pricePerHour"] is not None
+    assert shape["name"] == "unsourced-l4" and shape["pricePerHour"] is not None
     assert shape["priceVerified"] is False and shape["priceAsOf"] is None
     assert "unverified" in shape["why"]
     from loadline._cli_sizing import _plan_table
@@ -204,3 +211,22 @@ def test_a_plan_priced_from_a_dated_source_names_it() -> None:
     shape = shape_of(plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["aws"]}}))
     assert shape["priceVerified"] is True and shape["priceAsOf"] == "2026-09-24"
     assert "https://" in shape["priceSource"] and "unverified" not in shape["why"]
+
+
+def test_the_docs_table_and_counts_are_the_datas() -> None:
+    # docs/sizing.md's shape table is generated (scripts/shapes_table.py --write): a data change
+    # without regenerating it, or a count left stale in the text above it, fails here.
+    spec = importlib.util.spec_from_file_location("shapes_table", REPO / "scripts" / "shapes_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = json.loads((REPO / "operator/loadline/sizing/data/node_shapes.json").read_text())["shapes"]
+    doc = (REPO / "docs" / "sizing.md").read_text()
+    assert "\n".join(module.table(rows)) in doc
+    standing = [module.standing(r).split(" ")[0].strip("*") for r in rows]
+    counts = (
+        f"Of {len(rows)} shapes, **{standing.count('verified')} prices are verified**",
+        f"**{standing.count('null')} are null**",
+    )
+    assert all(c in " ".join(doc.split()) for c in counts), counts
+    assert standing.count("unverified") == 0 and "**none is unverified**" in doc
