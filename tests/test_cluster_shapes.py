@@ -150,7 +150,9 @@ def test_plan_on_the_command_line_says_which_provider_it_assumes(
     path = tmp_path / "chat.yaml"
     path.write_text(yaml.safe_dump(inference_model(**CHAT)))
     assert main(["plan", str(path)]) == 0
-    assert "the cheapest of all providers' shapes (pass --provider" in capsys.readouterr().out
+    assert "the cheapest of all providers' shapes, verified prices first (pass --provider" in (
+        capsys.readouterr().out
+    )
     assert main(["plan", str(path), "--provider", "azure", "--provider", "aws"]) == 0
     out = capsys.readouterr().out
     assert "provider: aws (allowed: azure, aws)" in out and "(gcp," not in out

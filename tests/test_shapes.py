@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import re
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ from loadline.api import parse_inference_model
 from loadline.render import render_manifests
 from loadline.sizing import Plan, find_gpu, node_shapes, plan_inference_model
 from loadline.sizing._data import GPU_CATALOG_ENV, gpu_catalog
-from loadline.sizing._shapes import PodRequest, choose_shape, reserve
+from loadline.sizing._shapes import ClusterShapes, PodRequest, choose_shape, reserve
 from tests.conftest import inference_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -142,6 +143,7 @@ def test_a_cheaper_pcie_shape_loses_to_nvlink_for_tp4(user_catalog: Any) -> None
     cheap = {
         "name": "cheap-pcie-4", "provider": "onprem", "gpu": "A100-80GB", "gpus": 4, "memory": "512Gi",
         "vcpus": 64, "price_per_hour": 1.0, "interconnect": "pcie", "rdma": "none", "source": "test",
+        "price_verified": True, "price_source": "https://example.test/quote", "price_as_of": "2026-11-01",
     }  # fmt: skip
     user_catalog({"gpus": [], "shapes": [cheap]})
     a100 = find_gpu("A100-80GB")
@@ -188,19 +190,102 @@ def test_plan_text_names_the_shape_and_the_tuning(capsys: pytest.CaptureFixture[
     assert "tuning: vLLM's defaults serve concurrency 4" in out
 
 
-def test_a_plan_priced_from_an_unverified_figure_says_so(capsys: pytest.CaptureFixture[str]) -> None:
-    # GCP's g2 prices have no dated source: the plan's status and its text both say the price is unverified.
-    result = plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["gcp"]}})
+def _l4_row(name: str, price: float, memory: str = "64Gi", **extra: Any) -> dict[str, Any]:
+    """A user catalog L4 shape; without ``price_verified`` its price counts as unverified."""
+    return {
+        "name": name, "provider": "onprem", "gpu": "L4", "gpus": 1, "memory": memory, "vcpus": 16,
+        "price_per_hour": price, "interconnect": "pcie", "rdma": "none", "source": "test",
+        "price_source": "UNVERIFIED: a test figure", **extra,
+    }  # fmt: skip
+
+
+CHAT_POD = PodRequest(gpus=1, memory_gib=22, cpu=3, shm_gib=2)
+
+
+def test_a_verified_price_beats_a_cheaper_unverified_one_across_providers(user_catalog: Any) -> None:
+    user_catalog({"gpus": [], "shapes": [_l4_row("cheap-l4", 0.10)]})
+    l4 = find_gpu("L4")
+    # Every provider compared (loadline plan without --provider): the cheapest verified shape wins.
+    choice = choose_shape(l4, CHAT_POD, 1, 1)
+    assert choice.shape is not None and choice.shape.name == "g2-standard-8"
+    assert choice.shape.price_verified and "unverified figure" not in choice.note
+    assert "cheaper shapes with unverified prices passed over" in choice.note
+    assert "cheap-l4 ($0.10/h unverified)" in choice.note
+    # The same through the planner: status says verified, and the plan line has no warning.
+    result = plan(**CHAT)
     shape = shape_of(result)
-    assert shape["provider"] == "gcp" and shape["pricePerHour"] is not None
-    assert shape["priceVerified"] is False and shape["priceAsOf"] is None
-    assert "unverified" in shape["why"]
+    assert shape["name"] == "g2-standard-8" and shape["priceVerified"] is True
+    assert "cheap-l4" in shape["why"]
+    from loadline._cli_sizing import _plan_table
+
+    assert "UNVERIFIED" not in _plan_table("chat", result).splitlines()[0]
+
+
+def test_named_providers_and_cluster_shapes_still_take_the_cheapest_fit(user_catalog: Any) -> None:
+    user_catalog({"gpus": [], "shapes": [_l4_row("cheap-l4", 0.10)]})
+    l4 = find_gpu("L4")
+    named = choose_shape(l4, CHAT_POD, 1, 1, providers=("gcp", "onprem"))
+    assert named.shape is not None and named.shape.name == "cheap-l4"
+    assert "priced from an unverified figure ($0.10/h unverified)" in named.note
+    assert "verified price takes the pod" not in named.note  # the user chose where; nothing was passed over
+    cheap = next(s for s in node_shapes()["L4"] if s.name == "cheap-l4")
+    g2 = next(s for s in node_shapes()["L4"] if s.name == "g2-standard-8")
+    cluster = ClusterShapes(by_gpu=(("L4", (cheap, g2)),), providers=("gcp", "onprem"))
+    in_cluster = choose_shape(l4, CHAT_POD, 1, 1, cluster=cluster)
+    assert in_cluster.shape is not None and in_cluster.shape.name == "cheap-l4"
+
+
+def test_an_unverified_price_is_used_when_only_it_fits_and_the_plan_says_so(user_catalog: Any) -> None:
+    # 900 GiB for one L4 pod: only the user's 1 TiB shape takes it, and its price is unverified.
+    user_catalog({"gpus": [], "shapes": [_l4_row("big-l4", 0.50, memory="1Ti")]})
+    choice = choose_shape(find_gpu("L4"), PodRequest(gpus=1, memory_gib=900, cpu=3, shm_gib=2), 1, 1)
+    assert choice.shape is not None and choice.shape.name == "big-l4"
+    assert "priced from an unverified figure ($0.50/h unverified): UNVERIFIED: a test figure" in choice.note
+    assert "no L4 shape with a verified price takes the pod" in choice.note
+    result = plan(**{**CHAT, "gpu": {"types": ["L4"]}, "resources": {"memoryGiB": 900}})
+    shape = shape_of(result)
+    assert shape["name"] == "big-l4" and shape["priceVerified"] is False and shape["priceAsOf"] is None
+    assert "priced from an unverified figure" in shape["why"]
     from loadline._cli_sizing import _plan_table
 
     assert "UNVERIFIED price" in _plan_table("chat", result).splitlines()[0]
+
+
+def test_a_verified_gpu_type_beats_a_cheaper_one_priced_only_unverified(user_catalog: Any) -> None:
+    # Across GPU types too: L4 fits only the unverified big-l4 ($0.50/h), H100 a verified p5.48xlarge.
+    user_catalog({"gpus": [], "shapes": [_l4_row("big-l4", 0.50, memory="1Ti")]})
+    spec = {**CHAT, "gpu": {"types": ["L4", "H100-80GB"]}, "resources": {"memoryGiB": 900}}
+    result = plan(**spec)
+    shape = shape_of(result)
+    assert result.chosen.gpu.name == "H100-80GB" and shape["priceVerified"] is True
+    lost = next(c for c in result.candidates if c.gpu.name == "L4" and c.shape is not None)
+    assert lost.shape is not None and lost.shape.name == "big-l4"
+    assert "that price is unverified" in lost.rejection and "has a verified one" in lost.rejection
+    # A named provider keeps today's rule: the cheapest plan wins, unverified or not.
+    named = plan(**{**spec, "gpu": {**spec["gpu"], "providers": ["aws", "onprem"]}})
+    assert named.chosen.gpu.name == "L4" and shape_of(named)["name"] == "big-l4"
 
 
 def test_a_plan_priced_from_a_dated_source_names_it() -> None:
     shape = shape_of(plan(**{**CHAT, "gpu": {**CHAT["gpu"], "providers": ["aws"]}}))
     assert shape["priceVerified"] is True and shape["priceAsOf"] == "2026-09-24"
     assert "https://" in shape["priceSource"] and "unverified" not in shape["why"]
+
+
+def test_the_docs_table_and_counts_are_the_datas() -> None:
+    # docs/sizing.md's shape table is generated (scripts/shapes_table.py --write): a data change
+    # without regenerating it, or a count left stale in the text above it, fails here.
+    spec = importlib.util.spec_from_file_location("shapes_table", REPO / "scripts" / "shapes_table.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rows = json.loads((REPO / "operator/loadline/sizing/data/node_shapes.json").read_text())["shapes"]
+    doc = (REPO / "docs" / "sizing.md").read_text()
+    assert "\n".join(module.table(rows)) in doc
+    standing = [module.standing(r).split(" ")[0].strip("*") for r in rows]
+    counts = (
+        f"Of {len(rows)} shapes, **{standing.count('verified')} prices are verified**",
+        f"**{standing.count('null')} are null**",
+    )
+    assert all(c in " ".join(doc.split()) for c in counts), counts
+    assert standing.count("unverified") == 0 and "**none is unverified**" in doc

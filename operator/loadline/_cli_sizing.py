@@ -249,7 +249,7 @@ def _provider_line(plan: Plan) -> str:
     if chosen:
         return f"  provider: {provider} (allowed: {', '.join(chosen)})"
     return (
-        f"  provider: {provider}, the cheapest of all providers' shapes "
+        f"  provider: {provider}, the cheapest of all providers' shapes, verified prices first "
         "(pass --provider aws|gcp|azure|onprem or set spec.gpu.providers to plan for yours)"
     )
 

@@ -7,8 +7,8 @@ when the engine starts (see :mod:`loadline.sizing._budget`), its KV cache holds 
 sequences of ``maxModelLen`` with settings tuned for it before more GPUs are tried
 (:mod:`loadline.sizing._tune`), and a node shape takes its pod's host memory and CPU
 (:mod:`loadline.sizing._shapes`). The cheapest feasible candidate per replica-hour (whole instances)
-wins; ties go to fewer GPUs, then fewer nodes. When nothing is feasible, the error carries fixes that
-were re-planned and work (:func:`refusal_fixes`).
+wins (comparing every provider, verified prices first); ties go to fewer GPUs, then fewer nodes.
+When nothing is feasible, the error carries fixes that were re-planned and work (:func:`refusal_fixes`).
 """
 
 from __future__ import annotations
@@ -41,6 +41,7 @@ from loadline.sizing._shapes import (
     allowed_shapes,
     choose_shape,
     pod_request,
+    verified_prices_first,
 )
 from loadline.sizing._tune import tune
 
@@ -72,6 +73,11 @@ class Candidate:
     @property
     def priced(self) -> bool:
         return self.shape is None or self.shape.price_per_hour is not None
+
+    @property
+    def unverified_price(self) -> bool:
+        """Its node shape is priced from a figure no dated source states."""
+        return self.shape is not None and self.shape.unverified_price
 
     @property
     def price_per_hour(self) -> float:
@@ -390,7 +396,17 @@ def plan_candidates(
                     f"{last.rejection}; {gpu.name} nodes have no RDMA fabric, so loadline does not "
                     "span them across nodes"
                 )
-    out.sort(key=lambda c: (not c.priced, c.price_per_hour, c.gpus, c.nodes))
+    # Comparing every provider, a verified price ranks before an unverified one (see choose_shape).
+    unverified_last = verified_prices_first(inputs.providers, inputs.cluster)
+    out.sort(
+        key=lambda c: (
+            not c.priced,
+            unverified_last and c.unverified_price,
+            c.price_per_hour,
+            c.gpus,
+            c.nodes,
+        )
+    )
     return out
 
 
@@ -455,18 +471,28 @@ def plan_inference_model(
                 f"(cheapest: {best.label}; fix: add GPU nodes or lower replicas)",
                 [f"{c.label}: not enough free {c.gpu.name} GPUs" for c in feasible],
             )
-    considered = tuple(c if c.rejection or c is chosen else _note_cost(c, chosen) for c in candidates)
+    by_verification = chosen is best and verified_prices_first(inputs.providers, inputs.cluster)
+    considered = tuple(
+        c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
+    )
     return Plan(model, inputs, chosen, spec.replicas, considered, fallback_from)
 
 
-def _note_cost(candidate: Candidate, chosen: Candidate) -> Candidate:
+def _note_cost(candidate: Candidate, chosen: Candidate, by_verification: bool = False) -> Candidate:
+    """Why a feasible candidate lost to ``chosen``; ``by_verification``: verified prices were compared
+    first (every provider compared, no capacity fallback), so a cheaper unverified one lost for that."""
     if not candidate.priced:
         return candidate.with_rejection(
             f"fits, but its node shape has no price; {chosen.label} was preferred"
         )
     more = candidate.price_per_hour - chosen.price_per_hour
     reason = f"fits, but costs ${more:.2f}/h more per replica than {chosen.label}"
-    if more <= 0:
+    if more <= 0 and by_verification and candidate.unverified_price and not chosen.unverified_price:
+        reason = (
+            f"fits at ${candidate.price_per_hour:.2f}/h per replica, but that price is unverified; "
+            f"{chosen.label} has a verified one and was preferred"
+        )
+    elif more <= 0:
         reason = f"fits, but {chosen.label} was preferred (fewer GPUs or free capacity)"
     return candidate.with_rejection(reason)
 

@@ -461,6 +461,15 @@ def _misfit(shape: NodeShape, pod: PodRequest) -> str:
     return ""
 
 
+def verified_prices_first(providers: Sequence[str] = (), cluster: ClusterShapes | None = None) -> bool:
+    """Whether verified prices are compared before unverified ones: when the plan compares every
+    provider's catalog shapes (no ``providers`` named, no ``cluster`` known, as ``loadline plan``
+    without ``--provider``), an unverified figure would otherwise decide which provider the plan
+    assumes. A named provider or the cluster's own shapes already decide that, so there the cheapest
+    fitting shape wins whatever its price's source."""
+    return not providers and cluster is None
+
+
 def choose_shape(
     gpu: GPUType,
     pod: PodRequest,
@@ -471,7 +480,10 @@ def choose_shape(
 ) -> ShapeChoice:
     """The cheapest shape of ``gpu`` (within ``providers``; empty: all) that takes the pod, NVLink
     first when tensor parallelism exceeds 2; with ``nodes`` > 1, one whole instance per pod and an RDMA
-    fabric between them. Shapes are listed cheapest first, so the first fit is the cheapest."""
+    fabric between them. Shapes are listed cheapest first, so the first fit is the cheapest. When every
+    provider is compared (:func:`verified_prices_first`), fitting shapes with a verified price come
+    before those with an unverified one: an unverified figure is used only when no verified one fits,
+    and the note says so either way."""
     allowed = allowed_shapes(gpu, providers, cluster)
     if not allowed:
         where = ", ".join(providers or (cluster.providers if cluster is not None else ())) or "any provider"
@@ -489,18 +501,24 @@ def choose_shape(
             fits.append((order, shape))
     if not fits:
         return ShapeChoice(None, 0, "", "no node shape takes the pod: " + "; ".join(p for _, p in misfits))
-    rank, best = fits[0]
+    pool = fits
     notes = []
     if want_nvlink:
         linked = [(o, s) for o, s in fits if s.nvlink]
         if linked:
-            rank, best = linked[0]
+            pool = linked
             notes.append(f"TP {tensor_parallel_size} > {NVLINK_PREFERRED_ABOVE_TP}: NVLink shape preferred")
         else:
             notes.append(
                 f"TP {tensor_parallel_size} over PCIe: no {gpu.name} shape with NVLink takes the pod "
                 "(all-reduce crosses PCIe; decode is slower than on NVLink)"
             )
+    rank, best = pool[0]
+    verified_first = verified_prices_first(providers, cluster)
+    if verified_first:
+        verified = [(o, s) for o, s in pool if s.price_verified]
+        if verified:
+            rank, best = verified[0]
     idle = best.gpus - pod.gpus
     if idle:
         notes.append(
@@ -510,8 +528,16 @@ def choose_shape(
     cheaper = [p for o, p in misfits if o < rank and " GPUs < " not in p]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
+    passed = [s for o, s in pool if o < rank and s.unverified_price]
+    if passed:
+        notes.append(
+            "cheaper shapes with unverified prices passed over (verified prices are compared first): "
+            + "; ".join(f"{s.name} ({s.price_text()})" for s in passed)
+        )
     if best.unverified_price:
         notes.append(f"priced from an unverified figure ({best.price_text()}): {best.price_source}")
+        if verified_first:
+            notes.append(f"no {gpu.name} shape with a verified price takes the pod")
     elif best.price_per_hour is None:
         notes.append(f"no price ({best.price_source or 'none in the catalog'}); ranked after priced shapes")
     return ShapeChoice(best, nodes, "; ".join(notes))
