@@ -1,0 +1,344 @@
+"""Fleet scale on the local control plane: N GPU nodes, M InferenceModels, the operator as the chart runs it.
+
+    .venv/bin/python benchmarks/fleet.py [--nodes 2000] [--models 1000] [--replicas 1] [--more 20]
+                                         [--rest-seconds 60] [--ready-timeout 900]
+
+Not a test: it prints figures (issue 14's goals beside them). It brings the local control plane up (or
+re-applies its simulated fleet) with ``--nodes`` KWOK GPU nodes (e2e/fleet.yaml scaled), then:
+
+1. **Direct writes** (the yardstick): the M InferenceModels and the children ``loadline render`` gives
+   them, applied with ``kubectl apply --server-side`` into a namespace no operator watches yet; the time
+   until the last write returned. The namespace is deleted again.
+2. **The operator**: the chart installed as e2e/chart.py does (its ServiceAccount token, its env, its
+   replicas as processes); the M InferenceModels applied the same way into a fresh namespace; the time
+   until every one has its Deployment (a watch sees it). Ratio = this ÷ the direct writes.
+3. **One more model** at that scale, ``--more`` times, one a second: create → its Deployment seen.
+4. Every model Ready (or the timeout); the active replica's RSS (``/proc``) then.
+5. **At rest** for ``--rest-seconds``: writes seen by watches on InferenceModels, Events and children in
+   the namespace, and the operator's API requests (the API server's own count for the
+   ``service-accounts`` flow schema, which only the operator's token falls under here: every other
+   client of the local control plane is exempt or a system component).
+
+API requests per model: the operator's requests during step 2 divided by M (watches and lists included).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from _bench import percentile
+
+from chart import OPERATOR_NAMESPACE, ChartOperator, install, uninstall
+from kube import E2E_DIR, REPO, Kubectl, kubectl_binary, wait_for
+
+BASE_NODES = 12  # e2e/fleet.yaml's node count at scale 1
+GPU_TYPES = ["L4", "L40S", "A100-80GB", "H100-80GB"]
+FLOW_SCHEMA = "service-accounts"
+GOALS = {
+    "ratio": 1.5,
+    "more_p99": 1.0,
+    "rss_mib": 250.0,
+    "writes_at_rest": 0,
+}
+
+
+def model(name: str) -> dict[str, Any]:
+    """A Llama-3.1-8B chat model (4K context, 2 sequences) that may run on any GPU type of the fleet:
+    capacity-aware planning spreads the fleet's models over the types as the cheapest fill up."""
+    return {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": name},
+        "spec": {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "maxModelLen": 4096,
+            "concurrency": 2,
+            "gpu": {"types": GPU_TYPES},
+        },
+    }
+
+
+def stream(docs: list[dict[str, Any]]) -> str:
+    return "".join("---\n" + yaml.safe_dump(d) for d in docs)
+
+
+def apply_server_side(kubectl: Kubectl, namespace: str, docs: list[dict[str, Any]]) -> float:
+    """Seconds ``kubectl apply --server-side`` takes for ``docs`` (one object after another)."""
+    start = time.monotonic()
+    kubectl("apply", "--server-side", "-n", namespace, "-f", "-", input=stream(docs), timeout=3600)
+    return time.monotonic() - start
+
+
+def bring_up(nodes: int) -> int:
+    scale = max(nodes / BASE_NODES, 0.1)
+    env = {"LOADLINE_FLEET_SCALE": f"{scale:.4f}", "PYTHON": sys.executable}
+    proc = subprocess.run(["bash", str(E2E_DIR / "cluster-up.sh")], env={**_environ(), **env},
+                          capture_output=True, text=True, timeout=3600)  # fmt: skip
+    if proc.returncode != 0:
+        raise SystemExit(f"cluster-up failed:\n{proc.stderr[-2000:]}")
+    return len(Kubectl().json("get", "nodes", "-l", "nvidia.com/gpu.product", timeout=120)["items"])
+
+
+def _environ() -> dict[str, str]:
+    return dict(os.environ)
+
+
+def kubectl_args() -> list[str]:
+    kubectl = Kubectl()
+    return [str(kubectl.binary or kubectl_binary()), "--kubeconfig", str(kubectl.kubeconfig)]
+
+
+def operator_requests(kubectl: Kubectl) -> float:
+    """Requests the API server dispatched for the ``service-accounts`` flow schema, all verbs."""
+    text = kubectl("get", "--raw", "/metrics", timeout=60)
+    total = 0.0
+    pattern = re.compile(r"^apiserver_flowcontrol_dispatched_requests_total\{([^}]*)\} (\S+)$")
+    for line in text.splitlines():
+        m = pattern.match(line)
+        if m and f'flow_schema="{FLOW_SCHEMA}"' in m.group(1):
+            total += float(m.group(2))
+    return total
+
+
+class DeploymentWatch:
+    """First time each model's Deployment is seen in ``namespace`` (a watch, from now on)."""
+
+    def __init__(self, namespace: str) -> None:
+        self.namespace = namespace
+        self.seen: dict[str, float] = {}
+        self.lock = threading.Lock()
+        self.proc = subprocess.Popen(
+            [*kubectl_args(), "get", "deployments", "-n", namespace, "--watch", "--output-watch-events",
+             "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for chunk in self.proc.stdout:
+            buffer += chunk
+            while buffer.strip():
+                try:
+                    event, end = decoder.raw_decode(buffer.lstrip())
+                except json.JSONDecodeError:
+                    break
+                buffer = buffer.lstrip()[end:]
+                obj = event.get("object") or {}
+                labels = (obj.get("metadata") or {}).get("labels") or {}
+                name = labels.get("loadline.dev/inferencemodel")
+                if name:
+                    with self.lock:
+                        self.seen.setdefault(name, time.monotonic())
+
+    def count(self) -> int:
+        with self.lock:
+            return len(self.seen)
+
+    def when(self, name: str) -> float | None:
+        with self.lock:
+            return self.seen.get(name)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+
+
+class WriteCounter:
+    """Watch events (ADDED/MODIFIED/DELETED) on the namespace's InferenceModels, Events and children."""
+
+    KINDS = ("inferencemodels.loadline.dev", "events", "deployments", "services", "leaderworkersets")
+
+    def __init__(self, namespace: str) -> None:
+        self.counts: dict[str, int] = {}
+        self.procs = []
+        for kind in self.KINDS:
+            proc = subprocess.Popen(
+                [*kubectl_args(), "get", kind, "-n", namespace, "--watch-only", "--output-watch-events",
+                 "-o", "jsonpath={.type} {.object.kind}{\"\\n\"}"],
+                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+            )  # fmt: skip
+            self.procs.append(proc)
+            threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen[str]) -> None:
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            parts = line.split()
+            if len(parts) == 2:
+                key = f"{parts[1]} {parts[0]}"
+                self.counts[key] = self.counts.get(key, 0) + 1
+
+    def stop(self) -> dict[str, int]:
+        for proc in self.procs:
+            proc.terminate()
+        return dict(self.counts)
+
+
+def rendered_children(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What ``loadline render`` gives the models (their children), offline."""
+    loadline = str(Path(sys.executable).parent / "loadline")
+    proc = subprocess.run([loadline, "render", "-"], input=stream(models), capture_output=True,
+                          text=True, timeout=3600, check=True)  # fmt: skip
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
+def phases(kubectl: Kubectl, namespace: str) -> dict[str, int]:
+    items = kubectl.json("get", "inferencemodels", "-n", namespace, timeout=300)["items"]
+    out: dict[str, int] = {}
+    for item in items:
+        phase = (item.get("status") or {}).get("phase") or "none"
+        out[phase] = out.get(phase, 0) + 1
+    return out
+
+
+def rss_mib(chart: ChartOperator) -> float:
+    active = chart.active(timeout=60)
+    assert active.process is not None
+    for line in Path(f"/proc/{active.process.pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=2000)
+    parser.add_argument("--models", type=int, default=1000)
+    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument("--more", type=int, default=20)
+    parser.add_argument("--rest-seconds", type=float, default=60)
+    parser.add_argument("--ready-timeout", type=float, default=900)
+    args = parser.parse_args()
+    kubectl = Kubectl()
+    figures: dict[str, Any] = {}
+
+    t0 = time.monotonic()
+    figures["gpu_nodes"] = bring_up(args.nodes)
+    print(f"cluster: {figures['gpu_nodes']} GPU nodes ({time.monotonic() - t0:.0f} s)", flush=True)
+    kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    names = [f"m{i:05d}" for i in range(args.models)]
+    models = [model(n) for n in names]
+
+    # 1. The same writes applied directly.
+    direct_ns = f"fleet-direct-{uuid.uuid4().hex[:5]}"
+    kubectl("create", "namespace", direct_ns)
+    children = rendered_children(models)
+    direct = apply_server_side(kubectl, direct_ns, models + children)
+    figures["direct_seconds"] = direct
+    print(
+        f"direct: {len(models)} InferenceModels + {len(children)} children applied in {direct:.1f} s",
+        flush=True,
+    )
+    kubectl("delete", "namespace", direct_ns, "--wait=true", timeout=1800)
+
+    # 2. Through the operator.
+    chart = install(kubectl, "loadline", OPERATOR_NAMESPACE, {}, replicas=args.replicas)
+    namespace = f"fleet-{uuid.uuid4().hex[:5]}"
+    try:
+        chart.active(timeout=120)
+        kubectl("create", "namespace", namespace)
+        watch = DeploymentWatch(namespace)
+        time.sleep(2)
+        before = operator_requests(kubectl)
+        start = time.monotonic()
+        apply_server_side(kubectl, namespace, models)
+        wait_for(
+            lambda: watch.count() >= args.models, timeout=3600, interval=0.5, what="every model's Deployment"
+        )
+        through = max(watch.seen.values()) - start
+        figures["operator_seconds"] = through
+        figures["ratio"] = through / direct
+        figures["requests_per_model"] = (operator_requests(kubectl) - before) / args.models
+        print(
+            f"operator: every model's Deployment after {through:.1f} s (ratio {figures['ratio']:.2f})",
+            flush=True,
+        )
+
+        # 3. One more model at that scale.
+        latencies = []
+        for i in range(args.more):
+            name = f"more{i:03d}"
+            created = time.monotonic()
+            kubectl.apply(model(name), namespace)
+            wait_for(lambda n=name: watch.when(n) is not None, timeout=60, interval=0.02, what=name)
+            latencies.append((watch.when(name) or created) - created)
+            time.sleep(max(0.0, 1.0 - (time.monotonic() - created)))
+        figures["more_p50"] = percentile(latencies, 0.5)
+        figures["more_p99"] = percentile(latencies, 0.99)
+        watch.stop()
+
+        # 4. Ready, RSS.
+        total = args.models + args.more
+        deadline = time.monotonic() + args.ready_timeout
+        while time.monotonic() < deadline and phases(kubectl, namespace).get("Ready", 0) < total:
+            time.sleep(10)
+        figures["phases"] = phases(kubectl, namespace)
+        figures["rss_mib"] = rss_mib(chart)
+
+        # 5. At rest.
+        counter = WriteCounter(namespace)
+        time.sleep(2)
+        before = operator_requests(kubectl)
+        time.sleep(args.rest_seconds)
+        rest_requests = operator_requests(kubectl) - before
+        counts = counter.stop()
+        figures["writes_at_rest"] = counts
+        figures["requests_per_minute_at_rest"] = rest_requests * 60 / args.rest_seconds
+    finally:
+        uninstall(chart)
+        kubectl.run("delete", "namespace", namespace, "--wait=false", check=False)
+
+    report(args, figures)
+    return 0
+
+
+def report(args: argparse.Namespace, f: dict[str, Any]) -> None:
+    writes = sum(f["writes_at_rest"].values())
+    rows = [
+        ("GPU nodes", f"{f['gpu_nodes']}", ""),
+        ("InferenceModels", f"{args.models} (+{args.more} one a second)", ""),
+        ("operator replicas", f"{args.replicas}", ""),
+        ("direct writes", f"{f['direct_seconds']:.1f} s", ""),
+        ("all children via the operator", f"{f['operator_seconds']:.1f} s", ""),
+        ("ratio", f"{f['ratio']:.2f}", f"<= {GOALS['ratio']}"),
+        (
+            "one more model p50 / p99",
+            f"{f['more_p50']:.2f} s / {f['more_p99']:.2f} s",
+            f"p99 <= {GOALS['more_p99']} s",
+        ),
+        ("phases", json.dumps(f["phases"], sort_keys=True), "all Ready"),
+        ("operator RSS", f"{f['rss_mib']:.0f} MiB", f"<= {GOALS['rss_mib']:.0f} MiB"),
+        (
+            "writes at rest",
+            f"{writes} in {args.rest_seconds:.0f} s {json.dumps(f['writes_at_rest'], sort_keys=True)}",
+            "0",
+        ),
+        ("operator API requests per model (creation)", f"{f['requests_per_model']:.1f}", ""),
+        ("operator API requests per minute at rest", f"{f['requests_per_minute_at_rest']:.1f}", ""),
+    ]
+    width = max(len(r[0]) for r in rows)
+    print()
+    for label, value, goal in rows:
+        print(f"{label:<{width}}  {value}" + (f"   (goal {goal})" if goal else ""))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
