@@ -39,7 +39,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from _bench import percentile
+from _bench import chat_model, percentile
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, uninstall
 from kube import E2E_DIR, REPO, Kubectl, kubectl_binary, wait_for
@@ -56,19 +56,9 @@ GOALS = {
 
 
 def model(name: str) -> dict[str, Any]:
-    """A Llama-3.1-8B chat model (4K context, 2 sequences) that may run on any GPU type of the fleet:
-    capacity-aware planning spreads the fleet's models over the types as the cheapest fill up."""
-    return {
-        "apiVersion": "loadline.dev/v1alpha1",
-        "kind": "InferenceModel",
-        "metadata": {"name": name},
-        "spec": {
-            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
-            "maxModelLen": 4096,
-            "concurrency": 2,
-            "gpu": {"types": GPU_TYPES},
-        },
-    }
+    """The benchmarks' Llama-3.1-8B chat model, allowed on every GPU type of the fleet: capacity-aware
+    planning spreads the models over the types as the cheapest fill up."""
+    return chat_model(name, GPU_TYPES)
 
 
 def stream(docs: list[dict[str, Any]]) -> str:
