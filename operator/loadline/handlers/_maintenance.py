@@ -32,6 +32,7 @@ import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
 from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile
+from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
     MaintenanceDecision,
@@ -50,7 +51,6 @@ from loadline.sizing import free_gpus_by_type
 from loadline.traffic import model_load_query, query_range
 from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
 
-INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 #: States in which something waits or runs (the timer's ``when``).
 PENDING_STATES = frozenset({"Scheduled", "WaitingForLock", "CoolingDown", "Running"})

@@ -17,7 +17,7 @@ from typing import Any
 import kopf
 
 from loadline.handlers import _build, _kube, _risk
-from loadline.handlers._reconcile import INSTANCE_LABEL
+from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.traffic import PrometheusClient, gpu_memory_used_query, measured_gpu_memory
 

@@ -22,6 +22,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
+from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import crash_urgency, record_from_status
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
@@ -30,7 +31,6 @@ from loadline.oom._policy import PolicyLimits, decide
 from loadline.policy import combine, enforced, remediation_limits, select_policies
 from loadline.traffic import incident_metrics
 
-INSTANCE_LABEL = _reconcile.INSTANCE_LABEL
 MAX_HANDLED = 50
 # Outside the "loadline.dev/" prefix on purpose: kopf leaves annotations of its own storage prefix out
 # of the diff it triggers update handlers on, and this one must trigger reconcile.
@@ -65,17 +65,26 @@ def model_limits(
     )
 
 
-def _previous_log(namespace: str, pod: str, container: str) -> str:
-    """The crashed container's last lines, when its termination message is empty (best effort)."""
+def _read_previous_log(
+    namespace: str, pod: str, container: str, *, tail_lines: int | None = None, limit_bytes: int | None = None
+) -> str | None:
+    """The crashed container's previous log, its last ``tail_lines`` or first ``limit_bytes``; None
+    when it cannot be read (best effort: the crash is handled without it)."""
     from kubernetes import client
 
     try:
         text = client.CoreV1Api().read_namespaced_pod_log(
-            pod, namespace, container=container, previous=True, tail_lines=60, _request_timeout=5
-        )
+            pod, namespace, container=container, previous=True, tail_lines=tail_lines,
+            limit_bytes=limit_bytes, _request_timeout=5,
+        )  # fmt: skip
     except (ApiException, ValueError):
-        return ""
+        return None
     return str(text or "")
+
+
+def _previous_log(namespace: str, pod: str, container: str) -> str:
+    """The crashed container's last lines, when its termination message is empty."""
+    return _read_previous_log(namespace, pod, container, tail_lines=60) or ""
 
 
 #: How much of the crashed instance's log is read from its start to tell its phase: vLLM's start-up
@@ -85,17 +94,10 @@ LOG_HEAD_BYTES = 256 * 1024
 
 def _previous_log_head(namespace: str, pod: str, container: str) -> tuple[str, bool]:
     """The first :data:`LOG_HEAD_BYTES` of the crashed container's log and whether that is all of it
-    (best effort: ``("", False)`` when the log cannot be read)."""
-    from kubernetes import client
-
-    try:
-        text = client.CoreV1Api().read_namespaced_pod_log(
-            pod, namespace, container=container, previous=True, limit_bytes=LOG_HEAD_BYTES,
-            _request_timeout=5,
-        )  # fmt: skip
-    except (ApiException, ValueError):
+    (``("", False)`` when the log cannot be read)."""
+    text = _read_previous_log(namespace, pod, container, limit_bytes=LOG_HEAD_BYTES)
+    if text is None:
         return "", False
-    text = str(text or "")
     return text, len(text.encode("utf-8", "replace")) < LOG_HEAD_BYTES
 
 

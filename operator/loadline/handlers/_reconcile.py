@@ -39,12 +39,11 @@ from loadline.api import (
 )
 from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError, SpecError
 from loadline.handlers import _build, _kube, _policies
+from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
-from loadline.render import LABEL_MODEL, child_kinds, render_manifests, workload_ref
+from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import Plan, cluster_shapes, find_catalog_model, free_gpus_by_type, plan_inference_model
-
-INSTANCE_LABEL = LABEL_MODEL
 
 
 def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | None:

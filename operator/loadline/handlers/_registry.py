@@ -189,7 +189,7 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: 
     _reconcile.on_workload_event(body, logger)
 
 
-@kopf.on.event("", "v1", "pods", labels={_reconcile.INSTANCE_LABEL: kopf.PRESENT})
+@kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
 def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
     if kwargs.get("type") == "DELETED":
         return
