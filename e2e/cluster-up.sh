@@ -57,6 +57,8 @@ componentsPatches:
   - name: kube-apiserver
     extraArgs:
       - {key: service-cluster-ip-range, value: ${SERVICE_CIDR}}
+      # Sharded list and watch (alpha in 1.36): operator replicas split the InferenceModels by uid hash.
+      - {key: feature-gates, value: ShardedListAndWatch=true}
 EOF
 }
 

@@ -53,6 +53,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     admission = _Admission.start(settings) if settings.webhook_port else None
     try:
+        if settings.shards > 1:
+            return _run_sharded(settings, liveness)
         if settings.leader_election:
             return _run_elected(settings, liveness)
         namespaces = settings.namespace_list
@@ -250,6 +252,93 @@ def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
                 elector.release()
         return EXIT_LOST if lost.is_set() else 0
     finally:
+        signals.restore()
+
+
+def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
+    """Own shards of the InferenceModels (``settings.shards``, one Lease each) and reconcile theirs.
+
+    Stands by (``/healthz``: standby) until the keeper holds a shard, then runs kopf watching the
+    owned shards' models only. When the keeper claims more (a dead replica's shard, after its Lease
+    expired), kopf is stopped and started again with the wider selector; the models of the new shard
+    are resumed like after any restart. A shard lost is handled as a lost Lease: kopf stops, the
+    process exits 1 (the kubelet restarts it, and it claims again)."""
+    import kopf
+
+    from loadline.handlers import _metrics, _shards
+    from loadline.handlers._election import StandbyHealth
+
+    _shards.check_server(settings, settings.shards)  # a SpecError: the API server would not shard
+    stop = threading.Event()  # SIGTERM/SIGINT, or a shard lost
+    lost = threading.Event()
+    grew = threading.Event()
+    signals = _Signals(stop)
+    signals.install()
+    grace = max(1, settings.lease_duration_seconds - settings.renew_deadline_seconds - 1)
+    watchdog = threading.Timer(grace, _exit_now, args=(grace,))
+    watchdog.daemon = True
+
+    def on_lost(_reason: str) -> None:
+        lost.set()
+        stop.set()
+        watchdog.start()
+
+    keeper = _shards.ShardKeeper(settings, on_grew=lambda _held: grew.set(), on_lost=on_lost)
+    try:
+        _metrics.serve(settings.metrics_port)
+        health = StandbyHealth(settings.liveness_port) if settings.liveness_port else None
+        keeper.start()
+        try:
+            while not (stop.is_set() or keeper.held):
+                grew.wait(0.5)
+        finally:
+            if health is not None:
+                health.close()  # kopf serves /healthz on this port from now on
+        namespaces = settings.namespace_list
+        while not stop.is_set():
+            grew.clear()
+            held = keeper.held
+            _shards.configure(settings.shards, held)
+            log.info(
+                "reconciling shards %s of %d: %s",
+                ",".join(str(i) for i in sorted(held)), settings.shards, _shards.watch_selector(),
+            )  # fmt: skip
+            # kopf's stop flag for this run: set on a signal, a loss, or more shards held.
+            run_stop = threading.Event()
+
+            def relay(run_stop: threading.Event = run_stop) -> None:
+                while not run_stop.is_set():
+                    if stop.wait(0.25) or grew.is_set():
+                        run_stop.set()
+
+            relay_thread = threading.Thread(target=relay, name="shard-relay", daemon=True)
+            relay_thread.start()
+            kopf_settings = kopf.OperatorSettings()
+            loop = _RelayingLoop(stop)
+            try:
+                kopf.run(
+                    loop=loop,
+                    settings=kopf_settings,
+                    clusterwide=not namespaces,
+                    namespaces=namespaces,
+                    standalone=True,
+                    stop_flag=run_stop,
+                    liveness_endpoint=liveness,
+                )
+            finally:
+                run_stop.set()
+                _close_loop(loop)
+                signals.install()  # closing kopf's loop reset SIGTERM/SIGINT to their defaults
+                kopf_settings.execution.executor.shutdown(wait=True, cancel_futures=True)
+                relay_thread.join()
+        watchdog.cancel()
+        if lost.is_set():
+            keeper.stop_renewing()
+            return EXIT_LOST
+        keeper.release()
+        return 0
+    finally:
+        keeper.stop()
         signals.restore()
 
 

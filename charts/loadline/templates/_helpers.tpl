@@ -78,3 +78,12 @@ says by what. Granted by a ClusterRole when it watches every namespace, else by 
   verbs: [get]
 {{- end }}
 {{- end -}}
+
+{{/* sharding.shards, checked: a whole number from 1 to 64 (LOADLINE_SHARDS). */}}
+{{- define "loadline.shards" -}}
+{{- $shards := (.Values.sharding | default dict).shards -}}
+{{- if or (not (kindIs "float64" $shards | or (kindIs "int" $shards) | or (kindIs "int64" $shards))) (lt (float64 $shards) 1.0) (gt (float64 $shards) 64.0) (ne (float64 (int $shards)) (float64 $shards)) -}}
+{{- fail (printf "sharding.shards: %v is not a whole number from 1 to 64 (fix: --set sharding.shards=2, or 1 for no sharding)" $shards) -}}
+{{- end -}}
+{{- int $shards -}}
+{{- end -}}

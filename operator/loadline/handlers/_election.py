@@ -291,6 +291,47 @@ class LeaderElector:
 
     # -- standby --------------------------------------------------------------------------------------
 
+    def peek(self) -> LeaseDecision | None:
+        """Read the Lease and decide, writing nothing: whether it is free to take (``acquires``), who
+        holds it and until when. None when the API server did not answer (logged once per kind)."""
+        timeout = float(self.renew_deadline_seconds)
+        with self._lock:
+            try:
+                lease = self._read(timeout)
+            except ApiException as exc:
+                self._note_error("read", exc)
+                return None
+            except _UNREACHABLE as exc:
+                self._note_error("read", exc)
+                return None
+            self._last_error = None
+            return plan_lease(
+                lease_record(lease),
+                self.identity,
+                self._clock(),
+                self.lease_duration_seconds,
+                unchanged_for=self._unchanged_for(lease),
+            )
+
+    def try_acquire(self, since: float | None = None) -> bool:
+        """One round that takes the Lease if it is free (True: this replica holds it now, logged)."""
+        return self._took(self.try_acquire_or_renew(), since)
+
+    def _took(self, decision: LeaseDecision | None, since: float | None) -> bool:
+        if decision is None or not decision.acquires:
+            return False
+        self._leading = True
+        LEADER.labels(name=self.name).set(1)
+        now = self._monotonic()
+        log.info(
+            "leader: acquired lease %s as %s after %.1f s (%s)",
+            self.lease,
+            self.identity,
+            now - (since if since is not None else now),
+            _how(decision),
+        )
+        return True
+
     def acquire(self, stop: threading.Event) -> bool:
         """Block until this replica holds the Lease (True), or until ``stop`` is set (False).
 
@@ -299,16 +340,7 @@ class LeaderElector:
         log.info("candidate: for lease %s as %s", self.lease, self.identity)
         while not stop.is_set():
             decision = self.try_acquire_or_renew()
-            if decision is not None and decision.acquires:
-                self._leading = True
-                LEADER.labels(name=self.name).set(1)
-                log.info(
-                    "leader: acquired lease %s as %s after %.1f s (%s)",
-                    self.lease,
-                    self.identity,
-                    self._monotonic() - started,
-                    _how(decision),
-                )
+            if self._took(decision, started):
                 return True
             if decision is not None and decision.holder != self._standby_holder:
                 self._standby_holder = decision.holder

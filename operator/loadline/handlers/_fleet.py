@@ -18,7 +18,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.errors import LoadlineError
-from loadline.handlers import _build, _kube, _policies, _reconcile
+from loadline.handlers import _build, _kube, _policies, _reconcile, _shards
 from loadline.handlers._settings import OperatorSettings
 
 log = logging.getLogger("loadline.policies")
@@ -35,6 +35,9 @@ def judge_models(policies: list[FleetPolicy], settings: OperatorSettings) -> lis
     judged = []
     for model in list_models(settings):
         model = {**model, "apiVersion": API_VERSION, "kind": KIND}
+        if not _shards.owns_uid((model.get("metadata") or {}).get("uid")):
+            judged.append(model)  # another replica's shard: it judges the model (counts read its status)
+            continue
         previous = dict(model.get("status") or {})
         try:
             inputs = _reconcile.model_inputs(model, settings)

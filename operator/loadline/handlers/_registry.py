@@ -24,6 +24,7 @@ from loadline.handlers import (
     _oom,
     _policies,
     _reconcile,
+    _shards,
 )
 from loadline.handlers._settings import OperatorSettings
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
@@ -50,6 +51,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
     select_watches(settings)
+    if _shards.sharded():  # only this replica's shards of the models (loadline.handlers._shards)
+        settings.watching.shard_selectors[GROUP, VERSION, PLURAL] = _shards.watch_selector()
     # No kopf peering: one replica runs kopf at a time, elected on a Lease (loadline.handlers._election).
     settings.peering.standalone = True
     settings.peering.mandatory = False
@@ -86,9 +89,14 @@ def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
     return _index.pod_entry(body)
 
 
-@kopf.on.resume(GROUP, VERSION, PLURAL)
-@kopf.on.create(GROUP, VERSION, PLURAL)
-@kopf.on.update(GROUP, VERSION, PLURAL)
+def _owned(meta: kopf.Meta, **_: Any) -> bool:
+    """This replica's model (always, unless sharded): checked here too, not only by the watch."""
+    return _shards.owns_uid(meta.get("uid"))
+
+
+@kopf.on.resume(GROUP, VERSION, PLURAL, when=_owned)
+@kopf.on.create(GROUP, VERSION, PLURAL, when=_owned)
+@kopf.on.update(GROUP, VERSION, PLURAL, when=_owned)
 def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
     # kopf passes every index by name: gpu_nodes, gpu_pods and fleet_policies below.
     bodies = _policy_bodies(kwargs["fleet_policies"])
@@ -127,8 +135,8 @@ def policy_event(body: kopf.Body, type: str, **kwargs: Any) -> None:
     _fleet.on_policies_changed(bodies, SETTINGS)
 
 
-def _deploying(status: kopf.Status, **_: Any) -> bool:
-    return bool(status.get("phase") == "Deploying")
+def _deploying(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
+    return bool(status.get("phase") == "Deploying") and _shards.owns_uid(meta.get("uid"))
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
@@ -137,8 +145,8 @@ def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> 
     _reconcile.check_readiness(body, patch, memo)
 
 
-def _measurable(status: kopf.Status, **_: Any) -> bool:
-    return _measure.measuring(SETTINGS, status)
+def _measurable(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
+    return _measure.measuring(SETTINGS, status) and _shards.owns_uid(meta.get("uid"))
 
 
 @kopf.timer(
@@ -162,8 +170,8 @@ def restarting(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> d
     return {} if entry is None else {f"{namespace}/{name}": entry}
 
 
-def _maintenance_pending(status: kopf.Status, **_: Any) -> bool:
-    return _maintenance.pending(status)
+def _maintenance_pending(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
+    return _maintenance.pending(status) and _shards.owns_uid(meta.get("uid"))
 
 
 @kopf.timer(
@@ -182,9 +190,15 @@ def maintenance(
     _maintenance.tend(body, patch, memo, SETTINGS, fleet, logger)
 
 
+@kopf.index(GROUP, VERSION, PLURAL)
+def owned_models(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> dict[str, bool] | None:
+    """``namespace/name`` of this replica's models: its pods' events are handled here, no one else's."""
+    return {f"{namespace}/{name}": True} if _shards.owns_uid(meta.get("uid")) else None
+
+
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: Any) -> None:
-    if type == "DELETED":
+    if type == "DELETED" or not _shards.owns_uid(_shards.owner_uid(body)):
         return
     _reconcile.on_workload_event(body, logger)
 
@@ -193,11 +207,14 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: 
 def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
     if kwargs.get("type") == "DELETED":
         return
+    model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
+    if not _shards.owns_key(model, kwargs["owned_models"]):
+        return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     _oom.on_pod_event(body, logger, SETTINGS, policies)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True)
+@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True, when=_owned)
 def forget(namespace: str | None, name: str, **_: Any) -> None:
     """A deleted model's metric series go with it (optional: no finalizer holds the deletion)."""
     _metrics.forget(namespace or "", name)

@@ -64,6 +64,21 @@ class OperatorSettings(BaseSettings):
     retry_period_seconds: int = Field(
         default=2, ge=1, description="How often the leader renews and a standby reads the Lease."
     )
+    shards: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Split the InferenceModels between replicas by hash of their uid into this many "
+        "shards, each owned through a Lease of its own (<lease name>-shard-<i>-of-<n>); needs "
+        "kube-apiserver's ShardedListAndWatch feature gate (1.36+). 1: one replica reconciles all "
+        "(elected when leader_election is on).",
+    )
+    replicas: int = Field(
+        default=1,
+        ge=1,
+        description="Replicas of the Deployment (the chart sets it): with shards, each replica first "
+        "claims its fair share, ceil(shards / replicas), then any shard left free for a Lease duration.",
+    )
     capacity_aware: bool = Field(
         default=True,
         description="Plan with the cluster's free GPUs (fall back to the next GPU type when full).",
@@ -170,7 +185,7 @@ class OperatorSettings(BaseSettings):
         # over (lease duration), with at least one retry inside the deadline; else two replicas could
         # reconcile at once, or a single slow renewal would cost the lease.
         ordered = self.lease_duration_seconds > self.renew_deadline_seconds > self.retry_period_seconds
-        if self.leader_election and not ordered:
+        if (self.leader_election or self.shards > 1) and not ordered:
             raise ValueError(
                 "leader election needs LOADLINE_LEASE_DURATION_SECONDS > LOADLINE_RENEW_DEADLINE_SECONDS > "
                 f"LOADLINE_RETRY_PERIOD_SECONDS, got {self.lease_duration_seconds} > "

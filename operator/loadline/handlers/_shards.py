@@ -1,0 +1,232 @@
+"""This replica's shards of the InferenceModels: which it owns (read by the handlers' filters and the
+watch's ``shardSelector``), the API server check, and the keeper that claims and renews shard Leases.
+
+Ownership is checked twice: the API server sends only the owned models (``shardSelector``, set in
+``_registry.configure`` from :func:`watch_selector`), and every handler of a model, its children's
+events and its pods' events asks :func:`owns_uid` / :func:`owns_key` too, so that no model is handled
+by two replicas even if a watch were unfiltered. With one shard (the default) every model is owned and
+nothing here runs.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+
+from kubernetes.client.exceptions import ApiException
+
+from loadline import sharding
+from loadline.api import GROUP, KIND, PLURAL, VERSION
+from loadline.errors import SpecError
+from loadline.handlers import _kube
+from loadline.handlers._election import LeaderElector, coordination_api
+from loadline.handlers._settings import OperatorSettings
+
+log = logging.getLogger("loadline.shards")
+
+_lock = threading.Lock()
+_count = 1
+_owned: frozenset[int] = frozenset()
+
+
+def configure(count: int, owned: frozenset[int]) -> None:
+    """Set how many shards there are and which this replica owns (before kopf starts watching)."""
+    global _count, _owned
+    with _lock:
+        _count, _owned = count, frozenset(owned)
+
+
+def count() -> int:
+    return _count
+
+
+def owned() -> frozenset[int]:
+    return _owned
+
+
+def sharded() -> bool:
+    return _count > 1
+
+
+def watch_selector() -> str:
+    """The ``shardSelector`` of this replica's InferenceModel watch ('' when not sharded)."""
+    return sharding.selector(_owned, _count) if sharded() else ""
+
+
+def owns_uid(uid: str | None) -> bool:
+    """Whether this replica handles the InferenceModel with this uid (always, when not sharded)."""
+    if not sharded():
+        return True
+    return bool(uid) and sharding.owns(str(uid), _owned, _count)
+
+
+def owner_uid(body: Mapping[str, Any]) -> str | None:
+    """The uid of the InferenceModel that owns a child (a Deployment, a LeaderWorkerSet)."""
+    for ref in (body.get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("kind") == KIND:
+            return str(ref.get("uid") or "") or None
+    return None
+
+
+def owns_key(key: str, owned_models: Mapping[str, Any]) -> bool:
+    """Whether ``namespace/name`` is one of this replica's models, by the index of owned models."""
+    return not sharded() or key in owned_models
+
+
+def check_server(settings: OperatorSettings, shards: int) -> None:
+    """Refuse to shard when the API server would ignore the selector: without the feature gate it
+    answers every watch with every model, and each replica would filter on its own (correct, but
+    without the memory and traffic sharding is for). Asks for one model of shard 0; a server that
+    honours the selector echoes it in ``metadata.shardInfo``."""
+    api = _kube.dynamic().client
+    probe = sharding.selector([0], shards)
+    namespaces = settings.namespace_list
+    path = (
+        f"/apis/{GROUP}/{VERSION}/namespaces/{namespaces[0]}/{PLURAL}"
+        if namespaces
+        else f"/apis/{GROUP}/{VERSION}/{PLURAL}"
+    )
+    try:
+        data = api.call_api(
+            path,
+            "GET",
+            query_params=[("limit", 1), ("shardSelector", probe)],
+            response_type="object",
+            auth_settings=["BearerToken"],
+            _return_http_data_only=True,
+        )
+    except ApiException as exc:
+        raise SpecError(
+            "LOADLINE_SHARDS",
+            f"the API server refused a sharded list of {PLURAL}: {exc.status} {exc.reason}",
+            "enable kube-apiserver's ShardedListAndWatch feature gate (Kubernetes 1.36+), or set shards to 1",
+        ) from None
+    if not ((data or {}).get("metadata") or {}).get("shardInfo"):
+        raise SpecError(
+            "LOADLINE_SHARDS",
+            f"{shards} shards, but the API server ignores shardSelector (its answer has no shardInfo)",
+            "start kube-apiserver with --feature-gates=ShardedListAndWatch=true (Kubernetes 1.36+), or set "
+            "shards to 1 (the chart's sharding.shards)",
+        )
+
+
+class ShardKeeper:
+    """Claims shard Leases (its fair share at once, any shard left free for a Lease duration), renews
+    them, and says when what it holds grew (``on_grew``) or a held one was lost (``on_lost``)."""
+
+    def __init__(
+        self,
+        settings: OperatorSettings,
+        *,
+        on_grew: Callable[[frozenset[int]], None],
+        on_lost: Callable[[str], None],
+        api: Any = None,
+        clock: Callable[[], datetime] | None = None,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.shards = settings.shards
+        self.replicas = settings.replicas
+        self.grace_seconds = float(settings.lease_duration_seconds)
+        self.retry_period_seconds = float(settings.retry_period_seconds)
+        namespace = settings.resolved_lease_namespace()
+        identity = settings.resolved_identity()
+        api = api if api is not None else coordination_api()
+        timing: dict[str, Any] = {"monotonic": monotonic} | ({"clock": clock} if clock is not None else {})
+        self._monotonic = monotonic
+        self.electors = [
+            LeaderElector(
+                api,
+                name=sharding.lease_name(settings.lease_name, index, self.shards),
+                namespace=namespace,
+                identity=identity,
+                lease_duration_seconds=settings.lease_duration_seconds,
+                renew_deadline_seconds=settings.renew_deadline_seconds,
+                retry_period_seconds=settings.retry_period_seconds,
+                **timing,
+            )
+            for index in range(self.shards)
+        ]
+        self.identity = identity
+        self._on_grew = on_grew
+        self._on_lost = on_lost
+        self._held: set[int] = set()
+        self._free_since: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="shard-keeper", daemon=True)
+        self._lost_once = threading.Lock()
+        self._lost = False
+
+    @property
+    def held(self) -> frozenset[int]:
+        return frozenset(self._held)
+
+    def start(self) -> None:
+        log.info("candidate: for %d shard leases %s as %s", self.shards, self.electors[0].name, self.identity)
+        self._thread.start()
+
+    def round(self) -> bool:
+        """One look at every shard not held: claim what :func:`loadline.sharding.plan_claims` says.
+        True when a shard was taken."""
+        now = self._monotonic()
+        for index, elector in enumerate(self.electors):
+            if index in self._held:
+                continue
+            decision = elector.peek()
+            if decision is not None and decision.acquires:
+                self._free_since.setdefault(index, now)
+            else:
+                self._free_since.pop(index, None)
+        claims = sharding.plan_claims(
+            self.shards, self._held, self._free_since, now,
+            replicas=self.replicas, grace_seconds=self.grace_seconds,
+        )  # fmt: skip
+        grew = False
+        for claim in claims:
+            elector = self.electors[claim.index]
+            if elector.try_acquire():
+                log.info("shard %d of %d claimed: %s", claim.index, self.shards, claim.why)
+                self._held.add(claim.index)
+                self._free_since.pop(claim.index, None)
+                elector.start_renewing(functools.partial(self._lose, claim.index))
+                grew = True
+        return grew
+
+    def _lose(self, index: int, reason: str) -> None:
+        with self._lost_once:
+            if self._lost:
+                return
+            self._lost = True
+        self._on_lost(f"shard {index}: {reason}")
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.round():
+                    self._on_grew(self.held)
+            except Exception:  # a dead keeper would leave free shards unclaimed forever
+                log.exception("shard keeper round failed")
+            if len(self._held) == self.shards:
+                return  # everything is ours; the renewers keep it
+            self._stop.wait(self.retry_period_seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
+            self._thread.join()
+
+    def release(self) -> None:
+        """Stop claiming, and hand every held shard over (empty holder) so others take them at once."""
+        self.stop()
+        for index in sorted(self._held):
+            self.electors[index].release()
+        self._held.clear()
+
+    def stop_renewing(self) -> None:
+        self.stop()
+        for elector in self.electors:
+            elector.stop_renewing()

@@ -1,0 +1,250 @@
+"""Sharding the InferenceModels between replicas: the hash and ranges the API server uses, the
+selector text it parses, ownership of a uid, which free shards a replica claims, and the keeper that
+claims and takes over shard Leases (against the in-memory Lease API of test_leader_elector)."""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from loadline import sharding
+from loadline.errors import SpecError
+from loadline.handlers import _kube, _shards
+from loadline.handlers._settings import OperatorSettings
+from tests.test_leader_elector import NS, FakeLeases
+
+# --- the API server's hash and ranges (k8s.io/apimachinery/pkg/sharding: FNV-1a 64 of the field) ---
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [  # FNV-1a 64 test vectors (Fowler/Noll/Vo reference set)
+        ("", 0xCBF29CE484222325),
+        ("a", 0xAF63DC4C8601EC8C),
+        ("foobar", 0x85944171F73967E8),
+    ],
+)
+def test_uid_hash_is_fnv1a_64(text: str, expected: int) -> None:
+    assert sharding.uid_hash(text) == expected
+
+
+@pytest.mark.parametrize("shards", [1, 2, 3, 4, 7, 64])
+def test_ranges_cover_the_hash_space_without_gaps_or_overlap(shards: int) -> None:
+    ranges = [sharding.shard_range(i, shards) for i in range(shards)]
+    assert ranges[0][0] == 0 and ranges[-1][1] == sharding.HASH_SPACE
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+def test_selector_is_the_api_servers_documented_form() -> None:
+    # The 2-shard split of metav1.ListOptions.shardSelector's documentation, digit for digit.
+    assert (
+        sharding.selector([0], 2)
+        == "shardRange(object.metadata.uid, '0x0000000000000000', '0x8000000000000000')"
+    )
+    assert sharding.selector([1], 2) == (
+        "shardRange(object.metadata.uid, '0x8000000000000000', '0x10000000000000000')"
+    )
+
+
+def test_adjacent_shards_merge_and_others_are_ored() -> None:
+    assert sharding.selector([1, 0], 2) == (
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x10000000000000000')"
+    )
+    assert sharding.selector([0, 2], 4) == (
+        "shardRange(object.metadata.uid, '0x0000000000000000', '0x4000000000000000') || "
+        "shardRange(object.metadata.uid, '0x8000000000000000', '0xc000000000000000')"
+    )
+    assert sharding.selector([], 4) == ""
+
+
+def test_every_uid_is_owned_by_exactly_one_shard_and_the_split_is_even() -> None:
+    uids = [str(uuid.UUID(int=i * 7919 + 1, version=4)) for i in range(8000)]
+    counts = Counter(sharding.shard_of(uid, 4) for uid in uids)
+    for uid in uids[:500]:
+        owners = [i for i in range(4) if sharding.owns(uid, [i], 4)]
+        assert len(owners) == 1
+        start, end = sharding.shard_range(owners[0], 4)
+        assert start <= sharding.uid_hash(uid) < end
+    assert all(abs(counts[i] - 2000) < 200 for i in range(4)), counts
+
+
+def test_one_shard_owns_everything() -> None:
+    assert sharding.owns("any", [], 1)
+
+
+def test_lease_names_carry_the_split() -> None:
+    assert sharding.lease_name("loadline", 1, 4) == "loadline-shard-1-of-4"
+    with pytest.raises(ValueError, match="shard 4 is not one of 0..3"):
+        sharding.lease_name("loadline", 4, 4)
+
+
+# --- which free shards a replica claims ---
+
+
+def test_replicas_starting_together_split_the_shards() -> None:
+    free = {0: 0.0, 1: 0.0, 2: 0.0, 3: 0.0}
+    first = sharding.plan_claims(4, [], free, 0.0, replicas=2, grace_seconds=15)
+    assert [c.index for c in first] == [0, 1]
+    # The second replica sees 2 and 3 free (0 and 1 are held now).
+    second = sharding.plan_claims(4, [], {2: 0.0, 3: 0.0}, 0.0, replicas=2, grace_seconds=15)
+    assert [c.index for c in second] == [2, 3]
+
+
+def test_a_shard_beyond_the_fair_share_is_claimed_only_after_the_grace() -> None:
+    assert sharding.plan_claims(2, [1], {0: 100.0}, 110.0, replicas=2, grace_seconds=15) == []
+    claims = sharding.plan_claims(2, [1], {0: 100.0}, 115.0, replicas=2, grace_seconds=15)
+    assert [c.index for c in claims] == [0] and "no other replica took it" in claims[0].why
+
+
+# --- the keeper, against the in-memory Lease API ---
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 0.0
+        self.base = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+    def now(self) -> datetime:
+        return self.base + timedelta(seconds=self.t)
+
+    def monotonic(self) -> float:
+        return self.t
+
+
+def keeper(
+    api: FakeLeases, clock: Clock, identity: str, grew: list[Any], lost: list[str]
+) -> _shards.ShardKeeper:
+    settings = OperatorSettings(
+        shards=2, replicas=2, lease_namespace=NS, identity=identity, lease_duration_seconds=15
+    )
+    return _shards.ShardKeeper(
+        settings,
+        on_grew=grew.append,
+        on_lost=lost.append,
+        api=api,
+        clock=clock.now,
+        monotonic=clock.monotonic,
+    )
+
+
+def holders(api: FakeLeases) -> dict[str, str]:
+    return {key.split("/")[1]: str(lease.spec.holder_identity) for key, lease in api.leases.items()}
+
+
+def test_two_keepers_split_the_shards_and_a_survivor_takes_over_a_dead_ones() -> None:
+    api, clock = FakeLeases(), Clock()
+    grew_a: list[Any] = []
+    grew_b: list[Any] = []
+    lost: list[str] = []
+    a = keeper(api, clock, "a", grew_a, lost)
+    b = keeper(api, clock, "b", grew_b, lost)
+    try:
+        assert a.round() and a.held == {0}
+        assert b.round() and b.held == {1}
+        assert holders(api) == {"loadline-shard-0-of-2": "a", "loadline-shard-1-of-2": "b"}
+        # Nothing more to claim while both renew.
+        assert not a.round() and not b.round()
+        # a dies: its renewer stops, nothing is released (a node lost).
+        a.stop_renewing()
+        clock.t = 16  # a's Lease expired; b first sees shard 0 free now, and holds its share
+        assert not b.round() and b.held == {1}
+        clock.t = 16 + 15  # free for a Lease duration: nobody else took it
+        assert b.round() and b.held == {0, 1}
+        assert holders(api)["loadline-shard-0-of-2"] == "b"
+        assert lost == []
+    finally:
+        a.stop_renewing()
+        b.stop_renewing()
+
+
+def test_a_keeper_alone_claims_its_share_at_once_and_the_rest_after_the_grace() -> None:
+    api, clock = FakeLeases(), Clock()
+    grew: list[Any] = []
+    lost: list[str] = []
+    alone = keeper(api, clock, "alone", grew, lost)
+    try:
+        assert alone.round() and alone.held == {0}
+        clock.t = 14
+        assert not alone.round()
+        clock.t = 15
+        assert alone.round() and alone.held == {0, 1}
+    finally:
+        alone.stop_renewing()
+
+
+def test_release_hands_every_held_shard_over() -> None:
+    api, clock = FakeLeases(), Clock()
+    a = keeper(api, clock, "a", [], [])
+    b = keeper(api, clock, "b", [], [])
+    try:
+        a.round()
+        clock.t = 15
+        a.round()
+        assert a.held == {0, 1}
+        a.release()
+        assert set(holders(api).values()) == {""}
+        assert b.round() and b.held == {0}  # released: free at once, b claims its share
+    finally:
+        a.stop_renewing()
+        b.stop_renewing()
+
+
+# --- ownership in the handlers ---
+
+
+def test_handlers_own_only_their_shards_models() -> None:
+    uids = [str(uuid.UUID(int=i * 104729 + 3, version=4)) for i in range(200)]
+    try:
+        _shards.configure(2, frozenset({0}))
+        mine = [u for u in uids if _shards.owns_uid(u)]
+        _shards.configure(2, frozenset({1}))
+        theirs = [u for u in uids if _shards.owns_uid(u)]
+        assert sorted(mine + theirs) == sorted(uids) and not set(mine) & set(theirs)
+        assert not _shards.owns_uid(None)  # a child without an InferenceModel owner is nobody's
+        child = {"metadata": {"ownerReferences": [{"kind": "InferenceModel", "uid": theirs[0]}]}}
+        assert _shards.owns_uid(_shards.owner_uid(child))
+        assert not _shards.owns_key("ns/other", {"ns/mine": True})
+    finally:
+        _shards.configure(1, frozenset())
+    assert _shards.owns_uid(None) and _shards.owns_key("ns/other", {}) and _shards.watch_selector() == ""
+
+
+class _Answer:
+    def __init__(self, data: dict[str, Any]) -> None:
+        self.data = data
+        self.calls: list[dict[str, Any]] = []
+
+    def call_api(self, path: str, method: str, **kwargs: Any) -> dict[str, Any]:
+        self.calls.append({"path": path, "method": method, **kwargs})
+        return self.data
+
+
+class _Dynamic:
+    def __init__(self, api: _Answer) -> None:
+        self.client = api
+
+
+@pytest.mark.parametrize(
+    ("answer", "refused"),
+    [
+        ({"metadata": {"resourceVersion": "1"}, "items": []}, True),  # gate off: the selector ignored
+        ({"metadata": {"shardInfo": {"selector": "x"}}, "items": []}, False),
+    ],
+)
+def test_sharding_is_refused_when_the_api_server_ignores_the_selector(
+    monkeypatch: pytest.MonkeyPatch, answer: dict[str, Any], refused: bool
+) -> None:
+    api = _Answer(answer)
+    monkeypatch.setattr(_kube, "dynamic", lambda: _Dynamic(api))
+    settings = OperatorSettings(shards=2)
+    if refused:
+        with pytest.raises(SpecError, match="ShardedListAndWatch=true") as info:
+            _shards.check_server(settings, 2)
+        assert info.value.field == "LOADLINE_SHARDS"
+    else:
+        _shards.check_server(settings, 2)
+    assert ("shardSelector", sharding.selector([0], 2)) in api.calls[0]["query_params"]
