@@ -1,0 +1,143 @@
+"""Two replicas sharing the InferenceModels (chart value sharding.shards=2) on an API server with the
+ShardedListAndWatch feature gate, as e2e/cluster-up.sh starts it: each model is reconciled by exactly
+one replica, the one holding the Lease of its uid's shard, and when one replica dies the other takes
+its shard over and reconciles its models."""
+
+from __future__ import annotations
+
+import copy
+import re
+import signal
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from chart import ChartOperator
+from kube import REPO, Kubectl, wait_for
+from loadline import sharding
+from operator_helpers import example, model, wait_phase
+
+SHARDS = 2
+
+
+def _restart_replicas(operator: ChartOperator, values: dict[str, Any]) -> None:
+    """`helm upgrade` with ``values``, then a rollout: the old replicas stop (SIGTERM, releasing their
+    Leases) and two new ones start with the upgraded Deployment's env."""
+    operator.upgrade(values)
+    for replica in [r for r in operator.replicas if r.alive()]:
+        operator.kill(replica, signal.SIGTERM, restart=False)
+    operator.scale_to(2)
+    operator.wait_replicas(2)
+
+
+@pytest.fixture
+def sharded(operator: ChartOperator) -> Iterator[ChartOperator]:
+    _restart_replicas(operator, {"sharding": {"shards": SHARDS}})
+    try:
+        yield operator
+    finally:
+        _restart_replicas(operator, {"sharding": {"shards": 1}})
+        operator.active(timeout=60)
+
+
+def shard_holders(operator: ChartOperator) -> dict[int, str]:
+    holders = {}
+    for index in range(SHARDS):
+        name = sharding.lease_name(operator.lease_name, index, SHARDS)
+        lease = operator.kubectl.json("get", "lease", name, "-n", operator.namespace)
+        holders[index] = str(lease["spec"].get("holderIdentity") or "")
+    return holders
+
+
+def reconciled_by(
+    operator: ChartOperator, namespace: str, name: str, since: dict[str, int] | None = None
+) -> list[str]:
+    """Pod names of the replicas whose log says they ran the reconcile handler on the model."""
+    line = re.compile(rf"\[{re.escape(namespace)}/{re.escape(name)}\] Handler 'reconcile' succeeded")
+    found = []
+    for replica, text in operator.logs():
+        if line.search(text[(since or {}).get(replica.pod_name, 0) :]):
+            found.append(replica.pod_name)
+    return found
+
+
+def chat(namespace: str, name: str) -> dict[str, Any]:
+    doc = copy.deepcopy(example(REPO / "examples" / "chat-llama-8b.yaml", namespace))
+    doc["metadata"]["name"] = name
+    doc["spec"]["concurrency"] = 1
+    return doc
+
+
+def test_a_sharded_pair_reconciles_every_model_once_and_survives_a_replica_death(
+    sharded: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    operator = sharded
+
+    # Each replica claims its share: one shard each, within a few retry periods.
+    def split() -> dict[int, str] | None:
+        held = shard_holders(operator)
+        return held if all(held.values()) and len(set(held.values())) == SHARDS else None
+
+    holders = wait_for(split, timeout=60, what="each replica to hold one shard Lease")
+    by_identity = {r.identity(): r for r in operator.replicas if r.alive()}
+    assert set(holders.values()) == set(by_identity)
+
+    # Models until each shard has two (uids are drawn by the API server).
+    uids: dict[str, str] = {}
+    while len(per_shard(uids)) < SHARDS or min(per_shard(uids).values()) < 2:
+        name = f"chat-{len(uids)}"
+        kubectl.apply(chat(namespace, name), namespace)
+        uids[name] = model(kubectl, namespace, name)["metadata"]["uid"]
+        assert len(uids) <= 12, "the API server's uids kept landing in one shard"
+    for name in uids:
+        wait_phase(kubectl, namespace, name, "Ready", timeout=90)
+    for name, uid in uids.items():
+        owner = by_identity[holders[sharding.shard_of(uid, SHARDS)]]
+        assert reconciled_by(operator, namespace, name) == [owner.pod_name], name
+    print(
+        f"\n{len(uids)} models over {SHARDS} shards: {dict(per_shard(uids))}; each reconciled by its shard's holder only"
+    )
+
+    # One replica dies (SIGKILL, not restarted: a node lost). The survivor takes its shard once the
+    # Lease has expired and stayed free for a Lease duration, and reconciles that shard's models.
+    victim = by_identity[holders[0]]
+    survivor = next(r for r in by_identity.values() if r is not victim)
+    offsets = {
+        r.pod_name: len(r.log.read_text(errors="replace")) for r in operator.replicas if r.log.exists()
+    }
+    start = time.monotonic()
+    operator.kill(victim, signal.SIGKILL, restart=False)
+    wait_for(
+        lambda: set(shard_holders(operator).values()) == {survivor.identity()} or None,
+        timeout=90,
+        what="the survivor to hold both shard Leases",
+    )
+    took_over = time.monotonic() - start
+    print(f"kill -9 of the holder of shard 0: {survivor.pod_name} holds both shards after {took_over:.1f}s")
+    # A model of the dead replica's shard changes, and a new model comes: the survivor does both.
+    orphan = next(name for name, uid in uids.items() if sharding.shard_of(uid, SHARDS) == 0)
+    kubectl(
+        "patch", "inferencemodel", orphan, "-n", namespace, "--type=merge", "-p", '{"spec":{"concurrency":2}}'
+    )
+    kubectl.apply(chat(namespace, "after"), namespace)
+    wait_phase(kubectl, namespace, "after", "Ready", timeout=90)
+
+    def reconciled_again() -> dict[str, Any] | None:
+        obj = model(kubectl, namespace, orphan)
+        status = obj.get("status") or {}
+        return obj if status.get("observedGeneration") == obj["metadata"]["generation"] else None
+
+    wait_for(reconciled_again, timeout=60, what=f"{orphan}'s change reconciled")
+    assert reconciled_by(operator, namespace, orphan, since=offsets) == [survivor.pod_name]
+    assert reconciled_by(operator, namespace, "after", since=offsets) == [survivor.pod_name]
+    operator.scale_to(2)  # the ReplicaSet's replacement; the fixture rolls back to one shard
+
+
+def per_shard(uids: dict[str, str]) -> dict[int, int]:
+    counts: dict[int, int] = {}
+    for uid in uids.values():
+        shard = sharding.shard_of(uid, SHARDS)
+        counts[shard] = counts.get(shard, 0) + 1
+    return counts
