@@ -18,11 +18,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
-from loadline.sizing._budget import EngineSettings, MemoryBudget
+from loadline.sizing._budget import EngineSettings, MemoryBudget, ModelTerms
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
@@ -38,11 +38,12 @@ from loadline.sizing._shapes import (
     ClusterShapes,
     NodeShape,
     PodRequest,
+    ShapeChoice,
     allowed_shapes,
     choose_shape,
     pod_request,
 )
-from loadline.sizing._tune import tune
+from loadline.sizing._tune import serves_at, serves_lengths, terms_for, tuned
 
 _TP_SIZES = (1, 2, 4, 8)
 _MAX_NODES = 8
@@ -92,7 +93,21 @@ class Candidate:
         return f"{self.gpu.name}x{self.gpus} ({layout}{nodes})"
 
     def with_rejection(self, reason: str) -> Candidate:
-        return dataclasses.replace(self, rejection=reason)
+        # dataclasses.replace, spelled out: it costs as much as the rest of a plan's bookkeeping.
+        return Candidate(
+            self.gpu,
+            self.tensor_parallel_size,
+            self.pipeline_parallel_size,
+            self.nodes,
+            self.settings,
+            self.budget,
+            reason,
+            self.shape,
+            self.instances,
+            self.shape_note,
+            self.pod,
+            self.tuning,
+        )
 
     @property
     def feasible(self) -> bool:
@@ -217,12 +232,23 @@ def _tp_options(arch_heads: int, kv_heads: int, node_gpus: int) -> list[int]:
     return options
 
 
-def _node_gpus(gpu: GPUType, inputs: SpecInputs) -> tuple[int, bool]:
-    """GPUs of the largest allowed shape of ``gpu``, and whether any allowed shape has an RDMA fabric."""
+def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> tuple[int, bool]:
+    """GPUs of the largest allowed shape of ``gpu``, and whether any allowed shape has an RDMA fabric
+    (memoised as :func:`allowed_shapes` is; ``catalog_file``: the user catalog's path)."""
+    key = (gpu.name, inputs.providers, inputs.cluster, catalog_file)
+    return _NODE_GPUS.get(key, gpu, lambda: _largest_node(gpu, inputs))
+
+
+def _largest_node(gpu: GPUType, inputs: SpecInputs) -> tuple[int, bool]:
     allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
     if not allowed:
         return gpu.max_gpus_per_node, gpu.multi_node
     return max(s.gpus for s in allowed), any(s.fabric for s in allowed)
+
+
+_NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], tuple[int, bool]] = (
+    GuardedMemo(4096)
+)
 
 
 def _layouts(
@@ -284,46 +310,196 @@ def _support_problem(gpu: GPUType, inputs: SpecInputs) -> str:
     return ""
 
 
-def _evaluate(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) -> Candidate:
-    """:func:`_evaluate_layout`, memoised per (spec inputs, GPU type, layout): a pure function of them
-    (and of the catalogs, read once per process; the user catalog's path is in the key), asked again
-    by every re-plan of an unchanged model and by refusal fixes. GPUType holds a dict, so the key has
-    its name and the entry keeps the object, as :func:`allowed_shapes` does."""
-    key = (inputs, gpu.name, tp, pp, nodes, os.environ.get(GPU_CATALOG_ENV, ""))
-    return _EVALUATED.get(key, gpu, lambda: _evaluate_layout(inputs, gpu, tp, pp, nodes))
+#: The layouts evaluated for one spec: (GPU type name, tp, pp, nodes) → (GPU type, candidate, its sort
+#: key in :func:`plan_candidates`).
+Evaluated = dict[tuple[str, int, int, int], tuple[GPUType, Candidate, "SortKey"]]
+SortKey = tuple[bool, float, int, int]
 
 
-_EVALUATED: GuardedMemo[tuple[SpecInputs, str, int, int, int, str], Candidate] = GuardedMemo(32768)
+def _sort_key(c: Candidate) -> SortKey:
+    """Cheapest first (whole instances per replica; unpriced shapes last), then fewer GPUs, fewer nodes."""
+    return (not c.priced, c.price_per_hour, c.gpus, c.nodes)
 
 
-def _evaluate_layout(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int) -> Candidate:
+def _evaluated(inputs: SpecInputs, catalog_file: str) -> Evaluated:
+    """The layouts evaluated for these spec inputs (and user catalog path): :func:`_evaluate_layout` is
+    a pure function of them and of the catalogs, asked again by every re-plan of an unchanged model. One
+    memo entry per spec inputs, so the inputs (a deep dataclass) are hashed once per plan, not once per
+    layout; bounded by the entries, each holding at most a few dozen layouts."""
+    return _EVALUATED.get((inputs, catalog_file), None, dict)
+
+
+_EVALUATED: GuardedMemo[tuple[SpecInputs, str], Evaluated] = GuardedMemo(1024)
+
+
+def _evaluate(
+    inputs: SpecInputs,
+    gpu: GPUType,
+    tp: int,
+    pp: int,
+    nodes: int,
+    catalog_file: str,
+    evaluated: Evaluated | None = None,
+    terms: ModelTerms | None = None,
+) -> tuple[Candidate, SortKey]:
+    """:func:`_evaluate_layout` and the candidate's sort key, memoised in :func:`_evaluated`. GPUType
+    holds a dict, so the key has its name and the entry keeps the object (compared by identity: a
+    reloaded catalog evaluates again)."""
+    if evaluated is None:
+        evaluated = _evaluated(inputs, catalog_file)
+    key = (gpu.name, tp, pp, nodes)
+    found = evaluated.get(key)
+    if found is not None and found[0] is gpu:
+        return found[1], found[2]
+    candidate = _evaluate_layout(inputs, gpu, tp, pp, nodes, terms or terms_for(inputs), catalog_file)
+    order = _sort_key(candidate)
+    evaluated[key] = (gpu, candidate, order)
+    return candidate, order
+
+
+def _evaluate_layout(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, terms: ModelTerms, catalog_file: str
+) -> Candidate:
     """Tune the engine for this layout, then find the node shape its pods fit."""
-    tuned = tune(inputs, gpu, tp, pp)
-    if not tuned.serves:
-        return Candidate(gpu, tp, pp, nodes, tuned.settings, tuned.budget, tuned.rejection)
+    settings, budget, notes, rejection = tuned(inputs, gpu, tp, pp, terms)
+    if rejection:
+        return Candidate(gpu, tp, pp, nodes, settings, budget, rejection)
+    pod, choice = _placement(inputs, gpu, tp, pp, nodes, budget.weights_gib, catalog_file)
+    return Candidate(
+        gpu,
+        tp,
+        pp,
+        nodes,
+        settings,
+        budget,
+        choice.rejection,
+        choice.shape,
+        choice.instances,
+        choice.note,
+        pod,
+        notes,
+    )
+
+
+def _placement(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float, catalog_file: str
+) -> tuple[PodRequest, ShapeChoice]:
+    """The pod of a layout whose engine fits, and the node shape it takes: memoised, since fleets of
+    models share them (a pod's request is whole GiB and CPUs)."""
+    key = (
+        gpu.name,
+        tp,
+        pp,
+        nodes,
+        weights_gib,
+        inputs.kv_offload_gib,
+        inputs.memory_gib_override,
+        inputs.cpu_override,
+        inputs.providers,
+        inputs.cluster,
+        catalog_file,
+    )
+    return _PLACEMENTS.get(key, gpu, lambda: _place(inputs, gpu, tp, pp, nodes, weights_gib))
+
+
+def _place(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float
+) -> tuple[PodRequest, ShapeChoice]:
     pod = pod_request(
-        weights_gib_per_gpu=tuned.budget.weights_gib,
+        weights_gib_per_gpu=weights_gib,
         gpus_per_pod=(tp * pp) // max(nodes, 1),
         nodes=nodes,
         kv_offload_gib=inputs.kv_offload_gib,
         memory_override_gib=inputs.memory_gib_override,
         cpu_override=inputs.cpu_override,
     )
-    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
-    return Candidate(
-        gpu,
-        tp,
-        pp,
-        nodes,
-        tuned.settings,
-        tuned.budget,
-        choice.rejection,
-        shape=choice.shape,
-        instances=choice.instances,
-        shape_note=choice.note,
-        pod=pod,
-        tuning=tuned.notes,
+    return pod, choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
+
+
+_PLACEMENTS: GuardedMemo[tuple[object, ...], tuple[PodRequest, ShapeChoice]] = GuardedMemo(8192)
+
+
+class _TypePlan(NamedTuple):
+    """How a plan treats one allowed GPU type: why it cannot be used, or its layouts to try in order."""
+
+    gpu: GPUType
+    problem: str
+    node: int  # GPUs of its largest allowed node shape
+    spans_nodes: bool
+    layouts: tuple[tuple[int, int, int], ...]
+
+
+def _type_plans(
+    inputs: SpecInputs,
+    gpu_names: Sequence[str],
+    max_gpus: int,
+    multi_node: bool,
+    min_gpu_memory_gib: float,
+    catalog_file: str,
+) -> tuple[_TypePlan, ...]:
+    """Per GPU name: the type, its support problem (or the remediation floor's, or no layout), and its
+    layouts. A pure function of the key's parts and the catalogs (the GPU catalog is the guard; the
+    quantization table is held by identity and kept in the entry), the same for every spec of a fleet
+    that allows the same GPUs, so memoised."""
+    arch = inputs.model.architecture
+    methods = quantization_methods()
+    key = (
+        tuple(gpu_names),
+        max_gpus,
+        multi_node,
+        min_gpu_memory_gib,
+        inputs.dtype,
+        inputs.quantization,
+        inputs.kv_cache_dtype,
+        arch.num_attention_heads,
+        arch.num_kv_heads,
+        arch.num_layers,
+        inputs.providers,
+        inputs.cluster,
+        catalog_file,
+        id(methods),
     )
+    found = _TYPE_PLANS.get(
+        key,
+        gpu_catalog(),
+        lambda: (methods, _plan_types(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib)),
+    )
+    return found[1]
+
+
+def _plan_types(
+    inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int, multi_node: bool, min_gpu_memory_gib: float
+) -> tuple[_TypePlan, ...]:
+    arch = inputs.model.architecture
+    plans = []
+    for name in gpu_names:
+        gpu = find_gpu(name, "spec.gpu.types")
+        problem = _support_problem(gpu, inputs)
+        if not problem and gpu.memory_gib < min_gpu_memory_gib:
+            problem = (
+                f"{gpu.name} has {gpu.memory_gib:.2f} GiB; out-of-memory remediation asks for at least "
+                f"{min_gpu_memory_gib:.2f} GiB per GPU"
+            )
+        if problem:
+            plans.append(_TypePlan(gpu, problem, 0, False, ()))
+            continue
+        node, fabric = _largest_node(gpu, inputs)
+        spans_nodes = multi_node and gpu.multi_node and fabric
+        layouts = _layouts_for(
+            node or gpu.max_gpus_per_node,
+            arch.num_attention_heads,
+            arch.num_kv_heads,
+            arch.num_layers,
+            max_gpus,
+            spans_nodes,
+        )
+        if not layouts:
+            problem = f"no layout within {max_gpus} GPUs divides the attention heads"
+        plans.append(_TypePlan(gpu, problem, node, spans_nodes, layouts))
+    return tuple(plans)
+
+
+_TYPE_PLANS: GuardedMemo[tuple[object, ...], tuple[object, tuple[_TypePlan, ...]]] = GuardedMemo(4096)
 
 
 def _placeable(candidate: Candidate, replicas: int, free: Mapping[str, Sequence[int]] | None) -> bool:
@@ -351,36 +527,24 @@ def plan_candidates(
     ``min_gpus`` and ``min_gpu_memory_gib`` are floors that OOM remediation sets after a model did not
     fit where it was planned ("next feasible plan: more tensor parallelism or a bigger GPU").
     """
-    arch = inputs.model.architecture
+    catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
+    plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
+    evaluated = _evaluated(inputs, catalog_file)
+    terms = terms_for(inputs)
     out: list[Candidate] = []
-    for name in gpu_names:
-        gpu = find_gpu(name, "spec.gpu.types")
-        problem = _support_problem(gpu, inputs)
-        if not problem and gpu.memory_gib < min_gpu_memory_gib:
-            problem = (
-                f"{gpu.name} has {gpu.memory_gib:.2f} GiB; out-of-memory remediation asks for at least "
-                f"{min_gpu_memory_gib:.2f} GiB per GPU"
-            )
+    keys: list[SortKey] = []
+    for gpu, problem, node, spans_nodes, layouts in plans:
         if problem:
-            out.append(Candidate(gpu, 1, 1, 1, None, None, problem))
-            continue
-        node, fabric = _node_gpus(gpu, inputs)
-        spans_nodes = multi_node and gpu.multi_node and fabric
-        layouts = _layouts(
-            gpu, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, max_gpus, spans_nodes, node
-        )
-        if not layouts:
-            out.append(
-                Candidate(
-                    gpu, 1, 1, 1, None, None, f"no layout within {max_gpus} GPUs divides the attention heads"
-                )
-            )
+            rejected = Candidate(gpu, 1, 1, 1, None, None, problem)
+            out.append(rejected)
+            keys.append(_sort_key(rejected))
             continue
         for tp, pp, nodes in layouts:
             if tp * pp < min_gpus:
                 continue
-            candidate = _evaluate(inputs, gpu, tp, pp, nodes)
+            candidate, key = _evaluate(inputs, gpu, tp, pp, nodes, catalog_file, evaluated, terms)
             out.append(candidate)
+            keys.append(key)
             if candidate.feasible:
                 break
         else:
@@ -389,9 +553,10 @@ def plan_candidates(
                 out[-1] = last.with_rejection(
                     f"{last.rejection}; {gpu.name} nodes have no RDMA fabric, so loadline does not "
                     "span them across nodes"
-                )
-    out.sort(key=lambda c: (not c.priced, c.price_per_hour, c.gpus, c.nodes))
-    return out
+                )  # its sort key is unchanged: the rejection is not part of it
+    # out.sort(key=_sort_key), with the keys computed once per evaluation (stable, as that sort is).
+    order = sorted(range(len(out)), key=keys.__getitem__)
+    return [out[i] for i in order]
 
 
 def plan_inference_model(
@@ -474,10 +639,21 @@ def _note_cost(candidate: Candidate, chosen: Candidate) -> Candidate:
 _FIX_MAX_GPUS = 64
 
 
-def _serves_at(inputs: SpecInputs, candidate: Candidate, **changes: Any) -> bool:
-    probe = dataclasses.replace(inputs, **changes)
+def _fits_node(inputs: SpecInputs, candidate: Candidate) -> bool:
+    """Whether the candidate's pods take a node shape: the same at any max-model-len or concurrency
+    (the pod's request follows the weights on its GPUs)."""
     c = candidate
-    return _evaluate(probe, c.gpu, c.tensor_parallel_size, c.pipeline_parallel_size, c.nodes).feasible
+    assert c.budget is not None
+    placement = _placement(
+        inputs,
+        c.gpu,
+        c.tensor_parallel_size,
+        c.pipeline_parallel_size,
+        c.nodes,
+        c.budget.weights_gib,
+        os.environ.get(GPU_CATALOG_ENV, ""),
+    )
+    return not placement[1].rejection
 
 
 def _largest_int(low: int, high: int, works: Any) -> int | None:
@@ -508,27 +684,31 @@ def refusal_fixes(
         if c.settings is not None and c.budget is not None and c.budget.weights_gib > 0:
             tried[c.gpu.name] = c  # candidates are cheapest first; keep the largest layout per type
     best_len, best_conc = 0, 0
+    terms = terms_for(inputs)
+    # Each probe is whether the layout would be feasible with one value changed: the tuning ladder's
+    # verdict (serves_at: its first and last rung decide) and the node shape (the same for any value).
     for c in tried.values():
+        gpu, tp, pp = c.gpu, c.tensor_parallel_size, c.pipeline_parallel_size
+        if not _fits_node(inputs, c):
+            continue  # no value of either serves: the pod takes no node shape
         if inputs.max_model_len > 1:
-            length = _largest_int(
-                1, inputs.max_model_len - 1, lambda n, c=c: _serves_at(inputs, c, max_model_len=n)
-            )
+            length = _largest_int(1, inputs.max_model_len - 1, serves_lengths(inputs, gpu, tp, pp, terms))
             if length:
                 rounded = length - length % 256 if length >= 512 else length
                 best_len = max(best_len, rounded)
         if inputs.concurrency > 1:
             conc = _largest_int(
-                1, inputs.concurrency - 1, lambda n, c=c: _serves_at(inputs, c, concurrency=n)
+                1,
+                inputs.concurrency - 1,
+                lambda n, gpu=gpu, tp=tp, pp=pp: serves_at(inputs, gpu, tp, pp, concurrency=n, terms=terms),
             )
             best_conc = max(best_conc, conc or 0)
     if best_len:
         fixes.append({"text": f"lower spec.maxModelLen to {best_len}", "spec": {"maxModelLen": best_len}})
     if best_conc:
         fixes.append({"text": f"lower spec.concurrency to {best_conc}", "spec": {"concurrency": best_conc}})
-    wider = plan_candidates(inputs, list(gpu_catalog()), _FIX_MAX_GPUS, True)
-    feasible = [c for c in wider if c.feasible]
-    if feasible:
-        best = feasible[0]
+    best = _cheapest_feasible(inputs, list(gpu_catalog()), _FIX_MAX_GPUS)
+    if best is not None:
         changes: dict[str, Any] = {}
         allowed = list(spec.gpu.types)
         if allowed and best.gpu.name not in allowed:
@@ -543,3 +723,26 @@ def refusal_fixes(
                 {"text": f"use ≥ {best.gpus}×{best.gpu.name} ({best.label}; set {what})", "spec": changes}
             )
     return fixes
+
+
+def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int) -> Candidate | None:
+    """``[c for c in plan_candidates(inputs, gpu_names, max_gpus, True) if c.feasible][0]`` (or None),
+    evaluating in full only the first layout per GPU type that :func:`serves_at` and takes a node shape:
+    the rejected layouts of that list are never shown. The sort is stable with the same key, so the
+    feasible candidates keep their order."""
+    catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
+    plans = _type_plans(inputs, gpu_names, max_gpus, True, 0.0, catalog_file)
+    evaluated = _evaluated(inputs, catalog_file)
+    terms = terms_for(inputs)
+    feasible: list[tuple[SortKey, Candidate]] = []
+    for gpu, problem, _, _, layouts in plans:
+        if problem:
+            continue
+        for tp, pp, nodes in layouts:
+            if not serves_at(inputs, gpu, tp, pp, terms=terms):
+                continue
+            candidate, key = _evaluate(inputs, gpu, tp, pp, nodes, catalog_file, evaluated, terms)
+            if candidate.feasible:
+                feasible.append((key, candidate))
+                break
+    return min(feasible, key=lambda item: item[0])[1] if feasible else None
