@@ -18,10 +18,12 @@ drawn: the fleet is what a cluster admits.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
 import random
+import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,6 +41,7 @@ from loadline.sizing import (
 )
 from loadline.sizing._arch import parse_hf_config
 from loadline.sizing._compat import check_compatibility
+from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._resolve import resolve_quantization
 
 SEED = 14
@@ -205,6 +208,23 @@ def plan_all(specs: list[InferenceModelSpec]) -> tuple[int, int]:
         except LoadlineError:
             refused += 1
     return feasible, refused
+
+
+def clear_caches() -> int:
+    """Empty every GuardedMemo and ``functools`` cache in loadline's modules (a fresh process's state);
+    returns how many were cleared."""
+    cleared = 0
+    for name, module in list(sys.modules.items()):
+        if not name.startswith("loadline") or module is None:
+            continue
+        for value in list(vars(module).values()):
+            if isinstance(value, GuardedMemo):
+                value.clear()
+                cleared += 1
+            elif isinstance(value, functools._lru_cache_wrapper):
+                value.cache_clear()
+                cleared += 1
+    return cleared
 
 
 def _jsonable(value: Any) -> Any:

@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import argparse
 import cProfile
-import functools
 import gc
 import json
+import os
 import pstats
 import resource
 import statistics
@@ -38,26 +38,8 @@ if str(REPO) not in sys.path:
 from benchmarks import _fleet  # noqa: E402
 
 from loadline.sizing import gpu_catalog, node_shapes  # noqa: E402
-from loadline.sizing._memo import GuardedMemo  # noqa: E402
 
 GOAL_SECONDS = 1.0
-
-
-def clear_caches() -> int:
-    """Empty every GuardedMemo and ``functools`` cache in loadline's modules (a fresh process's state);
-    returns how many were cleared."""
-    cleared = 0
-    for name, module in list(sys.modules.items()):
-        if not name.startswith("loadline") or module is None:
-            continue
-        for value in list(vars(module).values()):
-            if isinstance(value, GuardedMemo):
-                value.clear()
-                cleared += 1
-            elif isinstance(value, functools._lru_cache_wrapper):
-                value.cache_clear()
-                cleared += 1
-    return cleared
 
 
 def _rss_mib() -> float:
@@ -70,23 +52,24 @@ def child(count: int, warm_runs: int, profile: bool) -> dict[str, Any]:
     specs = _fleet.planning_specs(raw)
     parse_s = time.perf_counter() - start
     distinct = len({json.dumps(s, sort_keys=True) for s in raw})
-    caches = clear_caches()
+    caches = _fleet.clear_caches()
     gc.collect()
     rss_before = _rss_mib()
     profiler = cProfile.Profile() if profile else None
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if profiler is not None:
         profiler.enable()
     feasible, refused = _fleet.plan_all(specs)
     if profiler is not None:
         profiler.disable()
-    cold = time.perf_counter() - start
+    cold, cold_cpu = time.perf_counter() - start, time.process_time() - cpu
     rss_cold = _rss_mib()
-    warm = []
+    warm, warm_cpu = [], []
     for _ in range(warm_runs):
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         again = _fleet.plan_all(specs)
         warm.append(time.perf_counter() - start)
+        warm_cpu.append(time.process_time() - cpu)
         assert again == (feasible, refused)
     if profiler is not None:
         stats = pstats.Stats(profiler, stream=sys.stderr)
@@ -99,7 +82,9 @@ def child(count: int, warm_runs: int, profile: bool) -> dict[str, Any]:
         "parse_s": parse_s,
         "caches_cleared": caches,
         "cold_s": cold,
+        "cold_cpu_s": cold_cpu,
         "warm_s": warm,
+        "warm_cpu_s": warm_cpu,
         "feasible": feasible,
         "refused": refused,
         "rss_before_mib": rss_before,
@@ -132,14 +117,19 @@ def main_report(count: int, runs: int, warm_runs: int, profile: bool) -> None:
         f"plans: {first['feasible']:,} feasible, {first['refused']:,} refused (each refusal with its "
         "re-planned fixes)"
     )
+    cpu = statistics.median(r["cold_cpu_s"] for r in results)
     print(
         f"cold (fresh process, {first['caches_cleared']} memos and caches emptied): median {cold:.3f} s, "
-        f"best {min(colds):.3f} s over {runs} processes ({cold / first['specs'] * 1e6:.0f} µs per model)"
+        f"best {min(colds):.3f} s over {runs} processes ({cold / first['specs'] * 1e6:.0f} µs per model; "
+        f"CPU time {cpu:.3f} s)"
     )
-    print(
-        f"warm (same process again): median {statistics.median(warms):.3f} s, best {min(warms):.3f} s "
-        f"({statistics.median(warms) / first['specs'] * 1e6:.0f} µs per model)"
-    )
+    if warms:
+        warm_cpu = statistics.median(w for r in results for w in r["warm_cpu_s"])
+        print(
+            f"warm (same process again): median {statistics.median(warms):.3f} s, best {min(warms):.3f} s "
+            f"({statistics.median(warms) / first['specs'] * 1e6:.0f} µs per model; CPU time {warm_cpu:.3f} s)"
+        )
+    print(f"load average while measuring: {os.getloadavg()[0]:.2f} (2 cores; other jobs slow the figures)")
     print(
         f"peak RSS: {max(r['rss_peak_mib'] for r in results):.0f} MiB "
         f"({first['rss_before_mib']:.0f} MiB with the specs built, before planning); "

@@ -6,10 +6,15 @@ holds the digest of every candidate, budget, setting, shape, note, refusal and f
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import pickle
 from pathlib import Path
 
 from benchmarks import _fleet
+
+from loadline.sizing import gpu_catalog, plan_inference_model
+from loadline.sizing._plan import plan_candidates
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "plans" / "fleet.json"
 
@@ -30,3 +35,58 @@ def test_fleet_sample_plans_are_unchanged() -> None:
             where = f"#{row['index']} ({row['model']}, cluster={row['cluster']})"
             changed.append(f"{where}: {row['brief']} → {_fleet.brief(record)}")
     assert not changed, f"{len(changed)} of {len(rows)} plans changed:\n" + "\n".join(changed[:20])
+
+
+def test_plans_are_the_same_from_empty_memos_and_from_full_ones() -> None:
+    specs = _fleet.planning_specs(_fleet.build_specs(150, seed=7))
+    _fleet.clear_caches()
+    cold = [_fleet.digest(_fleet.plan_record(spec)) for spec in specs]
+    warm = [_fleet.digest(_fleet.plan_record(spec)) for spec in specs]
+    in_cluster = [_fleet.digest(_fleet.plan_record(spec, True)) for spec in specs[:40]]
+    assert warm == cold
+    _fleet.clear_caches()
+    assert [_fleet.digest(_fleet.plan_record(spec, True)) for spec in specs[:40]] == in_cluster
+
+
+def test_a_plans_candidates_are_built_when_read_and_are_those_of_plan_candidates() -> None:
+    spec = _fleet.planning_specs(
+        [
+            {
+                "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
+                "maxModelLen": 32768,
+                "concurrency": 16,
+                "engine": {"version": "0.19.0"},
+            }
+        ]
+    )[0]
+    plan = plan_inference_model(spec)
+    assert "candidates" in plan.__dict__ and not isinstance(
+        plan.__dict__["candidates"], tuple
+    )  # not built yet
+    candidates = plan.candidates
+    assert plan.candidates is candidates and isinstance(candidates, tuple)  # built once, kept
+    assert plan.chosen in candidates and plan.rejected
+    eager = plan_candidates(plan.inputs, list(gpu_catalog()), 64, spec.gpu.allow_multi_node)
+    assert [(c.label, c.settings, c.budget, c.shape) for c in candidates] == [
+        (c.label, c.settings, c.budget, c.shape) for c in eager
+    ]
+    again = pickle.loads(pickle.dumps(plan_inference_model(spec)))
+    assert again == plan and dataclasses.replace(plan, replicas=3).candidates == candidates
+
+
+def test_with_rejection_keeps_every_other_field() -> None:
+    plan = plan_inference_model(
+        _fleet.planning_specs(
+            [
+                {
+                    "model": {"name": "Qwen/Qwen3-8B"},
+                    "maxModelLen": 8192,
+                    "concurrency": 8,
+                    "engine": {"version": "0.19.0"},
+                }
+            ]
+        )[0]
+    )
+    chosen = plan.chosen
+    assert chosen.shape is not None and chosen.pod is not None and chosen.tuning
+    assert chosen.with_rejection("no") == dataclasses.replace(chosen, rejection="no")

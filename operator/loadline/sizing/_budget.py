@@ -295,6 +295,7 @@ class ModelTerms:
         "kv_cache_dtype",
         "layouts",
         "methods",
+        "per_gpu",
         "per_layer_share",
         "quantization",
         "total_weights",
@@ -333,6 +334,29 @@ class ModelTerms:
         self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
         self.full_layers = _full_layers(arch)
         self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
+        self.per_gpu: dict[tuple[int, int], tuple[float, float, float]] = {}
+
+    def _per_gpu(self, tp: int, pp: int) -> tuple[float, float, float]:
+        """(weights, non-torch memory) on the busiest GPU of a tp × pp layout, in bytes, and their sum
+        in GiB (what :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU)."""
+        found = self.per_gpu.get((tp, pp))
+        if found is None:
+            arch, coef = self.arch, self.coef
+            if pp == 1:
+                weights = self.total_weights / tp
+            else:
+                weights = (self.per_layer_share * _layers_on_busiest_stage(arch, pp) + self.edge) / tp
+            weights += coef.weights_overhead_gib * GIB
+            non_torch = _non_torch_gib(tp, coef) * GIB
+            found = self.per_gpu[(tp, pp)] = (weights, non_torch, weights / GIB + non_torch / GIB)
+        return found
+
+    def weights_gib(self, tp: int, pp: int) -> float:
+        return self._per_gpu(tp, pp)[0] / GIB
+
+    def static_gib(self, tp: int, pp: int) -> float:
+        """Weights and non-torch memory on the busiest GPU, GiB."""
+        return self._per_gpu(tp, pp)[2]
 
     def layout(self, gpu_memory_gib: float, tp: int, pp: int) -> FixedTerms:
         key = (gpu_memory_gib, tp, pp)
@@ -361,6 +385,7 @@ class FixedTerms:
         "block_bytes",
         "block_size",
         "bytes_per_token",
+        "ceiling_blocks",
         "counted",
         "elem",
         "forward_factor",
@@ -372,6 +397,7 @@ class FixedTerms:
         "non_torch",
         "non_torch_gib",
         "per_layer",
+        "pools",
         "routed",
         "sampler_copies",
         "sliding_groups",
@@ -394,11 +420,7 @@ class FixedTerms:
         self.block_size = block_size = model.block_size
         self.sliding_window = arch.sliding_window
         self.vocab = arch.vocab_size
-        if pp == 1:
-            weights = model.total_weights / tp
-        else:
-            weights = (model.per_layer_share * _layers_on_busiest_stage(arch, pp) + model.edge) / tp
-        weights += coef.weights_overhead_gib * GIB
+        weights, non_torch, _ = model._per_gpu(tp, pp)
         self.weights = weights
         self.weights_gib = weights / GIB
         # activation_bytes: sampler + tokens × elem × forward_factor (+ the routed experts' share).
@@ -412,8 +434,8 @@ class FixedTerms:
         self.moe_factor = coef.moe_bytes_per_token_expert_intermediate if arch.is_moe else None
         routed = arch.num_experts_per_tok * arch.moe_intermediate_size
         self.routed = routed + arch.shared_expert_intermediate_size
-        self.non_torch = _non_torch_gib(tp, coef) * GIB
-        self.non_torch_gib = self.non_torch / GIB
+        self.non_torch = non_torch
+        self.non_torch_gib = non_torch / GIB
         self.graphs = _cuda_graph_gib(arch, tp, pp, coef) * GIB
         self.total = gpu_memory_gib * GIB
         layers = _layers_on_busiest_stage(arch, pp)
@@ -429,6 +451,8 @@ class FixedTerms:
         # Budgets that leave no KV cache, per setting: they hold no block at any max-model-len, so they
         # are the same for all of them (a layout too small for the weights is rejected with one).
         self.starved: dict[tuple[int, int, float, bool], MemoryBudget] = {}
+        self.pools: dict[tuple[int, int, float, bool], Pool] = {}
+        self.ceiling_blocks: dict[float, int] = {}
 
     def _activation(self, seqs: int, tokens: int) -> float:
         sampler = self.sampler_copies * seqs * self.vocab * 4.0
@@ -462,6 +486,32 @@ class FixedTerms:
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
         warmup += self.startup_extra
         return Pool(blocks, tokens, kv > 0 and not headroom < warmup)
+
+    def cached_pool(self, config: tuple[int, int, float, bool]) -> Pool:
+        """:meth:`pool` of a (max-num-seqs, max-num-batched-tokens, utilization, eager) setting,
+        memoised: every spec of a model on this layout shares vLLM's defaults and the ladder's bounds."""
+        found = self.pools.get(config)
+        if found is None:
+            if len(self.pools) >= 256:
+                self.pools.clear()
+            found = self.pools[config] = self.pool(*config)
+        return found
+
+    def may_serve(self, utilization: float, length: int, concurrency: int) -> bool:
+        """False when no setting at ``utilization`` or below can serve: even with no activations, no
+        CUDA graphs and the shortest window a sequence needs, the KV blocks fall short. (Each step of
+        :meth:`pool` and :meth:`serves` is monotone in these, so this bounds them in floating point too.)"""
+        blocks = self.ceiling_blocks.get(utilization)
+        if blocks is None:
+            kv = self.total * utilization - self.weights - 0.0 - self.non_torch
+            kv_positive = max(kv, 0.0)
+            blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
+            if len(self.ceiling_blocks) >= 16:
+                self.ceiling_blocks.clear()
+            self.ceiling_blocks[utilization] = blocks
+        blocks_per_seq = self._blocks_per_seq(length, 0)
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        return not held < 1.0 and held >= concurrency
 
     def serves(self, pool: Pool, length: int, concurrency: int) -> bool:
         """``budget(...).fits and budget(...).max_concurrency >= concurrency`` for the pool's setting."""

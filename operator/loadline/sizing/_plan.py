@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, NamedTuple
+from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
@@ -43,7 +43,15 @@ from loadline.sizing._shapes import (
     choose_shape,
     pod_request,
 )
-from loadline.sizing._tune import serves_at, serves_lengths, terms_for, tuned
+from loadline.sizing._tune import (
+    MAX_UTILIZATION,
+    defaults,
+    ladder_serves,
+    serves_at,
+    serves_lengths,
+    terms_for,
+    tuned,
+)
 
 _TP_SIZES = (1, 2, 4, 8)
 _MAX_NODES = 8
@@ -72,7 +80,7 @@ class Candidate:
 
     @property
     def priced(self) -> bool:
-        return self.shape is None or self.shape.price_per_hour is not None
+        return _priced(self.shape)
 
     @property
     def price_per_hour(self) -> float:
@@ -80,9 +88,7 @@ class Candidate:
 
         A candidate rejected before a shape was chosen keeps the catalog's per-GPU price, which only
         orders the rejections."""
-        if self.shape is not None:
-            return round((self.shape.price_per_hour or 0.0) * self.instances, 6)
-        return round(self.gpu.price_per_gpu_hour * self.gpus, 4)
+        return _price(self.gpu, self.gpus, self.shape, self.instances)
 
     @property
     def label(self) -> str:
@@ -114,16 +120,73 @@ class Candidate:
         return not self.rejection
 
 
+def _priced(shape: NodeShape | None) -> bool:
+    return shape is None or shape.price_per_hour is not None
+
+
+def _price(gpu: GPUType, gpus: int, shape: NodeShape | None, instances: int) -> float:
+    if shape is not None:
+        return round((shape.price_per_hour or 0.0) * instances, 6)
+    return round(gpu.price_per_gpu_hour * gpus, 4)
+
+
+T = TypeVar("T")
+
+
+class Later(Generic[T]):
+    """A value to compute when it is first read (see :class:`Deferred`)."""
+
+    __slots__ = ("compute",)
+
+    def __init__(self, compute: Callable[[], T]) -> None:
+        self.compute = compute
+
+
+class Deferred(Generic[T]):
+    """A dataclass field that may be given as :class:`Later`: computed the first time it is read, then
+    kept. To everything that reads it (equality, ``repr``, :func:`dataclasses.replace`, pickling once
+    read) it is an ordinary field; it has no default."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> Deferred[T]: ...
+
+    @overload
+    def __get__(self, obj: object, owner: type | None = None) -> T: ...
+
+    def __get__(self, obj: object | None, owner: type | None = None) -> Any:
+        if obj is None:
+            raise AttributeError(self.name)  # a dataclass field without a default
+        value = obj.__dict__[self.name]
+        if isinstance(value, Later):
+            value = obj.__dict__[self.name] = value.compute()
+        return value
+
+    def __set__(self, obj: object, value: T | Later[T]) -> None:
+        obj.__dict__[self.name] = value
+
+
 @dataclass(frozen=True)
 class Plan:
-    """The chosen layout and everything that was considered."""
+    """The chosen layout and everything that was considered.
+
+    The planner decides on figures alone; ``candidates`` (every layout considered, with its settings,
+    budget and why it lost) is built when first read. The operator keeps only the chosen plan
+    (``status.plan``); ``loadline plan`` lists the others, and gets the same candidates either way."""
 
     model: ResolvedModel
     inputs: SpecInputs
     chosen: Candidate
     replicas: int
-    candidates: tuple[Candidate, ...]
+    candidates: Deferred[tuple[Candidate, ...]] = Deferred()
     fallback_from: str = ""
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        state["candidates"] = self.candidates  # a Later holds a closure, which does not pickle
+        return state
 
     @property
     def rejected(self) -> list[Candidate]:
@@ -310,14 +373,14 @@ def _support_problem(gpu: GPUType, inputs: SpecInputs) -> str:
     return ""
 
 
-#: The layouts evaluated for one spec: (GPU type name, tp, pp, nodes) → (GPU type, candidate, its sort
-#: key in :func:`plan_candidates`).
-Evaluated = dict[tuple[str, int, int, int], tuple[GPUType, Candidate, "SortKey"]]
+#: The layouts evaluated for one spec: (GPU type name, tp, pp, nodes) → (GPU type, candidate).
+Evaluated = dict[tuple[str, int, int, int], tuple[GPUType, Candidate]]
+#: Cheapest first (whole instances per replica; unpriced shapes last), then fewer GPUs, fewer nodes.
 SortKey = tuple[bool, float, int, int]
+Placement = tuple[PodRequest, ShapeChoice]
 
 
 def _sort_key(c: Candidate) -> SortKey:
-    """Cheapest first (whole instances per replica; unpriced shapes last), then fewer GPUs, fewer nodes."""
     return (not c.priced, c.price_per_hour, c.gpus, c.nodes)
 
 
@@ -341,30 +404,40 @@ def _evaluate(
     catalog_file: str,
     evaluated: Evaluated | None = None,
     terms: ModelTerms | None = None,
-) -> tuple[Candidate, SortKey]:
-    """:func:`_evaluate_layout` and the candidate's sort key, memoised in :func:`_evaluated`. GPUType
-    holds a dict, so the key has its name and the entry keeps the object (compared by identity: a
-    reloaded catalog evaluates again)."""
+    placement: Placement | None = None,
+) -> Candidate:
+    """:func:`_evaluate_layout`, memoised in :func:`_evaluated`. GPUType holds a dict, so the key has its
+    name and the entry keeps the object (compared by identity: a reloaded catalog evaluates again)."""
     if evaluated is None:
         evaluated = _evaluated(inputs, catalog_file)
     key = (gpu.name, tp, pp, nodes)
     found = evaluated.get(key)
     if found is not None and found[0] is gpu:
-        return found[1], found[2]
-    candidate = _evaluate_layout(inputs, gpu, tp, pp, nodes, terms or terms_for(inputs), catalog_file)
-    order = _sort_key(candidate)
-    evaluated[key] = (gpu, candidate, order)
-    return candidate, order
+        return found[1]
+    terms = terms or terms_for(inputs)
+    candidate = _evaluate_layout(inputs, gpu, tp, pp, nodes, terms, catalog_file, placement)
+    evaluated[key] = (gpu, candidate)
+    return candidate
 
 
 def _evaluate_layout(
-    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, terms: ModelTerms, catalog_file: str
+    inputs: SpecInputs,
+    gpu: GPUType,
+    tp: int,
+    pp: int,
+    nodes: int,
+    terms: ModelTerms,
+    catalog_file: str,
+    placement: Placement | None = None,
 ) -> Candidate:
-    """Tune the engine for this layout, then find the node shape its pods fit."""
+    """Tune the engine for this layout, then find the node shape its pods fit (``placement``: that
+    shape, when the caller found it already)."""
     settings, budget, notes, rejection = tuned(inputs, gpu, tp, pp, terms)
     if rejection:
         return Candidate(gpu, tp, pp, nodes, settings, budget, rejection)
-    pod, choice = _placement(inputs, gpu, tp, pp, nodes, budget.weights_gib, catalog_file)
+    if placement is None:
+        placement = _placement(inputs, gpu, tp, pp, nodes, budget.weights_gib, catalog_file)
+    pod, choice = placement
     return Candidate(
         gpu,
         tp,
@@ -416,7 +489,7 @@ def _place(
     return pod, choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
 
 
-_PLACEMENTS: GuardedMemo[tuple[object, ...], tuple[PodRequest, ShapeChoice]] = GuardedMemo(8192)
+_PLACEMENTS: GuardedMemo[tuple[object, ...], tuple[PodRequest, ShapeChoice]] = GuardedMemo(16384)
 
 
 class _TypePlan(NamedTuple):
@@ -513,6 +586,89 @@ def _placeable(candidate: Candidate, replicas: int, free: Mapping[str, Sequence[
     return sum(1 for n in nodes if n >= per_node) >= candidate.nodes * max(replicas, 1)
 
 
+#: One layout judged on figures (:func:`_verdicts`): GPU type, tp, pp, nodes, whether it is feasible,
+#: its sort key, its node shape when the engine fits, the problem that ruled the GPU type out (then tp
+#: = pp = nodes = 1), and notes appended to its rejection.
+Verdict = tuple[GPUType, int, int, int, bool, SortKey, Placement | None, str, tuple[str, ...]]
+
+
+def _verdicts(
+    inputs: SpecInputs,
+    gpu_names: Sequence[str],
+    max_gpus: int,
+    multi_node: bool,
+    min_gpus: int,
+    min_gpu_memory_gib: float,
+    catalog_file: str,
+    terms: ModelTerms,
+) -> list[Verdict]:
+    """:func:`plan_candidates` on figures alone: per layout whether it is feasible and its sort key,
+    cheapest first. The same layouts in the same order, with the same verdicts: feasibility is the
+    tuning ladder's (:func:`layout_serves`) and the node shape's, and the key is computed as
+    :func:`_sort_key` computes it of the candidate :func:`_materialize` builds."""
+    plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
+    length, concurrency = inputs.max_model_len, inputs.concurrency
+    free_util = inputs.gpu_memory_utilization is None
+    layout_of = terms.layouts.get
+    out: list[Verdict] = []
+    for gpu, problem, node, spans_nodes, layouts in plans:
+        if problem:
+            out.append((gpu, 1, 1, 1, False, (False, _price(gpu, 1, None, 0), 1, 1), None, problem, ()))
+            continue
+        base = defaults(inputs, gpu)
+        memory = gpu.memory_gib
+        # hopeless(): the most any tuning could give (gpu-memory-utilization 0.95, or the spec's).
+        room = memory * (MAX_UTILIZATION if free_util else base[2])
+        for tp, pp, nodes in layouts:
+            gpus = tp * pp
+            if gpus < min_gpus:
+                continue
+            # layout_serves(), the defaults first. When the weights and non-torch memory alone exceed
+            # the room, neither vLLM's defaults (which use less of the GPU, and activations besides)
+            # nor any rung serves: most layouts of a large model on a small GPU end there, before
+            # their budget terms are computed.
+            serves = False
+            if terms.static_gib(tp, pp) < room:
+                fixed = layout_of((memory, tp, pp)) or terms.layout(memory, tp, pp)
+                pool = fixed.pools.get(base) or fixed.cached_pool(base)
+                serves = fixed.serves(pool, length, concurrency) or ladder_serves(
+                    fixed, inputs, base, length, concurrency
+                )
+            if not serves:
+                key = (False, _price(gpu, gpus, None, 0), gpus, nodes)
+                out.append((gpu, tp, pp, nodes, False, key, None, "", ()))
+                continue
+            placement = _placement(inputs, gpu, tp, pp, nodes, terms.weights_gib(tp, pp), catalog_file)
+            choice = placement[1]
+            feasible = not choice.rejection
+            shape = choice.shape
+            key = (not _priced(shape), _price(gpu, gpus, shape, choice.instances), gpus, nodes)
+            out.append((gpu, tp, pp, nodes, feasible, key, placement, "", ()))
+            if feasible:
+                break
+        else:
+            if multi_node and not spans_nodes and out and out[-1][1] * out[-1][2] == node:
+                # The last candidate considered (its sort key does not change).
+                g, t, p, n, _, k, where, why, notes = out[-1]
+                note = f"{gpu.name} nodes have no RDMA fabric, so loadline does not span them across nodes"
+                out[-1] = (g, t, p, n, False, k, where, why, (*notes, note))
+    return sorted(out, key=lambda verdict: verdict[5])  # stable, as plan_candidates's sort
+
+
+def _materialize(
+    verdict: Verdict, inputs: SpecInputs, catalog_file: str, evaluated: Evaluated, terms: ModelTerms
+) -> Candidate:
+    """The candidate a verdict stands for: :func:`_evaluate` (memoised) with the notes appended."""
+    gpu, tp, pp, nodes, _, _, placement, problem, notes = verdict
+    if problem:
+        candidate = Candidate(gpu, 1, 1, 1, None, None, problem)
+    else:
+        candidate = _evaluate(inputs, gpu, tp, pp, nodes, catalog_file, evaluated, terms, placement)
+    for note in notes:
+        candidate = candidate.with_rejection(f"{candidate.rejection}; {note}")
+    return candidate
+
+
 def plan_candidates(
     inputs: SpecInputs,
     gpu_names: Sequence[str],
@@ -528,35 +684,12 @@ def plan_candidates(
     fit where it was planned ("next feasible plan: more tensor parallelism or a bigger GPU").
     """
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
-    plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
-    evaluated = _evaluated(inputs, catalog_file)
     terms = terms_for(inputs)
-    out: list[Candidate] = []
-    keys: list[SortKey] = []
-    for gpu, problem, node, spans_nodes, layouts in plans:
-        if problem:
-            rejected = Candidate(gpu, 1, 1, 1, None, None, problem)
-            out.append(rejected)
-            keys.append(_sort_key(rejected))
-            continue
-        for tp, pp, nodes in layouts:
-            if tp * pp < min_gpus:
-                continue
-            candidate, key = _evaluate(inputs, gpu, tp, pp, nodes, catalog_file, evaluated, terms)
-            out.append(candidate)
-            keys.append(key)
-            if candidate.feasible:
-                break
-        else:
-            if multi_node and not spans_nodes and out and out[-1].gpus == node:
-                last = out[-1]
-                out[-1] = last.with_rejection(
-                    f"{last.rejection}; {gpu.name} nodes have no RDMA fabric, so loadline does not "
-                    "span them across nodes"
-                )  # its sort key is unchanged: the rejection is not part of it
-    # out.sort(key=_sort_key), with the keys computed once per evaluation (stable, as that sort is).
-    order = sorted(range(len(out)), key=keys.__getitem__)
-    return [out[i] for i in order]
+    verdicts = _verdicts(
+        inputs, gpu_names, max_gpus, multi_node, min_gpus, min_gpu_memory_gib, catalog_file, terms
+    )
+    evaluated = _evaluated(inputs, catalog_file)
+    return [_materialize(v, inputs, catalog_file, evaluated, terms) for v in verdicts]
 
 
 def plan_inference_model(
@@ -581,16 +714,26 @@ def plan_inference_model(
         inputs = dataclasses.replace(inputs, cluster=cluster_shapes)
     names = list(spec.gpu.types) or list(gpu_catalog())
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
-    candidates = plan_candidates(
+    catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
+    terms = terms_for(inputs)
+    verdicts = _verdicts(
         inputs,
         names,
         max_gpus,
         spec.gpu.allow_multi_node,
-        min_gpus=min_gpus,
-        min_gpu_memory_gib=min_gpu_memory_gib,
+        min_gpus,
+        min_gpu_memory_gib,
+        catalog_file,
+        terms,
     )
-    feasible = [c for c in candidates if c.feasible]
-    if not feasible:
+    evaluated = _evaluated(inputs, catalog_file)
+
+    def materialize(verdict: Verdict) -> Candidate:
+        return _materialize(verdict, inputs, catalog_file, evaluated, terms)
+
+    feasible_verdicts = [v for v in verdicts if v[4]]
+    if not feasible_verdicts:
+        candidates = [materialize(v) for v in verdicts]
         fixes = refusal_fixes(spec, inputs, candidates)
         fix_text = "; or ".join(f["text"] for f in fixes) or (
             "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
@@ -602,10 +745,10 @@ def plan_inference_model(
             [f"{c.label}: {c.rejection}" for c in candidates],
             fixes=[f["spec"] for f in fixes],
         )
-    best = feasible[0]
-    chosen = best
+    chosen = best = materialize(feasible_verdicts[0])
     fallback_from = ""
     if free_gpus is not None:
+        feasible = [best, *(materialize(v) for v in feasible_verdicts[1:])]
         placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
         if placeable and placeable[0] is not best:
             if not spec.gpu.allow_fallback:
@@ -620,8 +763,13 @@ def plan_inference_model(
                 f"(cheapest: {best.label}; fix: add GPU nodes or lower replicas)",
                 [f"{c.label}: not enough free {c.gpu.name} GPUs" for c in feasible],
             )
-    considered = tuple(c if c.rejection or c is chosen else _note_cost(c, chosen) for c in candidates)
-    return Plan(model, inputs, chosen, spec.replicas, considered, fallback_from)
+
+    def considered() -> tuple[Candidate, ...]:
+        # The chosen verdict materializes to ``chosen`` itself (memoised in ``evaluated``).
+        candidates = (materialize(v) for v in verdicts)
+        return tuple(c if c.rejection or c is chosen else _note_cost(c, chosen) for c in candidates)
+
+    return Plan(model, inputs, chosen, spec.replicas, Later(considered), fallback_from)
 
 
 def _note_cost(candidate: Candidate, chosen: Candidate) -> Candidate:
@@ -727,22 +875,11 @@ def refusal_fixes(
 
 def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int) -> Candidate | None:
     """``[c for c in plan_candidates(inputs, gpu_names, max_gpus, True) if c.feasible][0]`` (or None),
-    evaluating in full only the first layout per GPU type that :func:`serves_at` and takes a node shape:
-    the rejected layouts of that list are never shown. The sort is stable with the same key, so the
-    feasible candidates keep their order."""
+    building only that candidate: the rejected layouts of that list are never shown."""
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
-    plans = _type_plans(inputs, gpu_names, max_gpus, True, 0.0, catalog_file)
-    evaluated = _evaluated(inputs, catalog_file)
     terms = terms_for(inputs)
-    feasible: list[tuple[SortKey, Candidate]] = []
-    for gpu, problem, _, _, layouts in plans:
-        if problem:
-            continue
-        for tp, pp, nodes in layouts:
-            if not serves_at(inputs, gpu, tp, pp, terms=terms):
-                continue
-            candidate, key = _evaluate(inputs, gpu, tp, pp, nodes, catalog_file, evaluated, terms)
-            if candidate.feasible:
-                feasible.append((key, candidate))
-                break
-    return min(feasible, key=lambda item: item[0])[1] if feasible else None
+    verdicts = _verdicts(inputs, gpu_names, max_gpus, True, 1, 0.0, catalog_file, terms)
+    for verdict in verdicts:
+        if verdict[4]:
+            return _materialize(verdict, inputs, catalog_file, _evaluated(inputs, catalog_file), terms)
+    return None

@@ -32,12 +32,13 @@ from functools import cache
 from loadline.sizing._budget import (
     GIB,
     EngineSettings,
+    FixedTerms,
     MemoryBudget,
     ModelTerms,
     kv_bytes_per_layer_token,
     model_terms,
 )
-from loadline.sizing._data import BatchDefault, GPUType, engine_version
+from loadline.sizing._data import GPUType, engine_version
 from loadline.sizing._resolve import SpecInputs
 
 #: Highest gpu-memory-utilization the planner sets by itself (vLLM's own examples go to 0.95).
@@ -88,6 +89,84 @@ def shortfall(inputs: SpecInputs, settings: EngineSettings, budget: MemoryBudget
 Config = tuple[int, int, float, bool]
 
 
+def defaults(inputs: SpecInputs, gpu: GPUType, concurrency: int | None = None) -> Config:
+    """engine_settings(inputs, gpu, tp, pp)'s tuned values: vLLM's defaults for this version and GPU
+    (max-num-seqs at least the concurrency), or what the spec pins."""
+    tier_seqs, tier_tokens, utilization, _ = _version_defaults(inputs.version, gpu.name, gpu.memory_gib)
+    concurrency = inputs.concurrency if concurrency is None else concurrency
+    seqs = inputs.max_num_seqs or max(tier_seqs, concurrency)
+    tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
+    return (seqs, tokens, inputs.gpu_memory_utilization or utilization, inputs.enforce_eager)
+
+
+@cache
+def _version_defaults(version: str, gpu_name: str, memory_gib: float) -> tuple[int, int, float, int]:
+    """vLLM's max-num-seqs, max-num-batched-tokens, gpu-memory-utilization and block size for a version
+    on a GPU (the engine table is bundled data, read once)."""
+    table = engine_version(version)
+    tier = table.batch_default(gpu_name, memory_gib)
+    return tier.max_num_seqs, tier.max_num_batched_tokens, table.gpu_memory_utilization, table.block_size
+
+
+def _config(
+    fixed: FixedTerms, inputs: SpecInputs, base: Config, seqs: int, tokens: int, eager: bool
+) -> Config:
+    """engine_settings(max_num_seqs=seqs, max_num_batched_tokens=max(tokens, seqs), enforce_eager=
+    eager), with the utilization raised to the safe bound when the spec leaves it free."""
+    seqs = seqs or inputs.max_num_seqs or base[0]
+    tokens = max(tokens, seqs) or inputs.max_num_batched_tokens or base[1]
+    utilization = base[2]
+    if inputs.gpu_memory_utilization is None:
+        graphs = 0.0 if inputs.cuda_graphs_counted else fixed.cuda_graph_gib(eager)
+        safe = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
+        if safe > utilization:
+            utilization = safe
+    return (seqs, tokens, utilization, eager)
+
+
+def _floors(inputs: SpecInputs, base: Config, concurrency: int) -> tuple[int, int]:
+    """The lowest max-num-seqs (the concurrency) and max-num-batched-tokens (512, or max-num-seqs) the
+    ladder sets, never above the defaults."""
+    seq_floor = min(max(concurrency, 1), base[0])
+    return seq_floor, min(max(seq_floor, MIN_BATCHED_TOKENS), base[1])
+
+
+def last_rung(fixed: FixedTerms, inputs: SpecInputs, base: Config, concurrency: int) -> Config:
+    """The ladder's last rung: every free setting at its bound."""
+    seq_floor, token_floor = _floors(inputs, base, concurrency)
+    seqs_low = seq_floor if inputs.max_num_seqs is None else base[0]
+    tokens_low = token_floor if inputs.max_num_batched_tokens is None else base[1]
+    eager_last = True if not inputs.enforce_eager else base[3]
+    return _config(fixed, inputs, base, seqs_low, tokens_low, eager_last)
+
+
+def hopeless(fixed: FixedTerms, inputs: SpecInputs, base: Config) -> bool:
+    """Weights and non-torch memory alone exceed the most any tuning could give: skip the ladder."""
+    ceiling = MAX_UTILIZATION if inputs.gpu_memory_utilization is None else base[2]
+    return fixed.weights_gib + fixed.non_torch_gib >= fixed.gpu_memory_gib * ceiling
+
+
+def layout_serves(fixed: FixedTerms, inputs: SpecInputs, base: Config, length: int, concurrency: int) -> bool:
+    """Whether :func:`tune` finds settings that serve ``concurrency`` sequences of ``length`` on this
+    layout (``base``: :func:`defaults`). Feasibility is monotone along the ladder, so vLLM's defaults or
+    the last rung decide: the defaults serve, or the weights leave room and the last rung serves."""
+    if fixed.serves(fixed.cached_pool(base), length, concurrency):
+        return True
+    return ladder_serves(fixed, inputs, base, length, concurrency)
+
+
+def ladder_serves(fixed: FixedTerms, inputs: SpecInputs, base: Config, length: int, concurrency: int) -> bool:
+    """:func:`layout_serves` when vLLM's defaults do not serve: whether the last rung does."""
+    if hopeless(fixed, inputs, base):
+        return False
+    # The last rung runs eager (no CUDA graphs) at the safe utilization (at most 0.95) or the spec's:
+    # when even that much of the GPU, with no activations, holds too few blocks, it does not serve.
+    utilization = base[2] if inputs.gpu_memory_utilization is not None else max(base[2], MAX_UTILIZATION)
+    if not fixed.may_serve(utilization, length, concurrency):
+        return False
+    return fixed.serves(fixed.cached_pool(last_rung(fixed, inputs, base, concurrency)), length, concurrency)
+
+
 class _Layout:
     """One layout's settings and budgets. The ladder probes settings with :meth:`ok` (a few
     multiplications on the layout's :class:`~loadline.sizing._budget.FixedTerms`); only the settings it
@@ -109,7 +188,6 @@ class _Layout:
         "seq_floor",
         "token_floor",
         "tp",
-        "utilization",
     )
 
     def __init__(
@@ -126,67 +204,34 @@ class _Layout:
         self.inputs, self.tp, self.pp = inputs, tp, pp
         self.length = inputs.max_model_len if length is None else length
         self.concurrency = inputs.concurrency if concurrency is None else concurrency
-        # engine_settings(inputs, gpu, tp, pp): vLLM's defaults for this version and GPU.
-        table = engine_version(inputs.version)
-        tier = table.batch_default(gpu.name, gpu.memory_gib)
-        seqs = inputs.max_num_seqs or max(tier.max_num_seqs, self.concurrency)
-        tokens = inputs.max_num_batched_tokens or max(tier.max_num_batched_tokens, seqs)
-        self.utilization = inputs.gpu_memory_utilization or table.gpu_memory_utilization
-        self.base: Config = (seqs, tokens, self.utilization, inputs.enforce_eager)
-        self.block_size = table.block_size
-        terms = terms or terms_for(inputs)
-        self.fixed = terms.layout(gpu.memory_gib, tp, pp)
+        self.base = defaults(inputs, gpu, self.concurrency)
+        self.block_size = _version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
+        self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
         self.free_util = inputs.gpu_memory_utilization is None
         self.free_seqs = inputs.max_num_seqs is None
         self.free_tokens = inputs.max_num_batched_tokens is None
         self.free_eager = not inputs.enforce_eager
-        self.seq_floor = min(max(self.concurrency, 1), seqs)
-        self.token_floor = min(max(self.seq_floor, MIN_BATCHED_TOKENS), tokens)
+        self.seq_floor, self.token_floor = _floors(inputs, self.base, self.concurrency)
 
     def config(self, seqs: int, tokens: int, eager: bool) -> Config:
-        """engine_settings(max_num_seqs=seqs, max_num_batched_tokens=max(tokens, seqs), enforce_eager=
-        eager), with the utilization raised to the safe bound when the spec leaves it free."""
-        inputs = self.inputs
-        seqs = seqs or inputs.max_num_seqs or self.base[0]
-        tokens = max(tokens, seqs) or inputs.max_num_batched_tokens or self.base[1]
-        utilization = self.utilization
-        if self.free_util:
-            fixed = self.fixed
-            graphs = 0.0 if inputs.cuda_graphs_counted else fixed.cuda_graph_gib(eager)
-            safe = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
-            if safe > utilization:
-                utilization = safe
-        return (seqs, tokens, utilization, eager)
+        return _config(self.fixed, self.inputs, self.base, seqs, tokens, eager)
 
     def ok(self, config: Config) -> bool:
         """``serves(budget of config, concurrency)``."""
         fixed = self.fixed
-        return fixed.serves(fixed.pool(*config), self.length, self.concurrency)
-
-    def hopeless(self) -> bool:
-        """Weights and non-torch memory alone exceed the most any tuning could give: skip the ladder."""
-        ceiling = MAX_UTILIZATION if self.free_util else self.base[2]
-        fixed = self.fixed
-        return fixed.weights_gib + fixed.non_torch_gib >= fixed.gpu_memory_gib * ceiling
+        return fixed.serves(fixed.cached_pool(config), self.length, self.concurrency)
 
     def last(self) -> Config:
-        """The ladder's last rung: every free setting at its bound."""
-        base = self.base
-        seqs_low = self.seq_floor if self.free_seqs else base[0]
-        tokens_low = self.token_floor if self.free_tokens else base[1]
-        eager_last = True if self.free_eager else base[3]
-        return self.config(seqs_low, tokens_low, eager_last)
+        return last_rung(self.fixed, self.inputs, self.base, self.concurrency)
 
     def serves(self) -> bool:
-        """Whether :func:`tune` finds settings that serve (feasibility is monotone along the ladder, so
-        the defaults or the last rung decide)."""
-        return self.ok(self.base) or (not self.hopeless() and self.ok(self.last()))
+        return layout_serves(self.fixed, self.inputs, self.base, self.length, self.concurrency)
 
     def serves_lengths(self) -> Callable[[int], bool]:
         """:meth:`serves` as a function of max-model-len alone (the KV pools do not depend on it)."""
         fixed, concurrency = self.fixed, self.concurrency
-        base = fixed.pool(*self.base)
-        last = None if self.hopeless() else fixed.pool(*self.last())
+        base = fixed.cached_pool(self.base)
+        last = None if hopeless(fixed, self.inputs, self.base) else fixed.cached_pool(self.last())
 
         def works(length: int) -> bool:
             if fixed.serves(base, length, concurrency):
@@ -298,13 +343,9 @@ def tuned(
 ) -> tuple[EngineSettings, MemoryBudget, tuple[str, ...], str]:
     """:func:`tune`'s settings, budget, notes and rejection. Most layouts end at the first step (the
     defaults serve, or the weights alone do not fit), which is worked out here without the ladder."""
-    table = engine_version(inputs.version)
-    tier = _batch_default(inputs.version, gpu.name, gpu.memory_gib)
-    # engine_settings(inputs, gpu, tp, pp): vLLM's defaults for this version and GPU.
     concurrency, length = inputs.concurrency, inputs.max_model_len
-    seqs = inputs.max_num_seqs or max(tier.max_num_seqs, concurrency)
-    tokens = inputs.max_num_batched_tokens or max(tier.max_num_batched_tokens, seqs)
-    utilization = inputs.gpu_memory_utilization or table.gpu_memory_utilization
+    seqs, tokens, utilization, eager = defaults(inputs, gpu)
+    block_size = _version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
     settings = EngineSettings(
         dtype=inputs.dtype,
         quantization=inputs.quantization,
@@ -315,14 +356,14 @@ def tuned(
         max_model_len=length,
         max_num_seqs=seqs,
         max_num_batched_tokens=tokens,
-        enforce_eager=inputs.enforce_eager,
+        enforce_eager=eager,
         cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
-        block_size=table.block_size,
+        block_size=block_size,
         weight_bits=inputs.weight_bits,
         weights_gib_total=inputs.weights_gib_total,
     )
     fixed = terms.layout(gpu.memory_gib, tp, pp)
-    budget = fixed.budget(length, seqs, tokens, utilization, inputs.enforce_eager)
+    budget = fixed.budget(length, seqs, tokens, utilization, eager)
     if not budget.problems and budget.max_concurrency >= concurrency:  # serves(budget, concurrency)
         return (
             settings,
@@ -335,9 +376,7 @@ def tuned(
             ),
             "",
         )
-    # Weights and non-torch memory alone exceed the most any tuning could give: skip the ladder.
-    ceiling = MAX_UTILIZATION if inputs.gpu_memory_utilization is None else utilization
-    if fixed.weights_gib + fixed.non_torch_gib >= fixed.gpu_memory_gib * ceiling:
+    if hopeless(fixed, inputs, (seqs, tokens, utilization, eager)):
         return settings, budget, (), shortfall(inputs, settings, budget)
     layout = _Layout(inputs, gpu, tp, pp, terms=terms)
     base = layout.base
@@ -358,11 +397,6 @@ def tuned(
     base_budget = budget
     settings, budget = layout.materialize(chosen)
     return settings, budget, _explain(layout, base_budget, settings, budget), ""
-
-
-@cache
-def _batch_default(version: str, gpu_name: str, memory_gib: float) -> BatchDefault:
-    return engine_version(version).batch_default(gpu_name, memory_gib)
 
 
 def _rung(layout: _Layout, eager: bool) -> Config | None:
