@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import NamedTuple
 
 from loadline.sizing._arch import Architecture
 from loadline.sizing._data import ModelCoefficients, QuantMethod, coefficients, quantization_methods
@@ -278,6 +277,11 @@ def _compute_budget(
     )
 
 
+#: The KV blocks of one setting, its batched tokens (a sliding window's share of a sequence grows with
+#: them) and whether the engine starts with it (a KV cache at all, and room above the line).
+Pool = tuple[int, int, bool]
+
+
 class ModelTerms:
     """What a per-GPU budget owes to the model, its dtype, quantization and KV-cache dtype and the
     engine's rules alone, for every GPU and layout: the weights of the whole model, the share of one
@@ -336,7 +340,7 @@ class ModelTerms:
         self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
         self.per_gpu: dict[tuple[int, int], tuple[float, float, float]] = {}
 
-    def _per_gpu(self, tp: int, pp: int) -> tuple[float, float, float]:
+    def static_terms(self, tp: int, pp: int) -> tuple[float, float, float]:
         """(weights, non-torch memory) on the busiest GPU of a tp × pp layout, in bytes, and their sum
         in GiB (what :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU)."""
         found = self.per_gpu.get((tp, pp))
@@ -352,11 +356,11 @@ class ModelTerms:
         return found
 
     def weights_gib(self, tp: int, pp: int) -> float:
-        return self._per_gpu(tp, pp)[0] / GIB
+        return self.static_terms(tp, pp)[0] / GIB
 
     def static_gib(self, tp: int, pp: int) -> float:
         """Weights and non-torch memory on the busiest GPU, GiB."""
-        return self._per_gpu(tp, pp)[2]
+        return self.static_terms(tp, pp)[2]
 
     def layout(self, gpu_memory_gib: float, tp: int, pp: int) -> FixedTerms:
         key = (gpu_memory_gib, tp, pp)
@@ -393,6 +397,7 @@ class FixedTerms:
         "gpu_memory_gib",
         "graphs",
         "groups",
+        "ladders",
         "moe_factor",
         "non_torch",
         "non_torch_gib",
@@ -420,7 +425,7 @@ class FixedTerms:
         self.block_size = block_size = model.block_size
         self.sliding_window = arch.sliding_window
         self.vocab = arch.vocab_size
-        weights, non_torch, _ = model._per_gpu(tp, pp)
+        weights, non_torch, _ = model.static_terms(tp, pp)
         self.weights = weights
         self.weights_gib = weights / GIB
         # activation_bytes: sampler + tokens × elem × forward_factor (+ the routed experts' share).
@@ -450,9 +455,13 @@ class FixedTerms:
         self.startup_extra = model.methods[model.quantization].startup_extra_gib * GIB
         # Budgets that leave no KV cache, per setting: they hold no block at any max-model-len, so they
         # are the same for all of them (a layout too small for the weights is rejected with one).
-        self.starved: dict[tuple[int, int, float, bool], MemoryBudget] = {}
         self.pools: dict[tuple[int, int, float, bool], Pool] = {}
-        self.ceiling_blocks: dict[float, int] = {}
+        # Created when first needed (most layouts never need them): budgets that leave no KV cache,
+        # the blocks at a utilization ceiling, and the last rung's pool per (defaults, concurrency,
+        # engine pins), for the planner.
+        self.starved: dict[tuple[int, int, float, bool], MemoryBudget] | None = None
+        self.ceiling_blocks: dict[float, int] | None = None
+        self.ladders: dict[tuple[object, ...], Pool] | None = None
 
     def _activation(self, seqs: int, tokens: int) -> float:
         sampler = self.sampler_copies * seqs * self.vocab * 4.0
@@ -485,7 +494,7 @@ class FixedTerms:
         headroom = self.total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
         warmup += self.startup_extra
-        return Pool(blocks, tokens, kv > 0 and not headroom < warmup)
+        return (blocks, tokens, kv > 0 and not headroom < warmup)
 
     def cached_pool(self, config: tuple[int, int, float, bool]) -> Pool:
         """:meth:`pool` of a (max-num-seqs, max-num-batched-tokens, utilization, eager) setting,
@@ -501,6 +510,8 @@ class FixedTerms:
         """False when no setting at ``utilization`` or below can serve: even with no activations, no
         CUDA graphs and the shortest window a sequence needs, the KV blocks fall short. (Each step of
         :meth:`pool` and :meth:`serves` is monotone in these, so this bounds them in floating point too.)"""
+        if self.ceiling_blocks is None:
+            self.ceiling_blocks = {}
         blocks = self.ceiling_blocks.get(utilization)
         if blocks is None:
             kv = self.total * utilization - self.weights - 0.0 - self.non_torch
@@ -515,10 +526,11 @@ class FixedTerms:
 
     def serves(self, pool: Pool, length: int, concurrency: int) -> bool:
         """``budget(...).fits and budget(...).max_concurrency >= concurrency`` for the pool's setting."""
-        if not pool.starts:
+        blocks, tokens, starts = pool
+        if not starts:
             return False
-        blocks_per_seq = self._blocks_per_seq(length, pool.tokens)
-        held = pool.blocks / blocks_per_seq if blocks_per_seq else 0.0
+        blocks_per_seq = self._blocks_per_seq(length, tokens)
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
         return not held < 1.0 and held >= concurrency
 
     def sampler_warmup_gib(self, seqs: int) -> float:
@@ -541,7 +553,7 @@ class FixedTerms:
         kv = budget - weights - activation - non_torch
         if self.counted:
             kv -= graphs
-        if kv <= 0:
+        if kv <= 0 and self.starved is not None:
             starved = self.starved.get((seqs, tokens, utilization, eager))
             if starved is not None:
                 return starved
@@ -593,19 +605,10 @@ class FixedTerms:
             problems=tuple(problems),
         )
         if kv <= 0:
-            if len(self.starved) >= 64:
-                self.starved.clear()
+            if self.starved is None or len(self.starved) >= 64:
+                self.starved = {}
             self.starved[(seqs, tokens, utilization, eager)] = result
         return result
-
-
-class Pool(NamedTuple):
-    """The KV blocks of one setting, its batched tokens (a sliding window's share of a sequence grows
-    with them) and whether the engine starts with it (a KV cache at all, and room above the line)."""
-
-    blocks: int
-    tokens: int
-    starts: bool
 
 
 def model_terms(
@@ -639,6 +642,9 @@ def model_terms(
         weight_bits,
         weights_gib_total,
     )
+    found = _MODEL_TERMS.peek(key, arch)
+    if found is not None:
+        return found
     return _MODEL_TERMS.get(
         key,
         arch,

@@ -14,6 +14,8 @@ were re-planned and work (:func:`refusal_fixes`).
 from __future__ import annotations
 
 import dataclasses
+import math
+import operator
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -22,7 +24,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
-from loadline.sizing._budget import EngineSettings, MemoryBudget, ModelTerms
+from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
@@ -45,12 +47,12 @@ from loadline.sizing._shapes import (
 )
 from loadline.sizing._tune import (
     MAX_UTILIZATION,
-    defaults,
     ladder_serves,
-    serves_at,
+    serves_concurrencies,
     serves_lengths,
     terms_for,
     tuned,
+    version_defaults,
 )
 
 _TP_SIZES = (1, 2, 4, 8)
@@ -357,6 +359,18 @@ def _layouts_for(
 
 
 def _support_problem(gpu: GPUType, inputs: SpecInputs) -> str:
+    """Why ``gpu`` cannot run the spec's dtype, quantization or KV-cache dtype at all (memoised per
+    GPU type and those three; the quantization table is held by identity)."""
+    methods = quantization_methods()
+    key = (gpu.name, inputs.dtype, inputs.quantization, inputs.kv_cache_dtype, id(methods))
+    found = _SUPPORT.get(key, gpu, lambda: (methods, _unsupported(gpu, inputs)))
+    return found[1]
+
+
+_SUPPORT: GuardedMemo[tuple[object, ...], tuple[object, str]] = GuardedMemo(4096)
+
+
+def _unsupported(gpu: GPUType, inputs: SpecInputs) -> str:
     if inputs.dtype == "bfloat16" and not gpu.bf16:
         return (
             f"{gpu.name} (compute capability {gpu.compute_capability}) has no bfloat16; "
@@ -384,17 +398,6 @@ def _sort_key(c: Candidate) -> SortKey:
     return (not c.priced, c.price_per_hour, c.gpus, c.nodes)
 
 
-def _evaluated(inputs: SpecInputs, catalog_file: str) -> Evaluated:
-    """The layouts evaluated for these spec inputs (and user catalog path): :func:`_evaluate_layout` is
-    a pure function of them and of the catalogs, asked again by every re-plan of an unchanged model. One
-    memo entry per spec inputs, so the inputs (a deep dataclass) are hashed once per plan, not once per
-    layout; bounded by the entries, each holding at most a few dozen layouts."""
-    return _EVALUATED.get((inputs, catalog_file), None, dict)
-
-
-_EVALUATED: GuardedMemo[tuple[SpecInputs, str], Evaluated] = GuardedMemo(1024)
-
-
 def _evaluate(
     inputs: SpecInputs,
     gpu: GPUType,
@@ -406,10 +409,11 @@ def _evaluate(
     terms: ModelTerms | None = None,
     placement: Placement | None = None,
 ) -> Candidate:
-    """:func:`_evaluate_layout`, memoised in :func:`_evaluated`. GPUType holds a dict, so the key has its
-    name and the entry keeps the object (compared by identity: a reloaded catalog evaluates again)."""
+    """:func:`_evaluate_layout`, remembered in ``evaluated`` (one plan's: its chosen candidate is then
+    the very object its deferred list holds). GPUType holds a dict, so the key has its name and the
+    entry keeps the object (compared by identity: a reloaded catalog evaluates again)."""
     if evaluated is None:
-        evaluated = _evaluated(inputs, catalog_file)
+        evaluated = {}
     key = (gpu.name, tp, pp, nodes)
     found = evaluated.get(key)
     if found is not None and found[0] is gpu:
@@ -457,14 +461,21 @@ def _evaluate_layout(
 def _placement(
     inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float, catalog_file: str
 ) -> tuple[PodRequest, ShapeChoice]:
-    """The pod of a layout whose engine fits, and the node shape it takes: memoised, since fleets of
-    models share them (a pod's request is whole GiB and CPUs)."""
+    """The pod of a layout whose engine fits, and the node shape it takes (memoised: see
+    :func:`_placements`)."""
+    return _placed(_placements(inputs, catalog_file), inputs, gpu, tp, pp, nodes, weights_gib)[0]
+
+
+#: Per (GPU type name, tp, pp, nodes, weights per GPU): (GPU type, (placement, whether the pod takes a
+#: shape, the candidate's sort key)).
+Placements = dict[tuple[str, int, int, int, float], tuple[GPUType, tuple[Placement, bool, SortKey]]]
+
+
+def _placements(inputs: SpecInputs, catalog_file: str) -> Placements:
+    """The placements of the pods of specs with these host-side inputs (KV offload, memory and CPU
+    overrides, providers, the cluster's shapes, the user catalog): fleets of models share them, since a
+    pod's request is whole GiB and CPUs. Two levels, so that a plan hashes these inputs once."""
     key = (
-        gpu.name,
-        tp,
-        pp,
-        nodes,
-        weights_gib,
         inputs.kv_offload_gib,
         inputs.memory_gib_override,
         inputs.cpu_override,
@@ -472,12 +483,36 @@ def _placement(
         inputs.cluster,
         catalog_file,
     )
-    return _PLACEMENTS.get(key, gpu, lambda: _place(inputs, gpu, tp, pp, nodes, weights_gib))
+    found = _PLACEMENTS.peek(key, None)
+    if found is None:
+        found = _PLACEMENTS.get(key, None, dict)
+    elif len(found) >= 4096:  # bounded, as the memo's entries are
+        found.clear()
+    return found
+
+
+def _placed(
+    placements: Placements,
+    inputs: SpecInputs,
+    gpu: GPUType,
+    tp: int,
+    pp: int,
+    nodes: int,
+    weights_gib: float,
+) -> tuple[Placement, bool, SortKey]:
+    key = (gpu.name, tp, pp, nodes, weights_gib)
+    found = placements.get(key)
+    if found is not None and found[0] is gpu:
+        return found[1]
+    placed = _place(inputs, gpu, tp, pp, nodes, weights_gib)
+    placements[key] = (gpu, placed)
+    return placed
 
 
 def _place(
     inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float
-) -> tuple[PodRequest, ShapeChoice]:
+) -> tuple[Placement, bool, SortKey]:
+    """The placement, whether the pod takes a shape, and the sort key of the candidate it makes."""
     pod = pod_request(
         weights_gib_per_gpu=weights_gib,
         gpus_per_pod=(tp * pp) // max(nodes, 1),
@@ -486,10 +521,31 @@ def _place(
         memory_override_gib=inputs.memory_gib_override,
         cpu_override=inputs.cpu_override,
     )
-    return pod, choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
+    # The shape depends on the pod's request (whole GiB and CPUs), not on the weights behind it: many
+    # models' pods ask the same, so the choice is memoised per request.
+    request = (
+        gpu.name,
+        pod,
+        tp,
+        nodes,
+        inputs.providers,
+        inputs.cluster,
+        os.environ.get(GPU_CATALOG_ENV, ""),
+    )
+    choice = _SHAPES.get(
+        request, gpu, lambda: choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
+    )
+    shape, gpus = choice.shape, tp * pp
+    key = (not _priced(shape), _price(gpu, gpus, shape, choice.instances), gpus, nodes)
+    return (pod, choice), not choice.rejection, key
 
 
-_PLACEMENTS: GuardedMemo[tuple[object, ...], tuple[PodRequest, ShapeChoice]] = GuardedMemo(16384)
+_PLACEMENTS: GuardedMemo[tuple[object, ...], Placements] = GuardedMemo(1024)
+_SHAPES: GuardedMemo[tuple[object, ...], ShapeChoice] = GuardedMemo(8192)
+
+
+#: A layout of a GPU type: tp, pp, nodes, GPUs, and its sort key when rejected before a node shape.
+LayoutRow = tuple[int, int, int, int, SortKey]
 
 
 class _TypePlan(NamedTuple):
@@ -500,6 +556,7 @@ class _TypePlan(NamedTuple):
     node: int  # GPUs of its largest allowed node shape
     spans_nodes: bool
     layouts: tuple[tuple[int, int, int], ...]
+    rows: tuple[LayoutRow, ...] = ()
 
 
 def _type_plans(
@@ -532,16 +589,25 @@ def _type_plans(
         catalog_file,
         id(methods),
     )
-    found = _TYPE_PLANS.get(
+    catalog = gpu_catalog()
+    found = _TYPE_PLANS.peek(key, catalog) or _TYPE_PLANS.get(
         key,
-        gpu_catalog(),
-        lambda: (methods, _plan_types(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib)),
+        catalog,
+        lambda: (
+            methods,
+            _plan_types(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file),
+        ),
     )
     return found[1]
 
 
 def _plan_types(
-    inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int, multi_node: bool, min_gpu_memory_gib: float
+    inputs: SpecInputs,
+    gpu_names: Sequence[str],
+    max_gpus: int,
+    multi_node: bool,
+    min_gpu_memory_gib: float,
+    catalog_file: str,
 ) -> tuple[_TypePlan, ...]:
     arch = inputs.model.architecture
     plans = []
@@ -556,7 +622,7 @@ def _plan_types(
         if problem:
             plans.append(_TypePlan(gpu, problem, 0, False, ()))
             continue
-        node, fabric = _largest_node(gpu, inputs)
+        node, fabric = _node_gpus(gpu, inputs, catalog_file)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts_for(
             node or gpu.max_gpus_per_node,
@@ -568,10 +634,22 @@ def _plan_types(
         )
         if not layouts:
             problem = f"no layout within {max_gpus} GPUs divides the attention heads"
-        plans.append(_TypePlan(gpu, problem, node, spans_nodes, layouts))
+        plans.append(_TypePlan(gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts)))
     return tuple(plans)
 
 
+def _rows(gpu: GPUType, layouts: tuple[tuple[int, int, int], ...]) -> tuple[LayoutRow, ...]:
+    return _ROWS.get(
+        (gpu.name, layouts),
+        gpu,
+        lambda: tuple(
+            (tp, pp, nodes, tp * pp, (False, _price(gpu, tp * pp, None, 0), tp * pp, nodes))
+            for tp, pp, nodes in layouts
+        ),
+    )
+
+
+_ROWS: GuardedMemo[tuple[str, tuple[tuple[int, int, int], ...]], tuple[LayoutRow, ...]] = GuardedMemo(4096)
 _TYPE_PLANS: GuardedMemo[tuple[object, ...], tuple[object, tuple[_TypePlan, ...]]] = GuardedMemo(4096)
 
 
@@ -608,42 +686,63 @@ def _verdicts(
     :func:`_sort_key` computes it of the candidate :func:`_materialize` builds."""
     plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
     length, concurrency = inputs.max_model_len, inputs.concurrency
-    free_util = inputs.gpu_memory_utilization is None
-    layout_of = terms.layouts.get
+    pinned_seqs, pinned_tokens = inputs.max_num_seqs, inputs.max_num_batched_tokens
+    pinned_util, eager = inputs.gpu_memory_utilization, inputs.enforce_eager
+    placements = _placements(inputs, catalog_file)
+    full_length: dict[int, int] = {}  # math.ceil(length / block size): FixedTerms._blocks_per_seq's
     out: list[Verdict] = []
-    for gpu, problem, node, spans_nodes, layouts in plans:
+    append = out.append
+    version = inputs.version
+    for gpu, problem, node, spans_nodes, _, rows in plans:
         if problem:
-            out.append((gpu, 1, 1, 1, False, (False, _price(gpu, 1, None, 0), 1, 1), None, problem, ()))
+            append((gpu, 1, 1, 1, False, (False, _price(gpu, 1, None, 0), 1, 1), None, problem, ()))
             continue
-        base = defaults(inputs, gpu)
+        # defaults(inputs, gpu)
         memory = gpu.memory_gib
+        tier = version_defaults(version, gpu.name, memory)
+        seqs = pinned_seqs or (tier[0] if tier[0] >= concurrency else concurrency)
+        tokens = pinned_tokens or (tier[1] if tier[1] >= seqs else seqs)
+        base = (seqs, tokens, pinned_util or tier[2], eager)
         # hopeless(): the most any tuning could give (gpu-memory-utilization 0.95, or the spec's).
-        room = memory * (MAX_UTILIZATION if free_util else base[2])
-        for tp, pp, nodes in layouts:
-            gpus = tp * pp
+        room = memory * (MAX_UTILIZATION if pinned_util is None else base[2])
+        cells = _cells(terms, gpu, rows)
+        for index, (tp, pp, nodes, gpus, rejected_key) in enumerate(rows):
             if gpus < min_gpus:
                 continue
-            # layout_serves(), the defaults first. When the weights and non-torch memory alone exceed
-            # the room, neither vLLM's defaults (which use less of the GPU, and activations besides)
-            # nor any rung serves: most layouts of a large model on a small GPU end there, before
-            # their budget terms are computed.
+            # layout_serves(), vLLM's defaults first. When the weights and non-torch memory alone
+            # exceed the room, neither the defaults (which use less of the GPU, and activations
+            # besides) nor any rung serves: most layouts of a large model on a small GPU end there,
+            # before their budget terms are computed.
+            cell = cells[index]
             serves = False
-            if terms.static_gib(tp, pp) < room:
-                fixed = layout_of((memory, tp, pp)) or terms.layout(memory, tp, pp)
-                pool = fixed.pools.get(base) or fixed.cached_pool(base)
-                serves = fixed.serves(pool, length, concurrency) or ladder_serves(
-                    fixed, inputs, base, length, concurrency
-                )
+            if cell[0] < room:
+                fixed = cell[2]
+                if fixed is None:
+                    fixed = cell[2] = terms.layout(memory, tp, pp)
+                blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
+                if starts:  # fixed.serves(pool, length, concurrency), inlined
+                    if fixed.sliding_groups:
+                        blocks_per_seq = fixed._blocks_per_seq(length, tokens)
+                    else:
+                        bs = fixed.block_size
+                        per_block = full_length.get(bs)
+                        if per_block is None:
+                            per_block = full_length[bs] = math.ceil(length / bs)
+                        blocks_per_seq = fixed.full_groups * per_block
+                    held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+                    serves = not held < 1.0 and held >= concurrency
+                if not serves:
+                    serves = ladder_serves(fixed, inputs, base, length, concurrency)
             if not serves:
-                key = (False, _price(gpu, gpus, None, 0), gpus, nodes)
-                out.append((gpu, tp, pp, nodes, False, key, None, "", ()))
+                append((gpu, tp, pp, nodes, False, rejected_key, None, "", ()))
                 continue
-            placement = _placement(inputs, gpu, tp, pp, nodes, terms.weights_gib(tp, pp), catalog_file)
-            choice = placement[1]
-            feasible = not choice.rejection
-            shape = choice.shape
-            key = (not _priced(shape), _price(gpu, gpus, shape, choice.instances), gpus, nodes)
-            out.append((gpu, tp, pp, nodes, feasible, key, placement, "", ()))
+            weights_gib = cell[1]
+            found = placements.get((gpu.name, tp, pp, nodes, weights_gib))
+            if found is not None and found[0] is gpu:
+                placement, feasible, key = found[1]
+            else:
+                placement, feasible, key = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib)
+            append((gpu, tp, pp, nodes, feasible, key, placement, "", ()))
             if feasible:
                 break
         else:
@@ -652,7 +751,30 @@ def _verdicts(
                 g, t, p, n, _, k, where, why, notes = out[-1]
                 note = f"{gpu.name} nodes have no RDMA fabric, so loadline does not span them across nodes"
                 out[-1] = (g, t, p, n, False, k, where, why, (*notes, note))
-    return sorted(out, key=lambda verdict: verdict[5])  # stable, as plan_candidates's sort
+    return sorted(out, key=_BY_KEY)  # stable, as plan_candidates's sort
+
+
+_BY_KEY = operator.itemgetter(5)
+
+
+def _cells(terms: ModelTerms, gpu: GPUType, rows: tuple[LayoutRow, ...]) -> list[list[Any]]:
+    """Per layout of ``rows`` (a GPU type's, from :func:`_type_plans`): the weights and non-torch memory
+    on the busiest GPU (GiB, what :func:`~loadline.sizing._tune.hopeless` compares), the weights alone
+    (GiB, what the pod's request follows), and the layout's budget terms once a plan needs them. Keyed
+    by identity (the entry keeps the terms, the type and the rows)."""
+    key = (id(terms), id(gpu), id(rows))
+    found = _CELLS.peek(key, terms)
+    if found is None:
+        found = _CELLS.get(key, terms, lambda: (gpu, rows, [_cell(terms, tp, pp) for tp, pp, *_ in rows]))
+    return found[2]
+
+
+def _cell(terms: ModelTerms, tp: int, pp: int) -> list[Any]:
+    weights, _, static_gib = terms.static_terms(tp, pp)
+    return [static_gib, weights / GIB, None]
+
+
+_CELLS: GuardedMemo[tuple[int, int, int], tuple[GPUType, object, list[list[Any]]]] = GuardedMemo(16384)
 
 
 def _materialize(
@@ -688,7 +810,7 @@ def plan_candidates(
     verdicts = _verdicts(
         inputs, gpu_names, max_gpus, multi_node, min_gpus, min_gpu_memory_gib, catalog_file, terms
     )
-    evaluated = _evaluated(inputs, catalog_file)
+    evaluated: Evaluated = {}
     return [_materialize(v, inputs, catalog_file, evaluated, terms) for v in verdicts]
 
 
@@ -726,7 +848,7 @@ def plan_inference_model(
         catalog_file,
         terms,
     )
-    evaluated = _evaluated(inputs, catalog_file)
+    evaluated: Evaluated = {}
 
     def materialize(verdict: Verdict) -> Candidate:
         return _materialize(verdict, inputs, catalog_file, evaluated, terms)
@@ -848,7 +970,7 @@ def refusal_fixes(
             conc = _largest_int(
                 1,
                 inputs.concurrency - 1,
-                lambda n, gpu=gpu, tp=tp, pp=pp: serves_at(inputs, gpu, tp, pp, concurrency=n, terms=terms),
+                serves_concurrencies(inputs, gpu, tp, pp, terms),
             )
             best_conc = max(best_conc, conc or 0)
     if best_len:
@@ -881,5 +1003,5 @@ def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: i
     verdicts = _verdicts(inputs, gpu_names, max_gpus, True, 1, 0.0, catalog_file, terms)
     for verdict in verdicts:
         if verdict[4]:
-            return _materialize(verdict, inputs, catalog_file, _evaluated(inputs, catalog_file), terms)
+            return _materialize(verdict, inputs, catalog_file, {}, terms)
     return None

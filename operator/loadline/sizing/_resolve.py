@@ -91,7 +91,8 @@ def resolve_model(
             "give its config.json in spec.model.config or spec.model.configMapRef "
             "(`loadline plan --list-models` shows the catalog)",
         )
-    return _CATALOG_MODELS.get(entry.id, entry, lambda: _catalog_model(entry))
+    found = _CATALOG_MODELS.peek(entry.id, entry)
+    return found if found is not None else _CATALOG_MODELS.get(entry.id, entry, lambda: _catalog_model(entry))
 
 
 def _catalog_model(entry: CatalogModel) -> ResolvedModel:
@@ -211,6 +212,8 @@ def _check_compatibility(
     """:func:`check_compatibility`, remembered when it passes (a refusal is raised every time). The key
     holds the architecture by identity; the entry keeps it, so no other object can take its id."""
     key = (id(arch), id(compat_table()), quantization, version, tuple(extra_args), model_id)
+    if _COMPATIBLE.peek(key, arch):
+        return
 
     def check() -> bool:
         check_compatibility(arch, quantization, version, extra_args, model_id)

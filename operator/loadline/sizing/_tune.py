@@ -92,7 +92,7 @@ Config = tuple[int, int, float, bool]
 def defaults(inputs: SpecInputs, gpu: GPUType, concurrency: int | None = None) -> Config:
     """engine_settings(inputs, gpu, tp, pp)'s tuned values: vLLM's defaults for this version and GPU
     (max-num-seqs at least the concurrency), or what the spec pins."""
-    tier_seqs, tier_tokens, utilization, _ = _version_defaults(inputs.version, gpu.name, gpu.memory_gib)
+    tier_seqs, tier_tokens, utilization, _ = version_defaults(inputs.version, gpu.name, gpu.memory_gib)
     concurrency = inputs.concurrency if concurrency is None else concurrency
     seqs = inputs.max_num_seqs or max(tier_seqs, concurrency)
     tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
@@ -100,7 +100,7 @@ def defaults(inputs: SpecInputs, gpu: GPUType, concurrency: int | None = None) -
 
 
 @cache
-def _version_defaults(version: str, gpu_name: str, memory_gib: float) -> tuple[int, int, float, int]:
+def version_defaults(version: str, gpu_name: str, memory_gib: float) -> tuple[int, int, float, int]:
     """vLLM's max-num-seqs, max-num-batched-tokens, gpu-memory-utilization and block size for a version
     on a GPU (the engine table is bundled data, read once)."""
     table = engine_version(version)
@@ -164,7 +164,21 @@ def ladder_serves(fixed: FixedTerms, inputs: SpecInputs, base: Config, length: i
     utilization = base[2] if inputs.gpu_memory_utilization is not None else max(base[2], MAX_UTILIZATION)
     if not fixed.may_serve(utilization, length, concurrency):
         return False
-    return fixed.serves(fixed.cached_pool(last_rung(fixed, inputs, base, concurrency)), length, concurrency)
+    key = (
+        base,
+        concurrency,
+        inputs.max_num_seqs,
+        inputs.max_num_batched_tokens,
+        inputs.gpu_memory_utilization,
+        inputs.enforce_eager,
+    )
+    ladders = fixed.ladders
+    if ladders is None or len(ladders) >= 256:
+        ladders = fixed.ladders = {}
+    pool = ladders.get(key)
+    if pool is None:
+        pool = ladders[key] = fixed.cached_pool(last_rung(fixed, inputs, base, concurrency))
+    return fixed.serves(pool, length, concurrency)
 
 
 class _Layout:
@@ -205,7 +219,7 @@ class _Layout:
         self.length = inputs.max_model_len if length is None else length
         self.concurrency = inputs.concurrency if concurrency is None else concurrency
         self.base = defaults(inputs, gpu, self.concurrency)
-        self.block_size = _version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
+        self.block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
         self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
         self.free_util = inputs.gpu_memory_utilization is None
         self.free_seqs = inputs.max_num_seqs is None
@@ -332,6 +346,20 @@ def serves_lengths(
     return _Layout(inputs, gpu, tp, pp, terms=terms).serves_lengths()
 
 
+def serves_concurrencies(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None
+) -> Callable[[int], bool]:
+    """``n → serves_at(inputs, gpu, tp, pp, concurrency=n)``, with what does not depend on ``n`` done
+    once (the layout's terms; vLLM's defaults and the ladder's pools are memoised on them)."""
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
+    length = inputs.max_model_len
+
+    def works(concurrency: int) -> bool:
+        return layout_serves(fixed, inputs, defaults(inputs, gpu, concurrency), length, concurrency)
+
+    return works
+
+
 def tune(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None) -> Tuned:
     """Walk the ladder of this module's docstring for one layout (``terms``: :func:`terms_for` the
     inputs, when the caller has them)."""
@@ -345,7 +373,7 @@ def tuned(
     defaults serve, or the weights alone do not fit), which is worked out here without the ladder."""
     concurrency, length = inputs.concurrency, inputs.max_model_len
     seqs, tokens, utilization, eager = defaults(inputs, gpu)
-    block_size = _version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
+    block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
     settings = EngineSettings(
         dtype=inputs.dtype,
         quantization=inputs.quantization,
