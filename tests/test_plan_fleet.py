@@ -13,8 +13,9 @@ from pathlib import Path
 
 from benchmarks import _fleet
 
-from loadline.sizing import gpu_catalog, plan_inference_model
-from loadline.sizing._plan import plan_candidates
+from loadline.sizing import gpu_catalog, plan_inference_model, resolve_inputs, resolve_model, tune
+from loadline.sizing._plan import _layouts_for, plan_candidates
+from loadline.sizing._tune import serves_at, serves_concurrencies, serves_lengths
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "plans" / "fleet.json"
 
@@ -90,3 +91,29 @@ def test_with_rejection_keeps_every_other_field() -> None:
     chosen = plan.chosen
     assert chosen.shape is not None and chosen.pod is not None and chosen.tuning
     assert chosen.with_rejection("no") == dataclasses.replace(chosen, rejection="no")
+
+
+def test_feasibility_on_figures_agrees_with_the_full_tuning_ladder() -> None:
+    """The planner judges layouts (and refusal fixes probe lengths and concurrencies) without walking
+    the ladder: vLLM's defaults or its last rung decide. Here every layout of every GPU type, for a
+    sample of the fleet and shorter lengths and lower concurrencies, against :func:`tune`."""
+    checked = 0
+    for spec in _fleet.planning_specs(_fleet.build_specs(60, seed=11)):
+        inputs = resolve_inputs(spec, resolve_model(spec))
+        arch = inputs.model.architecture
+        for gpu in gpu_catalog().values():
+            node = gpu.max_gpus_per_node
+            for tp, pp, _ in _layouts_for(
+                node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
+            ):
+                assert serves_at(inputs, gpu, tp, pp) == tune(inputs, gpu, tp, pp).serves
+                lengths = serves_lengths(inputs, gpu, tp, pp)
+                concurrencies = serves_concurrencies(inputs, gpu, tp, pp)
+                for length in {1, 512, inputs.max_model_len // 3, inputs.max_model_len}:
+                    shorter = dataclasses.replace(inputs, max_model_len=length)
+                    assert lengths(length) == tune(shorter, gpu, tp, pp).serves
+                for concurrency in {1, 7, inputs.concurrency // 2 or 1, inputs.concurrency}:
+                    fewer = dataclasses.replace(inputs, concurrency=concurrency)
+                    assert concurrencies(concurrency) == tune(fewer, gpu, tp, pp).serves
+                checked += 1
+    assert checked > 1000

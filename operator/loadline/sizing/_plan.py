@@ -316,25 +316,12 @@ _NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], 
 )
 
 
-def _layouts(
-    gpu: GPUType,
-    heads: int,
-    kv_heads: int,
-    layers: int,
-    max_gpus: int,
-    multi_node: bool,
-    node: int | None = None,
-) -> list[tuple[int, int, int]]:
-    """(tp, pp, nodes) layouts in increasing GPU count, the best layout for each count."""
-    return list(_layouts_for(node or gpu.max_gpus_per_node, heads, kv_heads, layers, max_gpus, multi_node))
-
-
 @cache
 def _layouts_for(
     node: int, heads: int, kv_heads: int, layers: int, max_gpus: int, multi_node: bool
 ) -> tuple[tuple[int, int, int], ...]:
-    """:func:`_layouts` for a node size: a pure function of a few integers, asked once per plan and GPU
-    type, so memoised."""
+    """(tp, pp, nodes) layouts in increasing GPU count, the best layout for each count, for a node size:
+    a pure function of a few integers, asked once per plan and GPU type, so memoised."""
     tps = _tp_options(heads, kv_heads, node)
     counts = [n for n in (1, 2, 4, 8) if n <= node]
     if multi_node:
@@ -392,10 +379,6 @@ Evaluated = dict[tuple[str, int, int, int], tuple[GPUType, Candidate]]
 #: Cheapest first (whole instances per replica; unpriced shapes last), then fewer GPUs, fewer nodes.
 SortKey = tuple[bool, float, int, int]
 Placement = tuple[PodRequest, ShapeChoice]
-
-
-def _sort_key(c: Candidate) -> SortKey:
-    return (not c.priced, c.price_per_hour, c.gpus, c.nodes)
 
 
 def _evaluate(
@@ -463,7 +446,8 @@ def _placement(
 ) -> tuple[PodRequest, ShapeChoice]:
     """The pod of a layout whose engine fits, and the node shape it takes (memoised: see
     :func:`_placements`)."""
-    return _placed(_placements(inputs, catalog_file), inputs, gpu, tp, pp, nodes, weights_gib)[0]
+    placements = _placements(inputs, catalog_file)
+    return _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)[0]
 
 
 #: Per (GPU type name, tp, pp, nodes, weights per GPU): (GPU type, (placement, whether the pod takes a
@@ -499,18 +483,19 @@ def _placed(
     pp: int,
     nodes: int,
     weights_gib: float,
+    catalog_file: str,
 ) -> tuple[Placement, bool, SortKey]:
     key = (gpu.name, tp, pp, nodes, weights_gib)
     found = placements.get(key)
     if found is not None and found[0] is gpu:
         return found[1]
-    placed = _place(inputs, gpu, tp, pp, nodes, weights_gib)
+    placed = _place(inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
     placements[key] = (gpu, placed)
     return placed
 
 
 def _place(
-    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float, catalog_file: str
 ) -> tuple[Placement, bool, SortKey]:
     """The placement, whether the pod takes a shape, and the sort key of the candidate it makes."""
     pod = pod_request(
@@ -530,7 +515,7 @@ def _place(
         nodes,
         inputs.providers,
         inputs.cluster,
-        os.environ.get(GPU_CATALOG_ENV, ""),
+        catalog_file,
     )
     choice = _SHAPES.get(
         request, gpu, lambda: choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
@@ -683,7 +668,8 @@ def _verdicts(
     """:func:`plan_candidates` on figures alone: per layout whether it is feasible and its sort key,
     cheapest first. The same layouts in the same order, with the same verdicts: feasibility is the
     tuning ladder's (:func:`layout_serves`) and the node shape's, and the key is computed as
-    :func:`_sort_key` computes it of the candidate :func:`_materialize` builds."""
+    the candidate :func:`_materialize` builds would compute it: ``(not c.priced, c.price_per_hour,
+    c.gpus, c.nodes)``."""
     plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
     length, concurrency = inputs.max_model_len, inputs.concurrency
     pinned_seqs, pinned_tokens = inputs.max_num_seqs, inputs.max_num_batched_tokens
@@ -741,7 +727,9 @@ def _verdicts(
             if found is not None and found[0] is gpu:
                 placement, feasible, key = found[1]
             else:
-                placement, feasible, key = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib)
+                placement, feasible, key = _placed(
+                    placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file
+                )
             append((gpu, tp, pp, nodes, feasible, key, placement, "", ()))
             if feasible:
                 break
