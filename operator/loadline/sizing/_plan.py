@@ -24,7 +24,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
-from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms
+from loadline.sizing._budget import GIB, EngineSettings, FixedTerms, MemoryBudget, ModelTerms
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
@@ -691,7 +691,7 @@ def _verdicts(
         base = (seqs, tokens, pinned_util or tier[2], eager)
         # hopeless(): the most any tuning could give (gpu-memory-utilization 0.95, or the spec's).
         room = memory * (MAX_UTILIZATION if pinned_util is None else base[2])
-        cells = _cells(terms, gpu, rows)
+        statics, weights, terms_of = _cells(terms, gpu, rows)
         for index, (tp, pp, nodes, gpus, rejected_key) in enumerate(rows):
             if gpus < min_gpus:
                 continue
@@ -699,12 +699,11 @@ def _verdicts(
             # exceed the room, neither the defaults (which use less of the GPU, and activations
             # besides) nor any rung serves: most layouts of a large model on a small GPU end there,
             # before their budget terms are computed.
-            cell = cells[index]
             serves = False
-            if cell[0] < room:
-                fixed = cell[2]
+            if statics[index] < room:
+                fixed = terms_of[index]
                 if fixed is None:
-                    fixed = cell[2] = terms.layout(memory, tp, pp)
+                    fixed = terms_of[index] = terms.layout(memory, tp, pp)
                 blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
                 if starts:  # fixed.serves(pool, length, concurrency), inlined
                     if fixed.sliding_groups:
@@ -722,7 +721,7 @@ def _verdicts(
             if not serves:
                 append((gpu, tp, pp, nodes, False, rejected_key, None, "", ()))
                 continue
-            weights_gib = cell[1]
+            weights_gib = weights[index]
             found = placements.get((gpu.name, tp, pp, nodes, weights_gib))
             if found is not None and found[0] is gpu:
                 placement, feasible, key = found[1]
@@ -745,24 +744,29 @@ def _verdicts(
 _BY_KEY = operator.itemgetter(5)
 
 
-def _cells(terms: ModelTerms, gpu: GPUType, rows: tuple[LayoutRow, ...]) -> list[list[Any]]:
+Cells = tuple[tuple[float, ...], tuple[float, ...], list[FixedTerms | None]]
+
+
+def _cells(terms: ModelTerms, gpu: GPUType, rows: tuple[LayoutRow, ...]) -> Cells:
     """Per layout of ``rows`` (a GPU type's, from :func:`_type_plans`): the weights and non-torch memory
     on the busiest GPU (GiB, what :func:`~loadline.sizing._tune.hopeless` compares), the weights alone
     (GiB, what the pod's request follows), and the layout's budget terms once a plan needs them. Keyed
-    by identity (the entry keeps the terms, the type and the rows)."""
+    by identity (the entry keeps the terms, the type and the rows); flat, to keep few objects for the
+    garbage collector to walk."""
     key = (id(terms), id(gpu), id(rows))
     found = _CELLS.peek(key, terms)
     if found is None:
-        found = _CELLS.get(key, terms, lambda: (gpu, rows, [_cell(terms, tp, pp) for tp, pp, *_ in rows]))
+        found = _CELLS.get(key, terms, lambda: (gpu, rows, _new_cells(terms, rows)))
     return found[2]
 
 
-def _cell(terms: ModelTerms, tp: int, pp: int) -> list[Any]:
-    weights, _, static_gib = terms.static_terms(tp, pp)
-    return [static_gib, weights / GIB, None]
+def _new_cells(terms: ModelTerms, rows: tuple[LayoutRow, ...]) -> Cells:
+    layouts = [terms.static_terms(tp, pp) for tp, pp, *_ in rows]
+    no_terms: list[FixedTerms | None] = [None] * len(rows)
+    return tuple(s[2] for s in layouts), tuple(s[0] / GIB for s in layouts), no_terms
 
 
-_CELLS: GuardedMemo[tuple[int, int, int], tuple[GPUType, object, list[list[Any]]]] = GuardedMemo(16384)
+_CELLS: GuardedMemo[tuple[int, int, int], tuple[GPUType, object, Cells]] = GuardedMemo(16384)
 
 
 def _materialize(
