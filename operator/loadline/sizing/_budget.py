@@ -366,7 +366,7 @@ class ModelTerms:
         key = (gpu_memory_gib, tp, pp)
         found = self.layouts.get(key)
         if found is None:
-            if len(self.layouts) >= 256:  # a GPU size per catalog type: only a probe of many sizes clears it
+            if len(self.layouts) >= 128:  # GPU sizes × layouts of the catalog fit; bounded all the same
                 self.layouts.clear()
             found = self.layouts[key] = FixedTerms(self, gpu_memory_gib, tp, pp)
         return found
@@ -664,4 +664,4 @@ def model_terms(
     )
 
 
-_MODEL_TERMS: GuardedMemo[tuple[object, ...], ModelTerms] = GuardedMemo(4096)
+_MODEL_TERMS: GuardedMemo[tuple[object, ...], ModelTerms] = GuardedMemo(1024)

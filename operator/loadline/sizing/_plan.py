@@ -468,11 +468,7 @@ def _placements(inputs: SpecInputs, catalog_file: str) -> Placements:
         catalog_file,
     )
     found = _PLACEMENTS.peek(key, None)
-    if found is None:
-        found = _PLACEMENTS.get(key, None, dict)
-    elif len(found) >= 4096:  # bounded, as the memo's entries are
-        found.clear()
-    return found
+    return _PLACEMENTS.get(key, None, dict) if found is None else found
 
 
 def _placed(
@@ -490,6 +486,12 @@ def _placed(
     if found is not None and found[0] is gpu:
         return found[1]
     placed = _place(inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
+    global _PLACED
+    _PLACED += 1
+    if _PLACED > _MAX_PLACED:  # bounded over all host-side inputs together
+        _PLACEMENTS.clear()
+        _PLACED = 0
+        placements.clear()
     placements[key] = (gpu, placed)
     return placed
 
@@ -526,6 +528,8 @@ def _place(
 
 
 _PLACEMENTS: GuardedMemo[tuple[object, ...], Placements] = GuardedMemo(1024)
+_MAX_PLACED = 32768
+_PLACED = 0  # placements held by the dicts of _PLACEMENTS
 _SHAPES: GuardedMemo[tuple[object, ...], ShapeChoice] = GuardedMemo(8192)
 
 
