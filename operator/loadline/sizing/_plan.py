@@ -9,6 +9,11 @@ sequences of ``maxModelLen`` with settings tuned for it before more GPUs are tri
 (:mod:`loadline.sizing._shapes`). The cheapest feasible candidate per replica-hour (whole instances)
 wins; ties go to fewer GPUs, then fewer nodes. When nothing is feasible, the error carries fixes that
 were re-planned and work (:func:`refusal_fixes`).
+
+The planner decides on figures (:func:`_verdicts`: the budget terms of :mod:`loadline.sizing._budget`,
+memoised per model, GPU size and layout) and builds the chosen candidate; the others, with their
+settings, budgets and why each lost, are built when ``Plan.candidates`` is first read. Both go through
+the same functions, and the saved plans of ``tests/golden/plans/fleet.json`` hold them to it.
 """
 
 from __future__ import annotations
