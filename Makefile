@@ -45,6 +45,7 @@ crds: venv
 bench: venv
 	$(PY) benchmarks/plan_1000.py
 	$(PY) benchmarks/plan_catalog.py
+	$(PY) benchmarks/plan_fleet.py
 	$(PY) benchmarks/windows.py
 
 demo: venv tools cluster-up

@@ -138,9 +138,17 @@ def _kv_layer_groups(arch: Architecture, layers_on_gpu: int) -> tuple[int, int, 
     count) so that every group shares one block pool; the last group of a type is padded. A model
     with one attention type has a single group of all its layers.
     """
-    share = layers_on_gpu / arch.num_layers
-    full = sum(1 for kind in arch.layer_types if kind == "full") if arch.layer_types else arch.num_layers
-    sliding = arch.num_layers - full
+    return _layer_groups(arch.num_layers, _full_layers(arch), layers_on_gpu)
+
+
+def _full_layers(arch: Architecture) -> int:
+    return sum(1 for kind in arch.layer_types if kind == "full") if arch.layer_types else arch.num_layers
+
+
+def _layer_groups(num_layers: int, full: int, layers_on_gpu: int) -> tuple[int, int, int]:
+    """:func:`_kv_layer_groups` of a model of ``num_layers`` layers, ``full`` of them full attention."""
+    share = layers_on_gpu / num_layers
+    sliding = num_layers - full
     full = max(1, round(full * share)) if full else 0
     sliding = max(1, round(sliding * share)) if sliding else 0
     if not full or not sliding:
@@ -151,11 +159,17 @@ def _kv_layer_groups(arch: Architecture, layers_on_gpu: int) -> tuple[int, int, 
 
 def kv_bytes_per_layer_token(arch: Architecture, settings: EngineSettings) -> float:
     """KV bytes one layer stores per token on one GPU."""
-    elem = kv_dtype_bytes(settings.kv_cache_dtype, settings.dtype)
+    return _kv_bytes_per_layer_token(
+        arch, settings.kv_cache_dtype, settings.dtype, settings.tensor_parallel_size
+    )
+
+
+def _kv_bytes_per_layer_token(arch: Architecture, kv_cache_dtype: str, dtype: str, tp: int) -> float:
+    elem = kv_dtype_bytes(kv_cache_dtype, dtype)
     if arch.is_mla:
         # One compressed latent plus the rotary key part, replicated on every tensor-parallel rank.
         return ((arch.kv_lora_rank or 0) + arch.qk_rope_head_dim) * elem
-    heads_per_gpu = max(1, math.ceil(arch.num_kv_heads / settings.tensor_parallel_size))
+    heads_per_gpu = max(1, math.ceil(arch.num_kv_heads / tp))
     return 2 * heads_per_gpu * arch.head_dim * elem
 
 
@@ -192,7 +206,10 @@ def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCo
 
 def non_torch_gib(settings: EngineSettings, coef: ModelCoefficients) -> float:
     """CUDA context and, with tensor parallelism, NCCL/custom all-reduce buffers."""
-    tp = settings.tensor_parallel_size
+    return _non_torch_gib(settings.tensor_parallel_size, coef)
+
+
+def _non_torch_gib(tp: int, coef: ModelCoefficients) -> float:
     if tp == 1:
         return coef.non_torch_gib_tp1
     return coef.non_torch_gib_tp_base + coef.non_torch_gib_per_tp_rank * tp
@@ -201,15 +218,13 @@ def non_torch_gib(settings: EngineSettings, coef: ModelCoefficients) -> float:
 def cuda_graph_gib(arch: Architecture, settings: EngineSettings, coef: ModelCoefficients) -> float:
     if settings.enforce_eager:
         return 0.0
-    layers = _layers_on_busiest_stage(arch, settings.pipeline_parallel_size)
+    return _cuda_graph_gib(arch, settings.tensor_parallel_size, settings.pipeline_parallel_size, coef)
+
+
+def _cuda_graph_gib(arch: Architecture, tp: int, pp: int, coef: ModelCoefficients) -> float:
+    layers = _layers_on_busiest_stage(arch, pp)
     graph = coef.cuda_graph_gib_base + coef.cuda_graph_gib_per_layer * layers
-    graph += (
-        coef.cuda_graph_gib_per_khidden_layer_per_tp
-        * arch.hidden_size
-        / 1000
-        * layers
-        / settings.tensor_parallel_size
-    )
+    graph += coef.cuda_graph_gib_per_khidden_layer_per_tp * arch.hidden_size / 1000 * layers / tp
     if arch.is_moe:
         graph += coef.cuda_graph_gib_moe_extra
     return graph
@@ -231,7 +246,7 @@ def compute_budget(
     return _BUDGETS.get(
         (arch, settings, gpu_memory_gib, exact_parameters),
         coef,
-        lambda: _compute_budget(arch, settings, gpu_memory_gib, coef, exact_parameters),
+        lambda: _compute_budget(arch, settings, gpu_memory_gib, exact_parameters),
     )
 
 
@@ -241,100 +256,412 @@ _BUDGETS: GuardedMemo[tuple[Architecture, EngineSettings, float, int | None], Me
 
 
 def _compute_budget(
-    arch: Architecture,
-    settings: EngineSettings,
-    gpu_memory_gib: float,
-    coef: ModelCoefficients,
-    exact_parameters: int | None,
+    arch: Architecture, settings: EngineSettings, gpu_memory_gib: float, exact_parameters: int | None
 ) -> MemoryBudget:
-    tp, pp = settings.tensor_parallel_size, settings.pipeline_parallel_size
-    counts = count_parameters(arch)
-    if settings.weights_gib_total is not None:
-        total_weights = settings.weights_gib_total * GIB
-    else:
-        total_weights = weights_bytes(
-            arch, counts, settings.dtype, settings.quantization, settings.weight_bits
-        )
-        if exact_parameters and counts.total:
-            # A published parameter count corrects what the architecture formula misses (biases,
-            # vision towers, padding) in proportion.
-            total_weights *= exact_parameters / counts.total
-    # The busiest pipeline stage holds its share of the layers plus the embedding or the LM head.
-    per_layer_share = total_weights - (counts.embedding + counts.lm_head) * DTYPE_BYTES[settings.dtype]
-    per_layer_share = max(per_layer_share, 0.0) / arch.num_layers
-    if pp == 1:
-        weights = total_weights / tp
-    else:
-        edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[settings.dtype]
-        weights = (per_layer_share * _layers_on_busiest_stage(arch, pp) + edge) / tp
-    weights += coef.weights_overhead_gib * GIB
-
-    activation = activation_bytes(arch, settings, coef)
-    non_torch = non_torch_gib(settings, coef) * GIB
-    graphs = cuda_graph_gib(arch, settings, coef) * GIB
-    total = gpu_memory_gib * GIB
-    budget = total * settings.gpu_memory_utilization
-    kv = budget - weights - activation - non_torch
-    if settings.cuda_graph_in_kv_budget:
-        kv -= graphs
-    kv_positive = max(kv, 0.0)
-
-    layers = _layers_on_busiest_stage(arch, pp)
-    group_size, full_groups, sliding_groups = _kv_layer_groups(arch, layers)
-    per_layer = kv_bytes_per_layer_token(arch, settings)
-    block_bytes = group_size * settings.block_size * per_layer
-    blocks = int(kv_positive // block_bytes) if block_bytes else 0
-    groups = full_groups + sliding_groups
-    kv_tokens = blocks * settings.block_size // max(groups, 1)
-    bytes_per_token = int(group_size * groups * per_layer)
-
-    bs = settings.block_size
-    length = settings.max_model_len
-    blocks_per_seq = full_groups * math.ceil(length / bs)
-    if sliding_groups and arch.sliding_window:
-        window_tokens = min(arch.sliding_window - 1 + settings.max_num_batched_tokens, length)
-        blocks_per_seq += sliding_groups * (math.ceil(window_tokens / bs) + 1)
-    elif sliding_groups:
-        blocks_per_seq += sliding_groups * math.ceil(length / bs)
-    concurrency = blocks / blocks_per_seq if blocks_per_seq else 0.0
-
-    headroom = total - budget - (0.0 if settings.cuda_graph_in_kv_budget else graphs)
-    warmup = coef.sampler_warmup_logit_copies * settings.max_num_seqs * arch.vocab_size * 4.0
-    warmup += quantization_methods()[settings.quantization].startup_extra_gib * GIB
-
-    problems = []
-    if kv <= 0:
-        short = (-kv + block_bytes) / GIB
-        problems.append(
-            f"weights {weights / GIB:.2f} + activation {activation / GIB:.2f} + non-torch "
-            f"{non_torch / GIB:.2f} GiB leave no KV cache within {settings.gpu_memory_utilization:.2f} × "
-            f"{gpu_memory_gib:.2f} GiB (short {short:.2f} GiB per GPU)"
-        )
-    elif concurrency < 1.0:
-        needed = blocks_per_seq * block_bytes
-        problems.append(
-            f"KV cache holds {kv_tokens} tokens, less than one sequence of max-model-len {length} "
-            f"(short {(needed - kv_positive) / GIB:.2f} GiB per GPU)"
-        )
-    if kv > 0 and headroom < warmup:
-        problems.append(
-            f"only {headroom / GIB:.2f} GiB stay free above gpu-memory-utilization "
-            f"{settings.gpu_memory_utilization:.2f} after CUDA graphs; sampler warm-up with max-num-seqs "
-            f"{settings.max_num_seqs} needs {warmup / GIB:.2f} GiB "
-            f"(short {(warmup - headroom) / GIB:.2f} GiB)"
-        )
-    return MemoryBudget(
-        total_gib=gpu_memory_gib,
-        weights_gib=weights / GIB,
-        activation_gib=activation / GIB,
-        non_torch_gib=non_torch / GIB,
-        cuda_graph_gib=graphs / GIB,
-        kv_cache_gib=kv_positive / GIB,
-        kv_cache_tokens=kv_tokens,
-        kv_bytes_per_token=bytes_per_token,
-        gpu_blocks=blocks,
-        max_concurrency=concurrency,
-        startup_headroom_gib=headroom / GIB,
-        sampler_warmup_gib=warmup / GIB,
-        problems=tuple(problems),
+    s = settings
+    model = model_terms(
+        arch,
+        exact_parameters,
+        s.dtype,
+        s.quantization,
+        s.kv_cache_dtype,
+        s.cuda_graph_in_kv_budget,
+        s.block_size,
+        s.weight_bits,
+        s.weights_gib_total,
+        s.engine,
     )
+    fixed = model.layout(gpu_memory_gib, s.tensor_parallel_size, s.pipeline_parallel_size)
+    return fixed.budget(
+        s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.gpu_memory_utilization, s.enforce_eager
+    )
+
+
+#: The KV blocks of one setting, its batched tokens (a sliding window's share of a sequence grows with
+#: them) and whether the engine starts with it (a KV cache at all, and room above the line).
+Pool = tuple[int, int, bool]
+
+
+class ModelTerms:
+    """What a per-GPU budget owes to the model, its dtype, quantization and KV-cache dtype and the
+    engine's rules alone, for every GPU and layout: the weights of the whole model, the share of one
+    layer and of the embedding or LM head, how many layers have full attention. :meth:`layout` gives the
+    :class:`FixedTerms` of one GPU size and layout."""
+
+    __slots__ = (
+        "arch",
+        "block_size",
+        "coef",
+        "counted",
+        "dtype",
+        "edge",
+        "full_layers",
+        "kv_cache_dtype",
+        "layouts",
+        "methods",
+        "per_gpu",
+        "per_layer_share",
+        "quantization",
+        "total_weights",
+    )
+
+    def __init__(
+        self,
+        arch: Architecture,
+        exact_parameters: int | None,
+        dtype: str,
+        quantization: str,
+        kv_cache_dtype: str,
+        cuda_graph_in_kv_budget: bool,
+        block_size: int,
+        weight_bits: float | None,
+        weights_gib_total: float | None,
+        coef: ModelCoefficients,
+        methods: dict[str, QuantMethod],
+    ) -> None:
+        self.arch, self.coef, self.methods = arch, coef, methods
+        self.dtype, self.quantization, self.kv_cache_dtype = dtype, quantization, kv_cache_dtype
+        self.counted, self.block_size = cuda_graph_in_kv_budget, block_size
+        counts = count_parameters(arch)
+        if weights_gib_total is not None:
+            total_weights = weights_gib_total * GIB
+        else:
+            total_weights = weights_bytes(arch, counts, dtype, quantization, weight_bits)
+            if exact_parameters and counts.total:
+                # A published parameter count corrects what the architecture formula misses (biases,
+                # vision towers, padding) in proportion.
+                total_weights *= exact_parameters / counts.total
+        self.total_weights = total_weights
+        # The busiest pipeline stage holds its share of the layers plus the embedding or the LM head.
+        per_layer_share = total_weights - (counts.embedding + counts.lm_head) * DTYPE_BYTES[dtype]
+        self.per_layer_share = max(per_layer_share, 0.0) / arch.num_layers
+        self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
+        self.full_layers = _full_layers(arch)
+        self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
+        self.per_gpu: dict[tuple[int, int], tuple[float, float, float]] = {}
+
+    def static_terms(self, tp: int, pp: int) -> tuple[float, float, float]:
+        """(weights, non-torch memory) on the busiest GPU of a tp × pp layout, in bytes, and their sum
+        in GiB (what :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU)."""
+        found = self.per_gpu.get((tp, pp))
+        if found is None:
+            arch, coef = self.arch, self.coef
+            if pp == 1:
+                weights = self.total_weights / tp
+            else:
+                weights = (self.per_layer_share * _layers_on_busiest_stage(arch, pp) + self.edge) / tp
+            weights += coef.weights_overhead_gib * GIB
+            non_torch = _non_torch_gib(tp, coef) * GIB
+            found = self.per_gpu[(tp, pp)] = (weights, non_torch, weights / GIB + non_torch / GIB)
+        return found
+
+    def weights_gib(self, tp: int, pp: int) -> float:
+        return self.static_terms(tp, pp)[0] / GIB
+
+    def static_gib(self, tp: int, pp: int) -> float:
+        """Weights and non-torch memory on the busiest GPU, GiB."""
+        return self.static_terms(tp, pp)[2]
+
+    def layout(self, gpu_memory_gib: float, tp: int, pp: int) -> FixedTerms:
+        key = (gpu_memory_gib, tp, pp)
+        found = self.layouts.get(key)
+        if found is None:
+            if len(self.layouts) >= 128:  # GPU sizes × layouts of the catalog fit; bounded all the same
+                self.layouts.clear()
+            found = self.layouts[key] = FixedTerms(self, gpu_memory_gib, tp, pp)
+        return found
+
+
+class FixedTerms:
+    """What a per-GPU budget owes to the model, the GPU and the layout alone, not to max-model-len nor to
+    the settings the planner tunes (max-num-seqs, max-num-batched-tokens, gpu-memory-utilization,
+    enforce-eager): the weights on the busiest GPU, non-torch memory, the CUDA-graph pool, the KV cache's
+    layer groups and block size, and the constant factors of the activation and sampler terms.
+
+    :meth:`budget` is the whole budget of one setting of the tuned values, and :meth:`pool` and
+    :meth:`serves` only whether it starts and holds ``concurrency`` sequences; they evaluate the same
+    expressions in the same order (those :func:`compute_budget` always evaluated), so a setting tuned
+    with :meth:`serves` has exactly the :meth:`budget` it was chosen for. The tuning ladder and refusal
+    fixes ask dozens of settings per layout; computed once per (model, GPU size, layout), these terms
+    leave a handful of multiplications per setting."""
+
+    __slots__ = (
+        "block_bytes",
+        "block_size",
+        "bytes_per_token",
+        "ceiling_blocks",
+        "counted",
+        "elem",
+        "forward_factor",
+        "full_groups",
+        "gpu_memory_gib",
+        "graphs",
+        "groups",
+        "ladders",
+        "moe_factor",
+        "non_torch",
+        "non_torch_gib",
+        "per_layer",
+        "pools",
+        "routed",
+        "sampler_copies",
+        "sliding_groups",
+        "sliding_window",
+        "startup_extra",
+        "starved",
+        "total",
+        "tp",
+        "vocab",
+        "warmup_copies",
+        "weights",
+        "weights_gib",
+    )
+
+    def __init__(self, model: ModelTerms, gpu_memory_gib: float, tp: int, pp: int) -> None:
+        arch, coef = model.arch, model.coef
+        self.gpu_memory_gib = gpu_memory_gib
+        self.tp = tp
+        self.counted = model.counted
+        self.block_size = block_size = model.block_size
+        self.sliding_window = arch.sliding_window
+        self.vocab = arch.vocab_size
+        weights, non_torch, _ = model.static_terms(tp, pp)
+        self.weights = weights
+        self.weights_gib = weights / GIB
+        # activation_bytes: sampler + tokens × elem × forward_factor (+ the routed experts' share).
+        self.sampler_copies = coef.sampler_logit_copies
+        self.elem = DTYPE_BYTES[model.dtype]
+        inter = arch.intermediate_size if not arch.is_moe or arch.num_dense_layers else 0
+        self.forward_factor = (
+            coef.forward_bytes_per_token_hidden * arch.hidden_size
+            + coef.forward_bytes_per_token_intermediate * inter / tp
+        )
+        self.moe_factor = coef.moe_bytes_per_token_expert_intermediate if arch.is_moe else None
+        routed = arch.num_experts_per_tok * arch.moe_intermediate_size
+        self.routed = routed + arch.shared_expert_intermediate_size
+        self.non_torch = non_torch
+        self.non_torch_gib = non_torch / GIB
+        self.graphs = _cuda_graph_gib(arch, tp, pp, coef) * GIB
+        self.total = gpu_memory_gib * GIB
+        layers = _layers_on_busiest_stage(arch, pp)
+        group_size, self.full_groups, self.sliding_groups = _layer_groups(
+            arch.num_layers, model.full_layers, layers
+        )
+        self.per_layer = _kv_bytes_per_layer_token(arch, model.kv_cache_dtype, model.dtype, tp)
+        self.block_bytes = group_size * block_size * self.per_layer
+        self.groups = self.full_groups + self.sliding_groups
+        self.bytes_per_token = int(group_size * self.groups * self.per_layer)
+        self.warmup_copies = coef.sampler_warmup_logit_copies
+        self.startup_extra = model.methods[model.quantization].startup_extra_gib * GIB
+        # Budgets that leave no KV cache, per setting: they hold no block at any max-model-len, so they
+        # are the same for all of them (a layout too small for the weights is rejected with one).
+        self.pools: dict[tuple[int, int, float, bool], Pool] = {}
+        # Created when first needed (most layouts never need them): budgets that leave no KV cache,
+        # the blocks at a utilization ceiling, and the last rung's pool per (defaults, concurrency,
+        # engine pins), for the planner.
+        self.starved: dict[tuple[int, int, float, bool], MemoryBudget] | None = None
+        self.ceiling_blocks: dict[float, int] | None = None
+        self.ladders: dict[tuple[object, ...], Pool] | None = None
+
+    def _activation(self, seqs: int, tokens: int) -> float:
+        sampler = self.sampler_copies * seqs * self.vocab * 4.0
+        forward = tokens * self.elem * self.forward_factor
+        if self.moe_factor is not None:
+            forward += tokens * self.elem * self.moe_factor * self.routed / self.tp
+        return sampler + forward
+
+    def _blocks_per_seq(self, length: int, tokens: int) -> int:
+        bs = self.block_size
+        blocks_per_seq = self.full_groups * math.ceil(length / bs)
+        if self.sliding_groups and self.sliding_window:
+            window_tokens = min(self.sliding_window - 1 + tokens, length)
+            blocks_per_seq += self.sliding_groups * (math.ceil(window_tokens / bs) + 1)
+        elif self.sliding_groups:
+            blocks_per_seq += self.sliding_groups * math.ceil(length / bs)
+        return blocks_per_seq
+
+    def pool(self, seqs: int, tokens: int, utilization: float, eager: bool) -> Pool:
+        """The KV pool of one setting, and whether the engine starts with it at any max-model-len (the
+        first and last of :meth:`budget`'s problems do not depend on it)."""
+        activation = self._activation(seqs, tokens)
+        graphs = 0.0 if eager else self.graphs
+        budget = self.total * utilization
+        kv = budget - self.weights - activation - self.non_torch
+        if self.counted:
+            kv -= graphs
+        kv_positive = max(kv, 0.0)
+        blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
+        headroom = self.total - budget - (0.0 if self.counted else graphs)
+        warmup = self.warmup_copies * seqs * self.vocab * 4.0
+        warmup += self.startup_extra
+        return (blocks, tokens, kv > 0 and not headroom < warmup)
+
+    def cached_pool(self, config: tuple[int, int, float, bool]) -> Pool:
+        """:meth:`pool` of a (max-num-seqs, max-num-batched-tokens, utilization, eager) setting,
+        memoised: every spec of a model on this layout shares vLLM's defaults and the ladder's bounds."""
+        found = self.pools.get(config)
+        if found is None:
+            if len(self.pools) >= 256:
+                self.pools.clear()
+            found = self.pools[config] = self.pool(*config)
+        return found
+
+    def may_serve(self, utilization: float, length: int, concurrency: int) -> bool:
+        """False when no setting at ``utilization`` or below can serve: even with no activations, no
+        CUDA graphs and the shortest window a sequence needs, the KV blocks fall short. (Each step of
+        :meth:`pool` and :meth:`serves` is monotone in these, so this bounds them in floating point too.)"""
+        if self.ceiling_blocks is None:
+            self.ceiling_blocks = {}
+        blocks = self.ceiling_blocks.get(utilization)
+        if blocks is None:
+            kv = self.total * utilization - self.weights - 0.0 - self.non_torch
+            kv_positive = max(kv, 0.0)
+            blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
+            if len(self.ceiling_blocks) >= 16:
+                self.ceiling_blocks.clear()
+            self.ceiling_blocks[utilization] = blocks
+        blocks_per_seq = self._blocks_per_seq(length, 0)
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        return not held < 1.0 and held >= concurrency
+
+    def serves(self, pool: Pool, length: int, concurrency: int) -> bool:
+        """``budget(...).fits and budget(...).max_concurrency >= concurrency`` for the pool's setting."""
+        blocks, tokens, starts = pool
+        if not starts:
+            return False
+        blocks_per_seq = self._blocks_per_seq(length, tokens)
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        return not held < 1.0 and held >= concurrency
+
+    def sampler_warmup_gib(self, seqs: int) -> float:
+        warmup = self.warmup_copies * seqs * self.vocab * 4.0
+        warmup += self.startup_extra
+        return warmup / GIB
+
+    def cuda_graph_gib(self, eager: bool) -> float:
+        graphs = 0.0 if eager else self.graphs
+        return graphs / GIB
+
+    def budget(self, length: int, seqs: int, tokens: int, utilization: float, eager: bool) -> MemoryBudget:
+        """The budget of one setting (what :func:`compute_budget` returns for it)."""
+        activation = self._activation(seqs, tokens)
+        non_torch = self.non_torch
+        graphs = 0.0 if eager else self.graphs
+        total = self.total
+        weights = self.weights
+        budget = total * utilization
+        kv = budget - weights - activation - non_torch
+        if self.counted:
+            kv -= graphs
+        if kv <= 0 and self.starved is not None:
+            starved = self.starved.get((seqs, tokens, utilization, eager))
+            if starved is not None:
+                return starved
+        kv_positive = max(kv, 0.0)
+        block_bytes = self.block_bytes
+        blocks = int(kv_positive // block_bytes) if block_bytes else 0
+        kv_tokens = blocks * self.block_size // max(self.groups, 1)
+        blocks_per_seq = self._blocks_per_seq(length, tokens)
+        concurrency = blocks / blocks_per_seq if blocks_per_seq else 0.0
+
+        headroom = total - budget - (0.0 if self.counted else graphs)
+        warmup = self.warmup_copies * seqs * self.vocab * 4.0
+        warmup += self.startup_extra
+
+        problems = []
+        if kv <= 0:
+            short = (-kv + block_bytes) / GIB
+            problems.append(
+                f"weights {weights / GIB:.2f} + activation {activation / GIB:.2f} + non-torch "
+                f"{non_torch / GIB:.2f} GiB leave no KV cache within {utilization:.2f} × "
+                f"{self.gpu_memory_gib:.2f} GiB (short {short:.2f} GiB per GPU)"
+            )
+        elif concurrency < 1.0:
+            needed = blocks_per_seq * block_bytes
+            problems.append(
+                f"KV cache holds {kv_tokens} tokens, less than one sequence of max-model-len {length} "
+                f"(short {(needed - kv_positive) / GIB:.2f} GiB per GPU)"
+            )
+        if kv > 0 and headroom < warmup:
+            problems.append(
+                f"only {headroom / GIB:.2f} GiB stay free above gpu-memory-utilization "
+                f"{utilization:.2f} after CUDA graphs; sampler warm-up with max-num-seqs "
+                f"{seqs} needs {warmup / GIB:.2f} GiB "
+                f"(short {(warmup - headroom) / GIB:.2f} GiB)"
+            )
+        result = MemoryBudget(
+            total_gib=self.gpu_memory_gib,
+            weights_gib=weights / GIB,
+            activation_gib=activation / GIB,
+            non_torch_gib=non_torch / GIB,
+            cuda_graph_gib=graphs / GIB,
+            kv_cache_gib=kv_positive / GIB,
+            kv_cache_tokens=kv_tokens,
+            kv_bytes_per_token=self.bytes_per_token,
+            gpu_blocks=blocks,
+            max_concurrency=concurrency,
+            startup_headroom_gib=headroom / GIB,
+            sampler_warmup_gib=warmup / GIB,
+            problems=tuple(problems),
+        )
+        if kv <= 0:
+            if self.starved is None or len(self.starved) >= 64:
+                self.starved = {}
+            self.starved[(seqs, tokens, utilization, eager)] = result
+        return result
+
+
+def model_terms(
+    arch: Architecture,
+    exact_parameters: int | None,
+    dtype: str,
+    quantization: str,
+    kv_cache_dtype: str,
+    cuda_graph_in_kv_budget: bool,
+    block_size: int,
+    weight_bits: float | None,
+    weights_gib_total: float | None,
+    engine: str = "v1",
+) -> ModelTerms:
+    """:class:`ModelTerms`, memoised. The key holds the architecture, coefficients and quantization
+    table by identity (hashing an architecture walks its per-layer tuple); each entry keeps those
+    objects, so no other object can take their ids while it lives, and a table reloaded since is a new
+    key."""
+    coef = coefficients(engine)
+    methods = quantization_methods()
+    key = (
+        id(arch),
+        id(coef),
+        id(methods),
+        exact_parameters,
+        dtype,
+        quantization,
+        kv_cache_dtype,
+        cuda_graph_in_kv_budget,
+        block_size,
+        weight_bits,
+        weights_gib_total,
+    )
+    found = _MODEL_TERMS.peek(key, arch)
+    if found is not None:
+        return found
+    return _MODEL_TERMS.get(
+        key,
+        arch,
+        lambda: ModelTerms(
+            arch,
+            exact_parameters,
+            dtype,
+            quantization,
+            kv_cache_dtype,
+            cuda_graph_in_kv_budget,
+            block_size,
+            weight_bits,
+            weights_gib_total,
+            coef,
+            methods,
+        ),
+    )
+
+
+_MODEL_TERMS: GuardedMemo[tuple[object, ...], ModelTerms] = GuardedMemo(1024)

@@ -196,12 +196,24 @@ def gpu_catalog() -> dict[str, GPUType]:
 
 def find_gpu(name: str, field: str = "gpu") -> GPUType:
     """Look a GPU up by catalog name or node-label product value, case-insensitively."""
-    wanted = name.strip().lower()
-    for gpu in gpu_catalog().values():
-        if wanted in {gpu.name.lower(), gpu.product.lower()}:
-            return gpu
-    known = ", ".join(gpu_catalog())
+    catalog = gpu_catalog()
+    index = _GPU_INDEX.get(id(catalog))
+    if index is None or index[0] is not catalog:
+        names: dict[str, GPUType] = {}
+        for gpu in catalog.values():  # the first entry with the name or product wins, as a scan would
+            names.setdefault(gpu.name.lower(), gpu)
+            names.setdefault(gpu.product.lower(), gpu)
+        _GPU_INDEX.clear()
+        index = _GPU_INDEX[id(catalog)] = (catalog, names)
+    found = index[1].get(name.strip().lower())
+    if found is not None:
+        return found
+    known = ", ".join(catalog)
     raise SpecError(field, f"unknown GPU type {name!r}", f"use one of {known}")
+
+
+# The catalog's lower-cased names and products, for the catalog object it was built from (one at a time).
+_GPU_INDEX: dict[int, tuple[dict[str, GPUType], dict[str, GPUType]]] = {}
 
 
 @cache

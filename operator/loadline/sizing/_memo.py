@@ -35,6 +35,14 @@ class GuardedMemo(Generic[K, V]):
         self._entries[key] = (guard, value)
         return value
 
+    def peek(self, key: K, guard: object) -> V | None:
+        """The value computed for ``key`` under ``guard``, or None (for memos whose values are never
+        None): a hot path then builds no ``compute`` closure when the value is there."""
+        found = self._entries.get(key)
+        if found is not None and found[0] is guard:
+            return found[1]
+        return None
+
     def __len__(self) -> int:
         return len(self._entries)
 

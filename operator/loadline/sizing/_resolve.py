@@ -14,8 +14,15 @@ from loadline.api import InferenceModelSpec
 from loadline.errors import ModelConfigError, SpecError
 from loadline.sizing._arch import Architecture, parse_hf_config
 from loadline.sizing._budget import EngineSettings, resolve_dtype
-from loadline.sizing._compat import check_compatibility
-from loadline.sizing._data import GPUType, engine_version, find_catalog_model, quantization_methods
+from loadline.sizing._compat import check_compatibility, compat_table
+from loadline.sizing._data import (
+    CatalogModel,
+    GPUType,
+    engine_version,
+    find_catalog_model,
+    quantization_methods,
+)
+from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._shapes import ClusterShapes
 
 # Names a checkpoint's quantization_config uses, mapped to the vLLM method that loads it on NVIDIA GPUs.
@@ -84,8 +91,18 @@ def resolve_model(
             "give its config.json in spec.model.config or spec.model.configMapRef "
             "(`loadline plan --list-models` shows the catalog)",
         )
+    found = _CATALOG_MODELS.peek(entry.id, entry)
+    return found if found is not None else _CATALOG_MODELS.get(entry.id, entry, lambda: _catalog_model(entry))
+
+
+def _catalog_model(entry: CatalogModel) -> ResolvedModel:
     arch = parse_hf_config(entry.config, field_prefix=f"catalog[{entry.id}].config")
     return ResolvedModel(entry.id, arch, f"catalog: {entry.source}", entry.parameters)
+
+
+# A catalog model's config.json is parsed once per catalog load (the entry is the guard), and every plan
+# of it shares one Architecture, which the planner's memos then recognise by identity.
+_CATALOG_MODELS: GuardedMemo[str, ResolvedModel] = GuardedMemo(1024)
 
 
 def resolve_quantization(spec_quantization: str, arch: Architecture, field: str = "spec.quantization") -> str:
@@ -165,7 +182,7 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
     arch = model.architecture
     table = engine_version(spec.engine.version)
     # Before sizing: a model the release cannot load as asked is refused, not planned.
-    check_compatibility(arch, spec.quantization, spec.engine.version, spec.engine.extra_args, model.model_id)
+    _check_compatibility(arch, spec.quantization, spec.engine.version, spec.engine.extra_args, model.model_id)
     counted = _env_flag(spec, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
     return SpecInputs(
         model=model,
@@ -187,6 +204,25 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
         cpu_override=spec.resources.cpu,
         kv_offload_gib=spec.kv_offload.cpu_gi_b if spec.kv_offload is not None else 0.0,
     )
+
+
+def _check_compatibility(
+    arch: Architecture, quantization: str, version: str, extra_args: list[str], model_id: str
+) -> None:
+    """:func:`check_compatibility`, remembered when it passes (a refusal is raised every time). The key
+    holds the architecture by identity; the entry keeps it, so no other object can take its id."""
+    key = (id(arch), id(compat_table()), quantization, version, tuple(extra_args), model_id)
+    if _COMPATIBLE.peek(key, arch):
+        return
+
+    def check() -> bool:
+        check_compatibility(arch, quantization, version, extra_args, model_id)
+        return True
+
+    _COMPATIBLE.get(key, arch, check)
+
+
+_COMPATIBLE: GuardedMemo[tuple[object, ...], bool] = GuardedMemo(4096)
 
 
 def engine_settings(

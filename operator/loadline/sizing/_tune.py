@@ -26,17 +26,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from functools import cache
 
 from loadline.sizing._budget import (
     GIB,
     EngineSettings,
+    FixedTerms,
     MemoryBudget,
-    compute_budget,
+    ModelTerms,
     kv_bytes_per_layer_token,
+    model_terms,
 )
-from loadline.sizing._data import GPUType
-from loadline.sizing._resolve import SpecInputs, engine_settings
+from loadline.sizing._data import GPUType, engine_version
+from loadline.sizing._resolve import SpecInputs
 
 #: Highest gpu-memory-utilization the planner sets by itself (vLLM's own examples go to 0.95).
 MAX_UTILIZATION = 0.95
@@ -81,54 +84,208 @@ def shortfall(inputs: SpecInputs, settings: EngineSettings, budget: MemoryBudget
     )
 
 
-class _Layout:
-    """One layout's budgets, computed on demand (each is a few dozen microseconds)."""
+#: One setting of the tuned values: (max-num-seqs, max-num-batched-tokens, gpu-memory-utilization,
+#: enforce-eager); every other engine setting is the layout's own.
+Config = tuple[int, int, float, bool]
 
-    def __init__(self, inputs: SpecInputs, gpu: GPUType, tp: int, pp: int) -> None:
-        self.inputs, self.gpu, self.tp, self.pp = inputs, gpu, tp, pp
-        self.base = engine_settings(inputs, gpu, tp, pp)
+
+def defaults(inputs: SpecInputs, gpu: GPUType, concurrency: int | None = None) -> Config:
+    """engine_settings(inputs, gpu, tp, pp)'s tuned values: vLLM's defaults for this version and GPU
+    (max-num-seqs at least the concurrency), or what the spec pins."""
+    tier_seqs, tier_tokens, utilization, _ = version_defaults(inputs.version, gpu.name, gpu.memory_gib)
+    concurrency = inputs.concurrency if concurrency is None else concurrency
+    seqs = inputs.max_num_seqs or max(tier_seqs, concurrency)
+    tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
+    return (seqs, tokens, inputs.gpu_memory_utilization or utilization, inputs.enforce_eager)
+
+
+@cache
+def version_defaults(version: str, gpu_name: str, memory_gib: float) -> tuple[int, int, float, int]:
+    """vLLM's max-num-seqs, max-num-batched-tokens, gpu-memory-utilization and block size for a version
+    on a GPU (the engine table is bundled data, read once)."""
+    table = engine_version(version)
+    tier = table.batch_default(gpu_name, memory_gib)
+    return tier.max_num_seqs, tier.max_num_batched_tokens, table.gpu_memory_utilization, table.block_size
+
+
+def _config(
+    fixed: FixedTerms, inputs: SpecInputs, base: Config, seqs: int, tokens: int, eager: bool
+) -> Config:
+    """engine_settings(max_num_seqs=seqs, max_num_batched_tokens=max(tokens, seqs), enforce_eager=
+    eager), with the utilization raised to the safe bound when the spec leaves it free."""
+    seqs = seqs or inputs.max_num_seqs or base[0]
+    tokens = max(tokens, seqs) or inputs.max_num_batched_tokens or base[1]
+    utilization = base[2]
+    if inputs.gpu_memory_utilization is None:
+        graphs = 0.0 if inputs.cuda_graphs_counted else fixed.cuda_graph_gib(eager)
+        safe = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
+        if safe > utilization:
+            utilization = safe
+    return (seqs, tokens, utilization, eager)
+
+
+def _floors(inputs: SpecInputs, base: Config, concurrency: int) -> tuple[int, int]:
+    """The lowest max-num-seqs (the concurrency) and max-num-batched-tokens (512, or max-num-seqs) the
+    ladder sets, never above the defaults."""
+    seq_floor = min(max(concurrency, 1), base[0])
+    return seq_floor, min(max(seq_floor, MIN_BATCHED_TOKENS), base[1])
+
+
+def last_rung(fixed: FixedTerms, inputs: SpecInputs, base: Config, concurrency: int) -> Config:
+    """The ladder's last rung: every free setting at its bound."""
+    seq_floor, token_floor = _floors(inputs, base, concurrency)
+    seqs_low = seq_floor if inputs.max_num_seqs is None else base[0]
+    tokens_low = token_floor if inputs.max_num_batched_tokens is None else base[1]
+    eager_last = True if not inputs.enforce_eager else base[3]
+    return _config(fixed, inputs, base, seqs_low, tokens_low, eager_last)
+
+
+def hopeless(fixed: FixedTerms, inputs: SpecInputs, base: Config) -> bool:
+    """Weights and non-torch memory alone exceed the most any tuning could give: skip the ladder."""
+    ceiling = MAX_UTILIZATION if inputs.gpu_memory_utilization is None else base[2]
+    return fixed.weights_gib + fixed.non_torch_gib >= fixed.gpu_memory_gib * ceiling
+
+
+def layout_serves(fixed: FixedTerms, inputs: SpecInputs, base: Config, length: int, concurrency: int) -> bool:
+    """Whether :func:`tune` finds settings that serve ``concurrency`` sequences of ``length`` on this
+    layout (``base``: :func:`defaults`). Feasibility is monotone along the ladder, so vLLM's defaults or
+    the last rung decide: the defaults serve, or the weights leave room and the last rung serves."""
+    if fixed.serves(fixed.cached_pool(base), length, concurrency):
+        return True
+    return ladder_serves(fixed, inputs, base, length, concurrency)
+
+
+def ladder_serves(fixed: FixedTerms, inputs: SpecInputs, base: Config, length: int, concurrency: int) -> bool:
+    """:func:`layout_serves` when vLLM's defaults do not serve: whether the last rung does."""
+    if hopeless(fixed, inputs, base):
+        return False
+    # The last rung runs eager (no CUDA graphs) at the safe utilization (at most 0.95) or the spec's:
+    # when even that much of the GPU, with no activations, holds too few blocks, it does not serve.
+    utilization = base[2] if inputs.gpu_memory_utilization is not None else max(base[2], MAX_UTILIZATION)
+    if not fixed.may_serve(utilization, length, concurrency):
+        return False
+    key = (
+        base,
+        concurrency,
+        inputs.max_num_seqs,
+        inputs.max_num_batched_tokens,
+        inputs.gpu_memory_utilization,
+        inputs.enforce_eager,
+    )
+    ladders = fixed.ladders
+    if ladders is None or len(ladders) >= 256:
+        ladders = fixed.ladders = {}
+    pool = ladders.get(key)
+    if pool is None:
+        pool = ladders[key] = fixed.cached_pool(last_rung(fixed, inputs, base, concurrency))
+    return fixed.serves(pool, length, concurrency)
+
+
+class _Layout:
+    """One layout's settings and budgets. The ladder probes settings with :meth:`ok` (a few
+    multiplications on the layout's :class:`~loadline.sizing._budget.FixedTerms`); only the settings it
+    returns become an :class:`EngineSettings` and a :class:`MemoryBudget` (:meth:`materialize`), with the
+    very figures the probe judged. ``length`` and ``concurrency`` replace the spec's (refusal fixes)."""
+
+    __slots__ = (
+        "base",
+        "block_size",
+        "concurrency",
+        "fixed",
+        "free_eager",
+        "free_seqs",
+        "free_tokens",
+        "free_util",
+        "inputs",
+        "length",
+        "pp",
+        "seq_floor",
+        "token_floor",
+        "tp",
+    )
+
+    def __init__(
+        self,
+        inputs: SpecInputs,
+        gpu: GPUType,
+        tp: int,
+        pp: int,
+        *,
+        length: int | None = None,
+        concurrency: int | None = None,
+        terms: ModelTerms | None = None,
+    ) -> None:
+        self.inputs, self.tp, self.pp = inputs, tp, pp
+        self.length = inputs.max_model_len if length is None else length
+        self.concurrency = inputs.concurrency if concurrency is None else concurrency
+        self.base = defaults(inputs, gpu, self.concurrency)
+        self.block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
+        self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
         self.free_util = inputs.gpu_memory_utilization is None
         self.free_seqs = inputs.max_num_seqs is None
         self.free_tokens = inputs.max_num_batched_tokens is None
         self.free_eager = not inputs.enforce_eager
-        self.seq_floor = min(max(inputs.concurrency, 1), self.base.max_num_seqs)
-        self.token_floor = min(max(self.seq_floor, MIN_BATCHED_TOKENS), self.base.max_num_batched_tokens)
+        self.seq_floor, self.token_floor = _floors(inputs, self.base, self.concurrency)
 
-    def budget(self, settings: EngineSettings) -> MemoryBudget:
-        arch = self.inputs.model.architecture
-        return compute_budget(
-            arch, settings, self.gpu.memory_gib, exact_parameters=self.inputs.model.exact_parameters
-        )
+    def config(self, seqs: int, tokens: int, eager: bool) -> Config:
+        return _config(self.fixed, self.inputs, self.base, seqs, tokens, eager)
 
-    def config(self, seqs: int, tokens: int, eager: bool) -> tuple[EngineSettings, MemoryBudget]:
-        settings = engine_settings(
-            self.inputs,
-            self.gpu,
-            self.tp,
-            self.pp,
+    def ok(self, config: Config) -> bool:
+        """``serves(budget of config, concurrency)``."""
+        fixed = self.fixed
+        return fixed.serves(fixed.cached_pool(config), self.length, self.concurrency)
+
+    def last(self) -> Config:
+        return last_rung(self.fixed, self.inputs, self.base, self.concurrency)
+
+    def serves(self) -> bool:
+        return layout_serves(self.fixed, self.inputs, self.base, self.length, self.concurrency)
+
+    def serves_lengths(self) -> Callable[[int], bool]:
+        """:meth:`serves` as a function of max-model-len alone (the KV pools do not depend on it)."""
+        fixed, concurrency = self.fixed, self.concurrency
+        base = fixed.cached_pool(self.base)
+        last = None if hopeless(fixed, self.inputs, self.base) else fixed.cached_pool(self.last())
+
+        def works(length: int) -> bool:
+            if fixed.serves(base, length, concurrency):
+                return True
+            return last is not None and fixed.serves(last, length, concurrency)
+
+        return works
+
+    def materialize(self, config: Config) -> tuple[EngineSettings, MemoryBudget]:
+        seqs, tokens, utilization, eager = config
+        inputs = self.inputs
+        settings = EngineSettings(
+            dtype=inputs.dtype,
+            quantization=inputs.quantization,
+            kv_cache_dtype=inputs.kv_cache_dtype,
+            tensor_parallel_size=self.tp,
+            pipeline_parallel_size=self.pp,
+            gpu_memory_utilization=utilization,
+            max_model_len=self.length,
             max_num_seqs=seqs,
-            max_num_batched_tokens=max(tokens, seqs),
+            max_num_batched_tokens=tokens,
             enforce_eager=eager,
+            cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
+            block_size=self.block_size,
+            weight_bits=inputs.weight_bits,
+            weights_gib_total=inputs.weights_gib_total,
         )
-        budget = self.budget(settings)
-        if self.free_util:
-            safe = safe_utilization(settings, budget)
-            if safe > settings.gpu_memory_utilization:
-                settings = replace(settings, gpu_memory_utilization=safe)
-                budget = self.budget(settings)
-        return settings, budget
+        return settings, self.fixed.budget(self.length, seqs, tokens, utilization, eager)
 
-    def ok(self, budget: MemoryBudget) -> bool:
-        return serves(budget, self.inputs.concurrency)
+
+def _safe_utilization(total: float, graphs: float, warmup_gib: float) -> float:
+    room = (total - graphs - warmup_gib - SAFE_HEADROOM_GIB) / total
+    return min(MAX_UTILIZATION, math.floor(room * 100) / 100)
 
 
 def safe_utilization(settings: EngineSettings, budget: MemoryBudget) -> float:
     """The highest utilization (≤ 0.95, two decimals) that leaves CUDA graphs, the sampler warm-up and
     the safety margin free above the line; ``budget`` is of ``settings`` at any utilization."""
-    total = budget.total_gib
     graphs = 0.0 if settings.cuda_graph_in_kv_budget else budget.cuda_graph_gib
-    room = (total - graphs - budget.sampler_warmup_gib - SAFE_HEADROOM_GIB) / total
-    return min(MAX_UTILIZATION, math.floor(room * 100) / 100)
+    return _safe_utilization(budget.total_gib, graphs, budget.sampler_warmup_gib)
 
 
 def _largest(values: list[int], works: Callable[[int], bool]) -> int | None:
@@ -151,57 +308,133 @@ def _steps(floor: int, top: int, step: int) -> list[int]:
     return sorted({floor, *inner, top})
 
 
-def _hopeless(layout: _Layout, budget: MemoryBudget) -> bool:
-    """Weights and non-torch memory alone exceed the most any tuning could give: skip the ladder."""
-    ceiling = MAX_UTILIZATION if layout.free_util else layout.base.gpu_memory_utilization
-    return budget.weights_gib + budget.non_torch_gib >= budget.total_gib * ceiling
+def terms_for(inputs: SpecInputs) -> ModelTerms:
+    """The budget terms of the spec's model, dtype and quantization (for every layout of every GPU)."""
+    model = inputs.model
+    return model_terms(
+        model.architecture,
+        model.exact_parameters,
+        inputs.dtype,
+        inputs.quantization,
+        inputs.kv_cache_dtype,
+        inputs.cuda_graphs_counted,
+        engine_version(inputs.version).block_size,
+        inputs.weight_bits,
+        inputs.weights_gib_total,
+    )
 
 
-def tune(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int) -> Tuned:
-    """Walk the ladder of this module's docstring for one layout."""
-    layout = _Layout(inputs, gpu, tp, pp)
-    base = layout.base
-    base_budget = layout.budget(base)
-    if layout.ok(base_budget):
-        return Tuned(
-            base,
-            base_budget,
+def serves_at(
+    inputs: SpecInputs,
+    gpu: GPUType,
+    tp: int,
+    pp: int,
+    *,
+    length: int | None = None,
+    concurrency: int | None = None,
+    terms: ModelTerms | None = None,
+) -> bool:
+    """``tune(inputs with max_model_len=length, concurrency=concurrency, ...).serves``, without building
+    the settings and budgets (refusal fixes ask it a few dozen times per layout)."""
+    return _Layout(inputs, gpu, tp, pp, length=length, concurrency=concurrency, terms=terms).serves()
+
+
+def serves_lengths(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None
+) -> Callable[[int], bool]:
+    """``n → serves_at(inputs, gpu, tp, pp, length=n)``, with what does not depend on ``n`` done once."""
+    return _Layout(inputs, gpu, tp, pp, terms=terms).serves_lengths()
+
+
+def serves_concurrencies(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None
+) -> Callable[[int], bool]:
+    """``n → serves_at(inputs, gpu, tp, pp, concurrency=n)``, with what does not depend on ``n`` done
+    once (the layout's terms; vLLM's defaults and the ladder's pools are memoised on them)."""
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
+    length = inputs.max_model_len
+
+    def works(concurrency: int) -> bool:
+        return layout_serves(fixed, inputs, defaults(inputs, gpu, concurrency), length, concurrency)
+
+    return works
+
+
+def tune(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None) -> Tuned:
+    """Walk the ladder of this module's docstring for one layout (``terms``: :func:`terms_for` the
+    inputs, when the caller has them)."""
+    return Tuned(*tuned(inputs, gpu, tp, pp, terms or terms_for(inputs)))
+
+
+def tuned(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms
+) -> tuple[EngineSettings, MemoryBudget, tuple[str, ...], str]:
+    """:func:`tune`'s settings, budget, notes and rejection. Most layouts end at the first step (the
+    defaults serve, or the weights alone do not fit), which is worked out here without the ladder."""
+    concurrency, length = inputs.concurrency, inputs.max_model_len
+    seqs, tokens, utilization, eager = defaults(inputs, gpu)
+    block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
+    settings = EngineSettings(
+        dtype=inputs.dtype,
+        quantization=inputs.quantization,
+        kv_cache_dtype=inputs.kv_cache_dtype,
+        tensor_parallel_size=tp,
+        pipeline_parallel_size=pp,
+        gpu_memory_utilization=utilization,
+        max_model_len=length,
+        max_num_seqs=seqs,
+        max_num_batched_tokens=tokens,
+        enforce_eager=eager,
+        cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
+        block_size=block_size,
+        weight_bits=inputs.weight_bits,
+        weights_gib_total=inputs.weights_gib_total,
+    )
+    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    budget = fixed.budget(length, seqs, tokens, utilization, eager)
+    if not budget.problems and budget.max_concurrency >= concurrency:  # serves(budget, concurrency)
+        return (
+            settings,
+            budget,
             (
-                f"vLLM's defaults serve concurrency {inputs.concurrency}: KV cache holds "
-                f"{base_budget.max_concurrency:.2f} sequences of {inputs.max_model_len} "
-                f"(max-num-seqs {base.max_num_seqs}, max-num-batched-tokens {base.max_num_batched_tokens}, "
-                f"gpu-memory-utilization {base.gpu_memory_utilization})",
+                f"vLLM's defaults serve concurrency {concurrency}: KV cache holds "
+                f"{budget.max_concurrency:.2f} sequences of {length} "
+                f"(max-num-seqs {seqs}, max-num-batched-tokens {tokens}, "
+                f"gpu-memory-utilization {utilization})",
             ),
+            "",
         )
-    if _hopeless(layout, base_budget):
-        return Tuned(base, base_budget, (), shortfall(inputs, base, base_budget))
-    seqs_low = layout.seq_floor if layout.free_seqs else base.max_num_seqs
-    tokens_low = layout.token_floor if layout.free_tokens else base.max_num_batched_tokens
-    eager_last = True if layout.free_eager else base.enforce_eager
-    last = layout.config(seqs_low, tokens_low, eager_last)
-    if not layout.ok(last[1]):
-        reason = shortfall(inputs, *last)
-        if last[0] != base:
-            reason += f" (also after tuning: {_settings_text(last[0])})"
-        return Tuned(last[0], last[1], (), reason)
-    eagers = [base.enforce_eager] + ([True] if layout.free_eager and not base.enforce_eager else [])
+    if hopeless(fixed, inputs, (seqs, tokens, utilization, eager)):
+        return settings, budget, (), shortfall(inputs, settings, budget)
+    layout = _Layout(inputs, gpu, tp, pp, terms=terms)
+    base = layout.base
+    last = layout.last()
+    if not layout.ok(last):
+        settings, budget = layout.materialize(last)
+        reason = shortfall(inputs, settings, budget)
+        if last != base:
+            reason += f" (also after tuning: {_settings_text(settings)})"
+        return settings, budget, (), reason
+    eagers = [base[3]] + ([True] if layout.free_eager and not base[3] else [])
+    chosen = last  # unreachable while feasibility is monotone (the last rung served): keep the last rung
     for eager in eagers:
         found = _rung(layout, eager)
         if found is not None:
-            return Tuned(found[0], found[1], _explain(layout, base_budget, *found))
-    # Unreachable while feasibility is monotone (the last rung served); keep the last rung.
-    return Tuned(last[0], last[1], _explain(layout, base_budget, *last))
+            chosen = found
+            break
+    base_budget = budget
+    settings, budget = layout.materialize(chosen)
+    return settings, budget, _explain(layout, base_budget, settings, budget), ""
 
 
-def _rung(layout: _Layout, eager: bool) -> tuple[EngineSettings, MemoryBudget] | None:
-    base = layout.base
-    seqs, tokens = base.max_num_seqs, base.max_num_batched_tokens
+def _rung(layout: _Layout, eager: bool) -> Config | None:
+    seqs, tokens = layout.base[0], layout.base[1]
     first = layout.config(seqs, tokens, eager)
-    if layout.ok(first[1]):
+    if layout.ok(first):
         return first
     if layout.free_seqs:
         chosen = _largest(
-            _steps(layout.seq_floor, seqs, 16), lambda v: layout.ok(layout.config(v, tokens, eager)[1])
+            _steps(layout.seq_floor, seqs, 16), lambda v: layout.ok(layout.config(v, tokens, eager))
         )
         if chosen is not None:
             return layout.config(chosen, tokens, eager)
@@ -209,7 +442,7 @@ def _rung(layout: _Layout, eager: bool) -> tuple[EngineSettings, MemoryBudget] |
     if layout.free_tokens:
         chosen = _largest(
             _steps(max(layout.token_floor, seqs), tokens, 256),
-            lambda v: layout.ok(layout.config(seqs, v, eager)[1]),
+            lambda v: layout.ok(layout.config(seqs, v, eager)),
         )
         if chosen is not None:
             return layout.config(seqs, chosen, eager)
@@ -227,33 +460,34 @@ def _settings_text(s: EngineSettings) -> str:
 def _explain(
     layout: _Layout, base_budget: MemoryBudget, settings: EngineSettings, budget: MemoryBudget
 ) -> tuple[str, ...]:
-    base, inputs = layout.base, layout.inputs
+    base_seqs, base_tokens, base_util, base_eager = layout.base
+    inputs = layout.inputs
     notes = [
         f"vLLM's defaults hold {base_budget.max_concurrency:.2f} sequences of {inputs.max_model_len}"
         + (f" ({base_budget.problems[0]})" if base_budget.problems else "")
         + f"; tuned to serve concurrency {inputs.concurrency} on these GPUs instead of adding more:"
     ]
-    if settings.gpu_memory_utilization != base.gpu_memory_utilization:
+    if settings.gpu_memory_utilization != base_util:
         free = budget.total_gib * (1 - settings.gpu_memory_utilization)
         notes.append(
             f"gpu-memory-utilization {settings.gpu_memory_utilization} (default "
-            f"{base.gpu_memory_utilization}): {free:.2f} GiB stay free above it for CUDA graphs "
+            f"{base_util}): {free:.2f} GiB stay free above it for CUDA graphs "
             f"({budget.cuda_graph_gib:.2f}), the sampler warm-up ({budget.sampler_warmup_gib:.2f}) and a "
             f"{SAFE_HEADROOM_GIB} GiB margin"
         )
-    if settings.max_num_seqs != base.max_num_seqs:
+    if settings.max_num_seqs != base_seqs:
         notes.append(
-            f"max-num-seqs {settings.max_num_seqs} (default {base.max_num_seqs}, not below concurrency "
+            f"max-num-seqs {settings.max_num_seqs} (default {base_seqs}, not below concurrency "
             f"{inputs.concurrency}): the profiling pass's sampler over fewer dummy requests leaves more "
             "for the KV cache; fewer short requests run at once"
         )
-    if settings.max_num_batched_tokens != base.max_num_batched_tokens:
+    if settings.max_num_batched_tokens != base_tokens:
         notes.append(
             f"max-num-batched-tokens {settings.max_num_batched_tokens} (default "
-            f"{base.max_num_batched_tokens}): smaller prefill chunks, smaller activation peak; long "
+            f"{base_tokens}): smaller prefill chunks, smaller activation peak; long "
             "prompts take more steps to prefill"
         )
-    if settings.enforce_eager and not base.enforce_eager:
+    if settings.enforce_eager and not base_eager:
         notes.append(
             "enforce-eager: no CUDA graphs, whose pool is freed for a higher utilization; decode is slower"
         )

@@ -1,0 +1,120 @@
+"""Making the planner fast changed no plan: 300 specs of the benchmark fleet (``benchmarks/_fleet.py``), each
+planned from the catalog and as the operator plans it in a known cluster (its shapes and free GPUs), give
+plans identical to those saved from the planner before it was optimised (main's at 6879030, with its
+verified-prices-first rule and price data; ``tests/golden/plans/fleet.json``
+holds the digest of every candidate, budget, setting, shape, note, refusal and fix of 3,000 specs;
+``benchmarks/plan_fleet.py --check-golden tests/golden/plans/fleet.json`` checks all of them)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+from pathlib import Path
+
+from benchmarks import _fleet
+
+from loadline.sizing import gpu_catalog, plan_inference_model, resolve_inputs, resolve_model, tune
+from loadline.sizing._plan import _layouts_for, plan_candidates
+from loadline.sizing._tune import serves_at, serves_concurrencies, serves_lengths
+
+GOLDEN = Path(__file__).resolve().parent / "golden" / "plans" / "fleet.json"
+
+
+def test_fleet_sample_plans_are_unchanged() -> None:
+    saved = json.loads(GOLDEN.read_text(encoding="utf-8"))
+    raw = _fleet.build_specs(saved["fleet"], saved["seed"])
+    # The specs saved with a cluster variant too: every tenth of the sample, 300 of them.
+    indexes = sorted({row["index"] for row in saved["plans"] if row["cluster"]})
+    rows = [row for row in saved["plans"] if row["index"] in set(indexes)]
+    assert len(indexes) == 300
+    specs = dict(zip(indexes, _fleet.planning_specs([raw[i] for i in indexes]), strict=True))
+    changed = []
+    for row in rows:
+        assert _fleet.digest(raw[row["index"]]) == row["spec"], f"the fleet's spec #{row['index']} changed"
+        record = _fleet.plan_record(specs[row["index"]], row["cluster"])
+        if _fleet.digest(record) != row["digest"]:
+            where = f"#{row['index']} ({row['model']}, cluster={row['cluster']})"
+            changed.append(f"{where}: {row['brief']} → {_fleet.brief(record)}")
+    assert not changed, f"{len(changed)} of {len(rows)} plans changed:\n" + "\n".join(changed[:20])
+
+
+def test_plans_are_the_same_from_empty_memos_and_from_full_ones() -> None:
+    specs = _fleet.planning_specs(_fleet.build_specs(150, seed=7))
+    _fleet.clear_caches()
+    cold = [_fleet.digest(_fleet.plan_record(spec)) for spec in specs]
+    warm = [_fleet.digest(_fleet.plan_record(spec)) for spec in specs]
+    in_cluster = [_fleet.digest(_fleet.plan_record(spec, True)) for spec in specs[:40]]
+    assert warm == cold
+    _fleet.clear_caches()
+    assert [_fleet.digest(_fleet.plan_record(spec, True)) for spec in specs[:40]] == in_cluster
+
+
+def test_a_plans_candidates_are_built_when_read_and_are_those_of_plan_candidates() -> None:
+    spec = _fleet.planning_specs(
+        [
+            {
+                "model": {"name": "meta-llama/Llama-3.1-70B-Instruct"},
+                "maxModelLen": 32768,
+                "concurrency": 16,
+                "engine": {"version": "0.19.0"},
+            }
+        ]
+    )[0]
+    plan = plan_inference_model(spec)
+    assert "candidates" in plan.__dict__ and not isinstance(
+        plan.__dict__["candidates"], tuple
+    )  # not built yet
+    candidates = plan.candidates
+    assert plan.candidates is candidates and isinstance(candidates, tuple)  # built once, kept
+    assert plan.chosen in candidates and plan.rejected
+    eager = plan_candidates(plan.inputs, list(gpu_catalog()), 64, spec.gpu.allow_multi_node)
+    assert [(c.label, c.settings, c.budget, c.shape) for c in candidates] == [
+        (c.label, c.settings, c.budget, c.shape) for c in eager
+    ]
+    again = pickle.loads(pickle.dumps(plan_inference_model(spec)))
+    assert again == plan and dataclasses.replace(plan, replicas=3).candidates == candidates
+
+
+def test_with_rejection_keeps_every_other_field() -> None:
+    plan = plan_inference_model(
+        _fleet.planning_specs(
+            [
+                {
+                    "model": {"name": "Qwen/Qwen3-8B"},
+                    "maxModelLen": 8192,
+                    "concurrency": 8,
+                    "engine": {"version": "0.19.0"},
+                }
+            ]
+        )[0]
+    )
+    chosen = plan.chosen
+    assert chosen.shape is not None and chosen.pod is not None and chosen.tuning
+    assert chosen.with_rejection("no") == dataclasses.replace(chosen, rejection="no")
+
+
+def test_feasibility_on_figures_agrees_with_the_full_tuning_ladder() -> None:
+    """The planner judges layouts (and refusal fixes probe lengths and concurrencies) without walking
+    the ladder: vLLM's defaults or its last rung decide. Here every layout of every GPU type, for a
+    sample of the fleet and shorter lengths and lower concurrencies, against :func:`tune`."""
+    checked = 0
+    for spec in _fleet.planning_specs(_fleet.build_specs(60, seed=11)):
+        inputs = resolve_inputs(spec, resolve_model(spec))
+        arch = inputs.model.architecture
+        for gpu in gpu_catalog().values():
+            node = gpu.max_gpus_per_node
+            for tp, pp, _ in _layouts_for(
+                node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
+            ):
+                assert serves_at(inputs, gpu, tp, pp) == tune(inputs, gpu, tp, pp).serves
+                lengths = serves_lengths(inputs, gpu, tp, pp)
+                concurrencies = serves_concurrencies(inputs, gpu, tp, pp)
+                for length in {1, 512, inputs.max_model_len // 3, inputs.max_model_len}:
+                    shorter = dataclasses.replace(inputs, max_model_len=length)
+                    assert lengths(length) == tune(shorter, gpu, tp, pp).serves
+                for concurrency in {1, 7, inputs.concurrency // 2 or 1, inputs.concurrency}:
+                    fewer = dataclasses.replace(inputs, concurrency=concurrency)
+                    assert concurrencies(concurrency) == tune(fewer, gpu, tp, pp).serves
+                checked += 1
+    assert checked > 1000
