@@ -60,13 +60,21 @@ def _resource(api_version: str, kind: str) -> Any:
     return dynamic().resources.get(api_version=api_version, kind=kind)
 
 
+def _plain(response: Any) -> dict[str, Any]:
+    """The JSON body of a dynamic-client call made with ``serialize=False``, as plain dicts.
+
+    The dynamic client's default wraps every answer in ResourceInstance/ResourceField objects, one per
+    nested dict, and ``to_dict()`` walks them back: at fleet scale that was a fifth of the operator's
+    CPU (py-spy, 300 models). The raw body parsed once gives the same dicts."""
+    result: dict[str, Any] = json.loads(response.data)
+    return result
+
+
 def get(api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
     try:
-        obj = _resource(api_version, kind).get(name=name, namespace=namespace)
+        return _plain(_resource(api_version, kind).get(name=name, namespace=namespace, serialize=False))
     except NotFoundError:
         return None
-    result: dict[str, Any] = obj.to_dict()
-    return result
 
 
 def has_kind(api_version: str, kind: str) -> bool:
@@ -94,8 +102,9 @@ def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, An
         namespace=namespace,
         field_manager=field_manager,
         force_conflicts=True,
+        serialize=False,
     )
-    result: dict[str, Any] = applied.to_dict()
+    result = _plain(applied)
     before_version = (before or {}).get("metadata", {}).get("resourceVersion")
     return result, before_version != result["metadata"]["resourceVersion"]
 
@@ -103,8 +112,8 @@ def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, An
 def list_objects(
     api_version: str, kind: str, namespace: str | None = None, **selectors: str
 ) -> list[dict[str, Any]]:
-    items = _resource(api_version, kind).get(namespace=namespace, **selectors).items
-    return [item.to_dict() for item in items]
+    answer = _plain(_resource(api_version, kind).get(namespace=namespace, serialize=False, **selectors))
+    return list(answer.get("items") or [])
 
 
 def delete(api_version: str, kind: str, namespace: str | None, name: str) -> bool:
@@ -127,9 +136,9 @@ def patch_status(obj: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str
         name=meta["name"],
         namespace=meta.get("namespace"),
         content_type="application/merge-patch+json",
+        serialize=False,
     )
-    patched: dict[str, Any] = result.to_dict()
-    return patched
+    return _plain(result)
 
 
 def patch_spec(api_version: str, kind: str, namespace: str, name: str, spec: Mapping[str, Any]) -> None:
@@ -165,9 +174,9 @@ def annotate(obj: Mapping[str, Any], annotations: Mapping[str, str]) -> dict[str
         name=meta["name"],
         namespace=meta.get("namespace"),
         content_type="application/merge-patch+json",
+        serialize=False,
     )
-    patched: dict[str, Any] = result.to_dict()
-    return patched
+    return _plain(result)
 
 
 def api_error_text(exc: ApiException) -> str:

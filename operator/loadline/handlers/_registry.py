@@ -106,9 +106,7 @@ def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs:
     # A change in what the model keeps moves the counts on the FleetPolicies (no timer on them: a
     # timer would make kopf put a finalizer on every policy, and deleting one would wait on us).
     if _fleet.compliance_moved(body.get("status") or {}, patch.status):
-        _fleet.refresh_counts(
-            bodies, SETTINGS, updated={**body, "status": {**(body.get("status") or {}), **patch.status}}
-        )
+        _fleet.COUNTS.request(bodies, SETTINGS)  # counted off this path, after the patch is written
 
 
 @kopf.index(GROUP, VERSION, POLICY_PLURAL, registry=ADMISSION)
