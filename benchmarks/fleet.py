@@ -237,6 +237,15 @@ def main() -> int:
     figures["gpu_nodes"] = bring_up(args.nodes)
     print(f"cluster: {figures['gpu_nodes']} GPU nodes ({time.monotonic() - t0:.0f} s)", flush=True)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
+    # What an interrupted run left: webhooks whose replicas are gone (they would refuse every apply)
+    # and its namespaces (their models would be reconciled too, and skew every figure).
+    kubectl.run("delete", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+                "-l", "app.kubernetes.io/name=loadline", "--ignore-not-found", check=False)  # fmt: skip
+    stale = [
+        n for n in kubectl("get", "namespaces", "-o", "name").split() if n.startswith("namespace/fleet-")
+    ]
+    if stale:
+        kubectl("delete", *stale, "--wait=true", timeout=1800)
     names = [f"m{i:05d}" for i in range(args.models)]
     models = [model(n) for n in names]
 

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadline.sizing import free_gpus_by_type
+from loadline.handlers import _reconcile
+from loadline.sizing import free_gpus_by_type, reserve
 
 
 def node(
@@ -58,3 +59,33 @@ def test_own_pods_can_be_ignored_when_replanning() -> None:
     pods = [pod("l4-a", 1, labels=mine)]
     assert free_gpus_by_type(nodes, pods) == {"L4": [0]}
     assert free_gpus_by_type(nodes, pods, ignore_pods_labelled=mine) == {"L4": [1]}
+
+
+# --- pods planned but not bound yet (a burst of models created back to back) ---
+
+
+def test_reserved_pods_take_the_most_free_nodes_first() -> None:
+    assert reserve({"L4": [1, 4, 1, 4]}, [("L4", 1, 3)]) == {"L4": [3, 2, 1, 1]}
+    # A pod no node can hold takes nothing; other types are untouched.
+    assert reserve({"L4": [1, 1], "A100-80GB": [8]}, [("L4", 2, 1)]) == {"L4": [1, 1], "A100-80GB": [8]}
+
+
+def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the_cheapest() -> None:
+    """Eight models planned on L4 (one GPU each), none bound yet: the ninth sees no free L4 and falls
+    back, where without the reservations it would see all 8 L4 free and be Pending for good."""
+    nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4), node("l40s", "NVIDIA-L40S", 4)]
+    try:
+        for i in range(8):
+            _reconcile._PLANNED[f"ns/m{i}"] = ("L4", 1, 1)
+        free = _reconcile._free_gpus("m8", "ns", (nodes, []))
+        assert free == {"L4": [0, 0], "L40S": [4]}
+        # Once the scheduler binds a model's pod, the index counts it and its reservation ends.
+        bound = [pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "m0"}) | {"metadata": {
+            "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}]  # fmt: skip
+        assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [0, 0], "L40S": [4]}
+        _reconcile.forget_planned("ns", "m1")  # a deleted model frees its reservation
+        assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [1, 0], "L40S": [4]}
+        # A model's own reservation is not held against its own re-plan.
+        assert _reconcile._free_gpus("m2", "ns", (nodes, bound)) == {"L4": [1, 1], "L40S": [4]}
+    finally:
+        _reconcile._PLANNED.clear()

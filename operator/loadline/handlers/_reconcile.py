@@ -18,6 +18,8 @@ import base64
 import contextlib
 import json
 import logging
+import threading
+from collections import Counter
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -43,7 +45,14 @@ from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.render import child_kinds, render_manifests, workload_ref
-from loadline.sizing import Plan, cluster_shapes, find_catalog_model, free_gpus_by_type, plan_inference_model
+from loadline.sizing import (
+    Plan,
+    cluster_shapes,
+    find_catalog_model,
+    free_gpus_by_type,
+    plan_inference_model,
+    reserve,
+)
 
 
 def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | None:
@@ -120,8 +129,41 @@ def _cluster_view(view: ClusterView | None, *, pods: bool) -> ClusterView:
     return view
 
 
+#: What each model's plan asks the scheduler for: ``namespace/name`` → (GPU type, GPUs per pod, pods).
+#: The pods not bound yet are reserved in every other model's capacity view (sizing.reserve).
+_PLANNED: dict[str, tuple[str, int, int]] = {}
+_PLANNED_LOCK = threading.Lock()
+
+
+def note_planned(namespace: str, name: str, plan: Plan, replicas: int) -> None:
+    """Record the pods a model's children ask for (after they were applied)."""
+    chosen = plan.chosen
+    nodes = max(chosen.nodes, 1)
+    with _PLANNED_LOCK:
+        _PLANNED[f"{namespace}/{name}"] = (chosen.gpu.name, chosen.gpus // nodes, nodes * max(replicas, 1))
+
+
+def forget_planned(namespace: str, name: str) -> None:
+    with _PLANNED_LOCK:
+        _PLANNED.pop(f"{namespace}/{name}", None)
+
+
+def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[tuple[str, int, int]]:
+    """The reservations of the other models' pods that the scheduler has not bound yet."""
+    bound: Counter[str] = Counter()
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        if (pod.get("spec") or {}).get("nodeName"):
+            bound[f"{meta.get('namespace')}/{(meta.get('labels') or {}).get(INSTANCE_LABEL)}"] += 1
+    with _PLANNED_LOCK:
+        planned = list(_PLANNED.items())
+    return [(gpu, per_pod, count - bound[key]) for key, (gpu, per_pod, count) in planned
+            if key != leave_out and count > bound[key]]  # fmt: skip
+
+
 def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[int]]:
-    """Free GPUs per type, leaving this InferenceModel's own pods out."""
+    """Free GPUs per type, leaving this InferenceModel's own pods out, and the other models' pods
+    that are planned but not bound yet reserved."""
     nodes, all_pods = view
     # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
     pods = [
@@ -132,7 +174,7 @@ def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[i
             and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
         )
     ]
-    return free_gpus_by_type(nodes, pods)
+    return reserve(free_gpus_by_type(nodes, pods), _unbound(all_pods, f"{namespace}/{name}"))
 
 
 def remediation_state(body: Mapping[str, Any]) -> RemediationState:
@@ -320,6 +362,7 @@ def reconcile(
             message="removed " + ", ".join(removed) + " (layout changed)",
         )
         logger.info("removed %s", ", ".join(removed))
+    note_planned(namespace, name, plan, obj.spec.replicas)
     ready, ready_message = _build.readiness_from_workload(applied_workload or _workload(manifests))
     previous = dict(body.get("status") or {})
     message = _plan_message(plan)

@@ -214,8 +214,10 @@ def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True, when=_owned)
 def forget(namespace: str | None, name: str, **_: Any) -> None:
-    """A deleted model's metric series go with it (optional: no finalizer holds the deletion)."""
+    """A deleted model's metric series and capacity reservation go with it (optional: no finalizer
+    holds the deletion)."""
     _metrics.forget(namespace or "", name)
+    _reconcile.forget_planned(namespace or "", name)
 
 
 # --- admission, on every replica (the ADMISSION registry) ---

@@ -10,7 +10,7 @@ own GPUs become free when it is re-planned.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from loadline.sizing._data import find_gpu, gpu_catalog
@@ -126,3 +126,28 @@ def cluster_shapes(nodes: Iterable[Mapping[str, Any]]) -> ClusterShapes | None:
             )
         )
     return build_cluster_shapes(seen)
+
+
+def reserve(
+    free: Mapping[str, Sequence[int]], reservations: Iterable[tuple[str, int, int]]
+) -> dict[str, list[int]]:
+    """``free`` less GPUs promised to pods not bound yet: each reservation is ``(GPU type, GPUs per
+    pod, pods)``, placed as the default scheduler spreads pods (the node with the most free GPUs that
+    holds the pod). A pod no node holds takes nothing (it stays Pending; the next plan sees the type
+    full either way, since its GPUs are not free).
+
+    Why: the indexes only count bound pods. When many models are planned at once (created back to
+    back), each would otherwise see the GPUs the ones before it were just given, and the whole burst
+    would land on the cheapest type, its overflow Pending for good."""
+    out = {name: sorted(counts, reverse=True) for name, counts in free.items()}
+    for name, per_pod, pods in reservations:
+        nodes = out.get(name)
+        if not nodes or per_pod < 1:
+            continue
+        for _pod in range(pods):
+            index = next((i for i, n in enumerate(nodes) if n >= per_pod), None)  # sorted: most free first
+            if index is None:
+                break
+            nodes[index] -= per_pod
+            nodes.sort(reverse=True)
+    return out
