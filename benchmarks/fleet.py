@@ -244,6 +244,10 @@ def main() -> int:
     stale = [
         n for n in kubectl("get", "namespaces", "-o", "name").split() if n.startswith("namespace/fleet-")
     ]
+    for ns in stale:  # no operator runs now to remove its finalizer (timers put one on every model)
+        for name in kubectl("get", "inferencemodels", "-n", ns.split("/")[1], "-o", "name").split():
+            kubectl.run("patch", name, "-n", ns.split("/")[1], "--type=merge",
+                        "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
     if stale:
         kubectl("delete", *stale, "--wait=true", timeout=1800)
     names = [f"m{i:05d}" for i in range(args.models)]

@@ -56,8 +56,7 @@ def _reviewed(webhook: str, warnings: list[str] | None = None) -> Iterator[None]
         result = "refused"
         raise
     finally:
-        _metrics.ADMISSIONS.labels(webhook, result).inc()
-        _metrics.ADMISSION_SECONDS.labels(webhook).observe(time.monotonic() - started)
+        _metrics.record_admission(webhook, result, time.monotonic() - started)
 
 
 def _object(body: Mapping[str, Any]) -> dict[str, Any]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from prometheus_client import Counter, Histogram, start_http_server
 
 OOM_INCIDENTS = Counter(
@@ -39,6 +41,19 @@ ADMISSION_SECONDS = Histogram(
 )
 
 _started = False
+
+#: In the admission process (``loadline run`` starts it): where its observations go, to be recorded by
+#: the operator's process, which serves /metrics. None: record here.
+RELAY: Any = None
+
+
+def record_admission(webhook: str, result: str, seconds: float) -> None:
+    """Count and time one admission answer (here, or relayed to the process serving /metrics)."""
+    if RELAY is not None:
+        RELAY.put((webhook, result, seconds))
+        return
+    ADMISSIONS.labels(webhook, result).inc()
+    ADMISSION_SECONDS.labels(webhook).observe(seconds)
 
 
 def forget(namespace: str, name: str) -> int:
