@@ -148,6 +148,11 @@ def build_deployed_status(
     )
 
 
+def plan_status(plan_summary: Mapping[str, Any]) -> Any:
+    """``status.plan`` as :func:`build_deployed_status` writes it (to compare with the stored one)."""
+    return _status_patch(plan=PlanSummary.model_validate(plan_summary))["plan"]
+
+
 def build_failed_status(
     previous: Mapping[str, Any],
     *,

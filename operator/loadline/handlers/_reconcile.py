@@ -320,6 +320,10 @@ def reconcile(
         _fail(body, patch, reason="MissingAPI", message=message, phase="Pending")
         raise kopf.TemporaryError(message, delay=max(settings.retry_delay_seconds, 60))
 
+    # Children of another layout can be left only by a re-plan (a new model has none): listing every
+    # child kind of the model on each reconcile cost four requests per model at creation and resume.
+    previous_plan = (body.get("status") or {}).get("plan")
+    replanned = previous_plan is not None and previous_plan != _build.plan_status(plan.summary())
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
@@ -332,7 +336,8 @@ def reconcile(
                 changed_children.append(f"{child['kind']}/{child['metadata']['name']}")
             if child["kind"] in {"Deployment", "LeaderWorkerSet"}:
                 applied_workload = result
-        removed = _remove_stale_children(namespace, name, meta["uid"], manifests)
+        if replanned:
+            removed = _remove_stale_children(namespace, name, meta["uid"], manifests)
     except ApiException as exc:
         # Refused by the API server (an admission policy, a quota, a conflict) or not reachable: the
         # plan stands; kopf calls reconcile again after the delay until the children land.
@@ -428,15 +433,25 @@ def _remove_stale_children(namespace: str, name: str, uid: str, manifests: list[
     return removed
 
 
-def on_workload_event(body: kopf.Body, logger: logging.Logger | kopf.Logger) -> None:
-    """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status."""
+def on_workload_event(
+    body: kopf.Body, logger: logging.Logger | kopf.Logger, known: Mapping[str, Any] | None = None
+) -> None:
+    """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status.
+
+    ``known``: the parent as the operator's index last saw it (metadata with its resourceVersion, and
+    status). Decided on that first, so most events cost no request (nothing changed) or one (the
+    status patch); a patch against a stale resourceVersion gets 409 and the parent is read again."""
     meta = body.get("metadata", {})
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
         return
     ready, message = _build.readiness_from_workload(dict(body))
-    for _attempt in range(_kube.CONFLICT_RETRIES):
-        parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owners[0]["name"])
+    for attempt in range(_kube.CONFLICT_RETRIES):
+        parent = (
+            {"apiVersion": API_VERSION, "kind": KIND, **known}
+            if attempt == 0 and known is not None
+            else _kube.get(API_VERSION, KIND, meta.get("namespace"), owners[0]["name"])
+        )
         if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
             return
         changes = _build.build_readiness_status(

@@ -12,7 +12,7 @@ from typing import Any
 
 import kopf
 
-from loadline.api import GROUP, PLURAL, POLICY_PLURAL, VERSION
+from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import (
     _admission,
     _fleet,
@@ -189,16 +189,25 @@ def maintenance(
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
-def owned_models(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> dict[str, bool] | None:
-    """``namespace/name`` of this replica's models: its pods' events are handled here, no one else's."""
-    return {f"{namespace}/{name}": True} if _shards.owns_uid(meta.get("uid")) else None
+def owned_models(
+    namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **_: Any
+) -> dict[str, dict[str, Any]] | None:
+    """This replica's models as last seen (identity, resourceVersion, status): its pods' events are
+    handled here and no one else's, and a child's event is judged without reading the model."""
+    if not _shards.owns_uid(meta.get("uid")):
+        return None
+    kept = {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}
+    return {f"{namespace}/{name}": {"metadata": kept, "status": dict(status)}}
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **_: Any) -> None:
+def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **kwargs: Any) -> None:
     if type == "DELETED" or not _shards.owns_uid(_shards.owner_uid(body)):
         return
-    _reconcile.on_workload_event(body, logger)
+    refs = body["metadata"].get("ownerReferences") or []
+    owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
+    known = next(iter(kwargs["owned_models"].get(f"{body['metadata'].get('namespace')}/{owner}", ())), None)
+    _reconcile.on_workload_event(body, logger, known)
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})

@@ -1,0 +1,137 @@
+"""What reconcile asks the API server for (through loadline.handlers._kube, faked here): every child is
+applied; the child kinds are listed, to find a former layout's leftovers, only after a re-plan."""
+
+from __future__ import annotations
+
+import copy
+import logging
+from typing import Any
+
+import kopf
+import pytest
+import yaml
+
+from loadline.handlers import _kube, _reconcile
+from loadline.handlers._settings import OperatorSettings
+from tests.test_capacity import node
+
+REPO_EXAMPLE = "examples/chat-llama-8b.yaml"
+
+
+class FakeKube:
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, str]] = []
+
+    def apply(self, manifest: dict[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
+        self.calls.append(("apply", manifest["kind"]))
+        return {**manifest, "status": {}}, True
+
+    def list_objects(self, api_version: str, kind: str, namespace: str | None = None, **_: str) -> list[Any]:
+        self.calls.append(("list", kind))
+        return []
+
+    def has_kind(self, api_version: str, kind: str) -> bool:
+        return True
+
+
+@pytest.fixture
+def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
+    fake = FakeKube()
+    for name in ("apply", "list_objects", "has_kind"):
+        monkeypatch.setattr(_kube, name, getattr(fake, name))
+    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    return fake
+
+
+def body(status: dict[str, Any] | None = None) -> dict[str, Any]:
+    with open(REPO_EXAMPLE) as f:
+        doc: dict[str, Any] = yaml.safe_load(f)
+    doc["metadata"].update(uid="0b6c1d2e-0000-4000-8000-000000000001", generation=1, resourceVersion="1")
+    if status is not None:
+        doc["status"] = status
+    return doc
+
+
+def run(model: dict[str, Any]) -> dict[str, Any]:
+    patch = kopf.Patch()
+    view = ([node("l4", "NVIDIA-L4", 4), node("a100", "NVIDIA-A100-SXM4-80GB", 8)], [])
+    settings = OperatorSettings()
+    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("test"), settings, view, [])
+    return dict(patch.status)
+
+
+def test_a_new_model_and_a_resync_list_no_child_kinds(fake: FakeKube) -> None:
+    status = run(body())
+    assert ("apply", "Deployment") in fake.calls
+    assert not [c for c in fake.calls if c[0] == "list"]
+    fake.calls.clear()
+    run(body(status))  # a resync (resume after a restart): the same plan
+    assert not [c for c in fake.calls if c[0] == "list"]
+
+
+def test_a_replan_lists_every_child_kind_for_leftovers(fake: FakeKube) -> None:
+    status = run(body())
+    moved = copy.deepcopy(status)
+    moved["plan"]["gpu"] = "A100-80GBx2"  # as if planned on another layout before
+    fake.calls.clear()
+    run(body(moved))
+    listed = {kind for verb, kind in fake.calls if verb == "list"}
+    assert {"Deployment", "LeaderWorkerSet", "Service"} <= listed
+
+
+class FakeParent:
+    """get/patch_status of one InferenceModel with a resourceVersion guard (409 when stale)."""
+
+    def __init__(self, status: dict[str, Any]) -> None:
+        self.model = body(status)
+        self.model["metadata"]["resourceVersion"] = "7"
+        self.calls: list[str] = []
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any]:
+        self.calls.append("get")
+        return copy.deepcopy(self.model)
+
+    def patch_status(self, obj: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        self.calls.append("patch")
+        if obj["metadata"]["resourceVersion"] != self.model["metadata"]["resourceVersion"]:
+            from kubernetes.client.exceptions import ApiException
+
+            raise ApiException(status=409, reason="Conflict")
+        self.model["status"] = {**self.model["status"], **changes}
+        self.model["metadata"]["resourceVersion"] = str(int(self.model["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(self.model)
+
+
+def available_deployment(model: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "chat",
+            "namespace": "team-a",
+            "generation": 1,
+            "ownerReferences": [{"kind": "InferenceModel", "name": "chat", "uid": model["metadata"]["uid"]}],
+        },
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
+                   "readyReplicas": 1},
+    }  # fmt: skip
+
+
+@pytest.mark.parametrize(("index_version", "expected"), [("7", ["patch"]), ("6", ["patch", "get", "patch"])])
+def test_a_childs_event_is_judged_on_the_index_and_read_only_after_a_conflict(
+    fake: FakeKube, monkeypatch: pytest.MonkeyPatch, index_version: str, expected: list[str]
+) -> None:
+    status = run(body())  # Deploying, as reconcile leaves a new model
+    parent = FakeParent(status)
+    monkeypatch.setattr(_kube, "get", parent.get)
+    monkeypatch.setattr(_kube, "patch_status", parent.patch_status)
+    known = {"metadata": {**parent.model["metadata"], "resourceVersion": index_version}, "status": status}
+    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
+    assert parent.calls == expected
+    assert parent.model["status"]["phase"] == "Ready"
+    # Nothing changed since: the next event of the same child costs no request.
+    parent.calls.clear()
+    known = {"metadata": parent.model["metadata"], "status": parent.model["status"]}
+    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
+    assert parent.calls == []
