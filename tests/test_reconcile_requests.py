@@ -135,3 +135,33 @@ def test_a_childs_event_is_judged_on_the_index_and_read_only_after_a_conflict(
     known = {"metadata": parent.model["metadata"], "status": parent.model["status"]}
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
     assert parent.calls == []
+
+
+# --- whether a server-side apply changed the object, without a GET (kube-apiserver's behaviour,
+# checked on the local control plane: a no-op apply keeps resourceVersion and the manager's time) ---
+
+
+def applied(time: str) -> dict[str, Any]:
+    return {"metadata": {"managedFields": [
+        {"manager": "kube-controller-manager", "operation": "Update", "time": "2026-11-23T21:08:30Z"},
+        {"manager": "loadline", "operation": "Apply", "time": time},
+    ]}}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("stamp", "date", "changed"),
+    [
+        ("2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:08:15 GMT", True),  # stamped by this apply
+        ("2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:08:16 GMT", True),  # within the second
+        ("2026-11-23T21:08:11Z", "Mon, 23 Nov 2026 21:08:15 GMT", False),  # a no-op: the old stamp
+    ],
+)
+def test_an_apply_changed_the_object_when_its_managers_time_is_the_answers(
+    stamp: str, date: str, changed: bool
+) -> None:
+    assert _kube.applied_now(applied(stamp), "loadline", date) is changed
+
+
+def test_an_unreadable_answer_counts_as_changed() -> None:
+    assert _kube.applied_now(applied("2026-11-23T21:08:11Z"), "loadline", None)
+    assert _kube.applied_now({"metadata": {}}, "loadline", "Mon, 23 Nov 2026 21:08:15 GMT")

@@ -9,6 +9,8 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import Mapping
+from datetime import datetime, timedelta
+from email.utils import parsedate_to_datetime
 from typing import Any
 
 from kubernetes import client, config
@@ -90,23 +92,48 @@ def has_kind(api_version: str, kind: str) -> bool:
     return True
 
 
+def applied_now(obj: Mapping[str, Any], field_manager: str, server_date: str | None) -> bool:
+    """Whether a server-side apply by ``field_manager`` changed ``obj`` (as the API server returned it).
+
+    The API server writes nothing for an apply that changes nothing: the object keeps its
+    resourceVersion and the manager's ``managedFields`` time. An apply that changed something stamps
+    that time with the server's clock, the clock of the response's ``Date`` header; both are whole
+    seconds, so a time within a second of the answer is this apply's. (A GET before every apply told
+    the same at one request per child; an unreadable header counts as changed.)"""
+    if not server_date:
+        return True
+    try:
+        answered = parsedate_to_datetime(server_date)
+    except (TypeError, ValueError):
+        return True
+    stamps = [
+        entry.get("time")
+        for entry in (obj.get("metadata") or {}).get("managedFields") or []
+        if entry.get("manager") == field_manager and entry.get("operation") == "Apply"
+    ]
+    times = []
+    for stamp in stamps:
+        try:
+            times.append(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")))
+        except ValueError:
+            return True
+    return not times or max(times) >= answered - timedelta(seconds=1)
+
+
 def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
     """Server-side apply one object; returns it and whether the API server changed anything."""
     meta = manifest["metadata"]
     resource = _resource(manifest["apiVersion"], manifest["kind"])
-    namespace = meta.get("namespace")
-    before = get(manifest["apiVersion"], manifest["kind"], namespace, meta["name"])
-    applied = resource.server_side_apply(
+    response = resource.server_side_apply(
         body=dict(manifest),
         name=meta["name"],
-        namespace=namespace,
+        namespace=meta.get("namespace"),
         field_manager=field_manager,
         force_conflicts=True,
         serialize=False,
     )
-    result = _plain(applied)
-    before_version = (before or {}).get("metadata", {}).get("resourceVersion")
-    return result, before_version != result["metadata"]["resourceVersion"]
+    result = _plain(response)
+    return result, applied_now(result, field_manager, response.headers.get("Date"))
 
 
 def list_objects(
