@@ -1,6 +1,6 @@
 """Fleet scale on the local control plane: N GPU nodes, M InferenceModels, the operator as the chart runs it.
 
-    .venv/bin/python benchmarks/fleet.py [--nodes 2000] [--models 1000] [--replicas 1] [--more 20]
+    .venv/bin/python benchmarks/fleet.py [--nodes 2000] [--models 1000] [--replicas 1,2,4] [--more 20]
                                          [--rest-seconds 60] [--ready-timeout 900]
 
 Not a test: it prints figures (issue 14's goals beside them). It brings the local control plane up (or
@@ -13,13 +13,17 @@ re-applies its simulated fleet) with ``--nodes`` KWOK GPU nodes (e2e/fleet.yaml 
    replicas as processes); the M InferenceModels applied the same way into a fresh namespace; the time
    until every one has its Deployment (a watch sees it). Ratio = this ÷ the direct writes.
 3. **One more model** at that scale, ``--more`` times, one a second: create → its Deployment seen.
-4. Every model Ready (or the timeout); the active replica's RSS (``/proc``) then.
+4. Every model Ready (or the timeout); then the RSS (``/proc``) of each reconciling replica: its own
+   process and the admission process it starts.
 5. **At rest** for ``--rest-seconds``: writes seen by watches on InferenceModels, Events and children in
    the namespace, and the operator's API requests (the API server's own count for the
    ``service-accounts`` flow schema, which only the operator's token falls under here: every other
    client of the local control plane is exempt or a system component).
 
 API requests per model: the operator's requests during step 2 divided by M (watches and lists included).
+
+Steps 2 to 5 run once per ``--replicas`` count on the same fleet; more than one replica shards the
+models (``sharding.shards`` = replicas; the local control plane has the ShardedListAndWatch gate).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from _bench import chat_model, percentile
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, uninstall
 from kube import E2E_DIR, REPO, Kubectl, kubectl_binary, wait_for
+from loadline import sharding
 
 BASE_NODES = 12  # e2e/fleet.yaml's node count at scale 1
 GPU_TYPES = ["L4", "L40S", "A100-80GB", "H100-80GB"]
@@ -210,22 +215,17 @@ def phases(kubectl: Kubectl, namespace: str) -> dict[str, int]:
     return out
 
 
-def rss_mib(chart: ChartOperator) -> float:
-    active = chart.active(timeout=60)
-    assert active.process is not None
-    for line in Path(f"/proc/{active.process.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) / 1024
-    return float("nan")
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--nodes", type=int, default=2000)
     parser.add_argument("--models", type=int, default=1000)
-    parser.add_argument("--replicas", type=int, default=1)
+    parser.add_argument(
+        "--replicas", type=lambda text: [int(n) for n in text.split(",")], default=[1],
+        help="operator replicas, comma-separated (1,2,4): one run each on the same fleet; more than one "
+        "replica shards the models (as many shards as replicas)",
+    )  # fmt: skip
     parser.add_argument("--more", type=int, default=20)
     parser.add_argument("--rest-seconds", type=float, default=60)
     parser.add_argument("--ready-timeout", type=float, default=900)
@@ -237,19 +237,7 @@ def main() -> int:
     figures["gpu_nodes"] = bring_up(args.nodes)
     print(f"cluster: {figures['gpu_nodes']} GPU nodes ({time.monotonic() - t0:.0f} s)", flush=True)
     kubectl("apply", "--server-side", "--force-conflicts", "-f", str(REPO / "crds"))
-    # What an interrupted run left: webhooks whose replicas are gone (they would refuse every apply)
-    # and its namespaces (their models would be reconciled too, and skew every figure).
-    kubectl.run("delete", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
-                "-l", "app.kubernetes.io/name=loadline", "--ignore-not-found", check=False)  # fmt: skip
-    stale = [
-        n for n in kubectl("get", "namespaces", "-o", "name").split() if n.startswith("namespace/fleet-")
-    ]
-    for ns in stale:  # no operator runs now to remove its finalizer (timers put one on every model)
-        for name in kubectl("get", "inferencemodels", "-n", ns.split("/")[1], "-o", "name").split():
-            kubectl.run("patch", name, "-n", ns.split("/")[1], "--type=merge",
-                        "-p", '{"metadata":{"finalizers":null}}', check=False)  # fmt: skip
-    if stale:
-        kubectl("delete", *stale, "--wait=true", timeout=1800)
+    clean_up(kubectl)
     names = [f"m{i:05d}" for i in range(args.models)]
     models = [model(n) for n in names]
 
@@ -265,26 +253,109 @@ def main() -> int:
     )
     kubectl("delete", "namespace", direct_ns, "--wait=true", timeout=1800)
 
-    # 2. Through the operator.
-    chart = install(kubectl, "loadline", OPERATOR_NAMESPACE, {}, replicas=args.replicas)
+    runs = []
+    for replicas in args.replicas:
+        runs.append(through_operator(kubectl, args, models, direct, replicas))
+        report(args, figures, runs[-1])
+    if len(runs) > 1:
+        print(
+            "\nreplicas  shards  all children  ratio  requests/model  RSS per replica (reconcile + admission)"
+        )
+        for run in runs:
+            print(
+                f"{run['replicas']:>8}  {run['shards']:>6}  {run['operator_seconds']:>10.1f} s"
+                f"  {run['ratio']:>5.2f}  {run['requests_per_model']:>14.1f}  {run['rss']}"
+            )
+    return 0
+
+
+def clean_up(kubectl: Kubectl) -> None:
+    """What an interrupted run left: webhooks whose replicas are gone (they would refuse every apply)
+    and its namespaces (their models would be reconciled too, and skew every figure)."""
+    kubectl.run("delete", "validatingwebhookconfigurations,mutatingwebhookconfigurations",
+                "-l", "app.kubernetes.io/name=loadline", "--ignore-not-found", check=False)  # fmt: skip
+    stale = [
+        n for n in kubectl("get", "namespaces", "-o", "name").split() if n.startswith("namespace/fleet-")
+    ]
+    for ns in stale:  # no operator runs now to remove its finalizer (timers put one on every model)
+        names = kubectl("get", "inferencemodels", "-n", ns.split("/")[1], "-o", "name", timeout=300).split()
+        for start in range(0, len(names), 200):
+            kubectl.run("patch", *names[start : start + 200], "-n", ns.split("/")[1], "--type=merge",
+                        "-p", '{"metadata":{"finalizers":null}}', check=False, timeout=600)  # fmt: skip
+    if stale:
+        kubectl("delete", *stale, "--wait=true", timeout=1800)
+
+
+def processes(pid: int) -> list[int]:
+    """``pid`` and its children (the admission process ``loadline run`` starts)."""
+    children = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            children.append(int(stat.parent.name))
+    return [pid, *children]
+
+
+def rss_of(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def reconciling(chart: ChartOperator, shards: int, timeout: float = 120) -> list[Any]:
+    """The replicas that reconcile: the Lease holder, or (sharded) the holders of every shard Lease."""
+    if shards == 1:
+        return [chart.active(timeout=timeout)]
+
+    def holders() -> list[Any] | None:
+        names = [sharding.lease_name(chart.lease_name, i, shards) for i in range(shards)]
+        held = set()
+        for name in names:
+            proc = chart.kubectl.run("get", "lease", name, "-n", chart.namespace, "-o", "json", check=False)
+            if proc.returncode != 0:
+                return None
+            held.add(json.loads(proc.stdout)["spec"].get("holderIdentity") or "")
+        live = [r for r in chart.replicas if r.alive() and r.identity() in held]
+        return live if "" not in held and len({r.identity() for r in live}) == len(held) else None
+
+    result: list[Any] = wait_for(holders, timeout=timeout, what=f"every one of {shards} shard Leases held")
+    return result
+
+
+def through_operator(
+    kubectl: Kubectl, args: argparse.Namespace, models: list[dict[str, Any]], direct: float, replicas: int
+) -> dict[str, Any]:
+    """Steps 2 to 5 with ``replicas`` operator replicas (more than one: as many shards)."""
+    shards = replicas if replicas > 1 else 1
+    run: dict[str, Any] = {"replicas": replicas, "shards": shards}
+    values = {"replicas": replicas, "sharding": {"shards": shards}}
+    chart = install(kubectl, "loadline", OPERATOR_NAMESPACE, values, replicas=replicas)
     namespace = f"fleet-{uuid.uuid4().hex[:5]}"
     try:
-        chart.active(timeout=120)
+        reconciling(chart, shards)
         kubectl("create", "namespace", namespace)
         watch = DeploymentWatch(namespace)
         time.sleep(2)
         before = operator_requests(kubectl)
         start = time.monotonic()
-        _, figures["operator_refused"] = apply_server_side(kubectl, namespace, models)
+        _, run["operator_refused"] = apply_server_side(kubectl, namespace, models)
         wait_for(
             lambda: watch.count() >= args.models, timeout=3600, interval=0.5, what="every model's Deployment"
         )
         through = max(watch.seen.values()) - start
-        figures["operator_seconds"] = through
-        figures["ratio"] = through / direct
-        figures["requests_per_model"] = (operator_requests(kubectl) - before) / args.models
+        run["operator_seconds"] = through
+        run["ratio"] = through / direct
+        run["requests_per_model"] = (operator_requests(kubectl) - before) / args.models
         print(
-            f"operator: every model's Deployment after {through:.1f} s (ratio {figures['ratio']:.2f})",
+            f"operator ({replicas} replica(s), {shards} shard(s)): every model's Deployment after "
+            f"{through:.1f} s (ratio {run['ratio']:.2f})",
             flush=True,
         )
 
@@ -297,17 +368,23 @@ def main() -> int:
             wait_for(lambda n=name: watch.when(n) is not None, timeout=60, interval=0.02, what=name)
             latencies.append((watch.when(name) or created) - created)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - created)))
-        figures["more_p50"] = percentile(latencies, 0.5)
-        figures["more_p99"] = percentile(latencies, 0.99)
+        run["more_p50"] = percentile(latencies, 0.5)
+        run["more_p99"] = percentile(latencies, 0.99)
         watch.stop()
 
-        # 4. Ready, RSS.
+        # 4. Ready, RSS of every reconciling replica (its process and its admission process).
         total = args.models + args.more
         deadline = time.monotonic() + args.ready_timeout
         while time.monotonic() < deadline and phases(kubectl, namespace).get("Ready", 0) < total:
             time.sleep(10)
-        figures["phases"] = phases(kubectl, namespace)
-        figures["rss_mib"] = rss_mib(chart)
+        run["phases"] = phases(kubectl, namespace)
+        rss = []
+        for replica in reconciling(chart, shards):
+            assert replica.process is not None
+            pids = processes(replica.process.pid)
+            rss.append([rss_of(pids[0]), sum(rss_of(p) for p in pids[1:])])
+        run["rss_mib"] = max(r[0] for r in rss)
+        run["rss"] = " ".join(f"{a:.0f}+{b:.0f}" for a, b in rss) + " MiB"
 
         # 5. At rest.
         counter = WriteCounter(namespace)
@@ -315,23 +392,21 @@ def main() -> int:
         before = operator_requests(kubectl)
         time.sleep(args.rest_seconds)
         rest_requests = operator_requests(kubectl) - before
-        counts = counter.stop()
-        figures["writes_at_rest"] = counts
-        figures["requests_per_minute_at_rest"] = rest_requests * 60 / args.rest_seconds
+        run["writes_at_rest"] = counter.stop()
+        run["requests_per_minute_at_rest"] = rest_requests * 60 / args.rest_seconds
     finally:
         uninstall(chart)
-        kubectl.run("delete", "namespace", namespace, "--wait=false", check=False)
-
-    report(args, figures)
-    return 0
+        clean_up(kubectl)
+    return run
 
 
-def report(args: argparse.Namespace, f: dict[str, Any]) -> None:
+def report(args: argparse.Namespace, fleet: dict[str, Any], run: dict[str, Any]) -> None:
+    f = {**fleet, **run}
     writes = sum(f["writes_at_rest"].values())
     rows = [
         ("GPU nodes", f"{f['gpu_nodes']}", ""),
         ("InferenceModels", f"{args.models} (+{args.more} one a second)", ""),
-        ("operator replicas", f"{args.replicas}", ""),
+        ("operator replicas / shards", f"{f['replicas']} / {f['shards']}", ""),
         ("direct writes", f"{f['direct_seconds']:.1f} s", ""),
         ("all children via the operator", f"{f['operator_seconds']:.1f} s", ""),
         ("ratio", f"{f['ratio']:.2f}", f"<= {GOALS['ratio']}"),
@@ -346,7 +421,8 @@ def report(args: argparse.Namespace, f: dict[str, Any]) -> None:
             f"p99 <= {GOALS['more_p99']} s",
         ),
         ("phases", json.dumps(f["phases"], sort_keys=True), "all Ready"),
-        ("operator RSS", f"{f['rss_mib']:.0f} MiB", f"<= {GOALS['rss_mib']:.0f} MiB"),
+        ("operator RSS, largest replica", f"{f['rss_mib']:.0f} MiB", f"<= {GOALS['rss_mib']:.0f} MiB"),
+        ("RSS per replica (reconcile + admission)", f["rss"], ""),
         (
             "writes at rest",
             f"{writes} in {args.rest_seconds:.0f} s {json.dumps(f['writes_at_rest'], sort_keys=True)}",
