@@ -66,3 +66,24 @@ def test_a_failing_count_does_not_stop_counting() -> None:
     while len(calls) < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(calls) == 2
+
+
+def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypatch: Any) -> None:
+    from loadline.handlers import _fleet
+
+    def model(name: str, state: str) -> dict[str, Any]:
+        return {"metadata": {"namespace": "ns", "name": name, "labels": {"team": "a"}},
+                "status": {"maintenance": {"state": state}}}  # fmt: skip
+
+    lists: list[int] = []
+
+    def list_models(settings: OperatorSettings) -> list[dict[str, Any]]:
+        lists.append(1)
+        return [model("a", "Running"), model("b", "Scheduled"), model("c", "Running")]
+
+    monkeypatch.setattr(_fleet, "list_models", list_models)
+    monkeypatch.setattr(_fleet, "_restarting_cache", None)
+    found = _fleet.restarting_everywhere(OperatorSettings())
+    assert sorted(found) == ["ns/a", "ns/c"] and found["ns/a"]["labels"] == {"team": "a"}
+    _fleet.restarting_everywhere(OperatorSettings())
+    assert len(lists) == 1  # reused by the timers of the next seconds

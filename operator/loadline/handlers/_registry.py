@@ -183,6 +183,8 @@ def maintenance(
     # step per tick. Reads Prometheus once an hour per model (the learned window is kept in memo).
     nodes, pods = _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
     restarting_now = {key: entry for key, store in kwargs["restarting"].items() for entry in store}
+    if _shards.sharded():  # the slots are the cluster's: other shards' restarts hold them too
+        restarting_now = {**_fleet.restarting_everywhere(SETTINGS), **restarting_now}
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     fleet = _maintenance.FleetView(restarting_now, nodes, pods, policies)
     _maintenance.tend(body, patch, memo, SETTINGS, fleet, logger)
