@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
+import ctypes
 import logging
 import os
 import signal
@@ -32,6 +34,8 @@ from typing import TYPE_CHECKING, Any, TypeVarTuple, Unpack
 
 if TYPE_CHECKING:
     from loadline.handlers._settings import OperatorSettings
+
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 EXIT_LOST = 1
 """Exit status after losing the Lease: the kubelet restarts the container, which then stands by."""
@@ -148,11 +152,17 @@ def _admission_process(relay: Any, parent: int, verbose: bool, debug: bool) -> N
 
     _metrics.RELAY = relay
     kopf.configure(verbose=verbose, debug=debug, log_prefix=True)
+    # Die with the parent at once, as a container's processes do (SIGKILL of the operator's process
+    # must not leave a webhook server that answers for a moment and then cuts the API server off).
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != parent:
+        os._exit(0)
 
-    def orphaned() -> None:
+    def orphaned() -> None:  # where prctl is not there (not Linux)
         while os.getppid() == parent:
             time.sleep(0.5)
-        os._exit(0)  # the operator's process is gone (SIGKILL): so is the container
+        os._exit(0)
 
     threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
     kopf.run(

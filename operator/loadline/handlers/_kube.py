@@ -92,6 +92,11 @@ def has_kind(api_version: str, kind: str) -> bool:
     return True
 
 
+#: The resourceVersion of each child as this process's last apply returned it: a later apply that
+#: returns the same one changed nothing. (One small entry per child; dropped when the child is deleted.)
+_applied_versions: dict[tuple[str, str, str | None, str], str | None] = {}
+
+
 def applied_now(obj: Mapping[str, Any], field_manager: str, server_date: str | None) -> bool:
     """Whether a server-side apply by ``field_manager`` changed ``obj`` (as the API server returned it).
 
@@ -133,6 +138,13 @@ def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, An
         serialize=False,
     )
     result = _plain(response)
+    key = (manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"])
+    version = result["metadata"].get("resourceVersion")
+    with _lock:
+        before = _applied_versions.get(key)
+        _applied_versions[key] = version
+    if before is not None:  # applied by this process before: the resourceVersion says it exactly
+        return result, before != version
     return result, applied_now(result, field_manager, response.headers.get("Date"))
 
 
@@ -144,6 +156,8 @@ def list_objects(
 
 
 def delete(api_version: str, kind: str, namespace: str | None, name: str) -> bool:
+    with _lock:
+        _applied_versions.pop((api_version, kind, namespace, name), None)
     try:
         _resource(api_version, kind).delete(name=name, namespace=namespace)
     except (NotFoundError, ApiException) as exc:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -165,7 +165,24 @@ def _handle_crash(
     A 409 means the InferenceModel changed since it was read: read it again and decide again from the
     fresh object. After :data:`CONFLICT_RETRIES` conflicts in a row the crash is *not* marked seen, so
     the next event of the pod brings it back: no crash is ever dropped.
+
+    What the decision reads besides the model (the container's log, the node's OOM events, Prometheus)
+    is read once, not per attempt: only the model is read again, so the window between its read and
+    the write is a decision's CPU time, and a writer that keeps changing the model (a GitOps tool
+    annotating it) does not win every round.
     """
+    fetched: dict[str, Any] = {}
+
+    def once(key: str, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if key not in fetched:
+            fetched[key] = read(*args, **kwargs)
+        return fetched[key]
+
+    pod_name = str(pod["metadata"]["name"])
+    term = terminated_state(status) or {}
+    container = str(status.get("name", ""))
+    # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
+    needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
     for attempt in range(CONFLICT_RETRIES):
         parent = _kube.get(API_VERSION, KIND, namespace, name)
         if parent is None:
@@ -174,13 +191,9 @@ def _handle_crash(
         state = _reconcile.remediation_state(parent)
         if cid in state.handled_crashes:
             return True
-        term = terminated_state(status) or {}
-        container = str(status.get("name", ""))
-        # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
-        needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
-        log_tail = _previous_log(namespace, pod["metadata"]["name"], container) if needs_log else ""
+        log_tail = once("tail", _previous_log, namespace, pod_name, container) if needs_log else ""
         node_events = (
-            _node_oom_events(pod.get("spec", {}).get("nodeName", ""))
+            once("node", _node_oom_events, pod.get("spec", {}).get("nodeName", ""))
             if term.get("reason") == "OOMKilled"
             else 0
         )
@@ -190,22 +203,17 @@ def _handle_crash(
         if not incident_dict.get("ever_ready"):
             # A crash before (or without sign of) Ready: the start of its log says how far it got,
             # which the timing table needs when the message is thin.
-            head, whole = _previous_log_head(namespace, pod["metadata"]["name"], container)
+            head, whole = once("head", _previous_log_head, namespace, pod_name, container)
             phase = start_up_phase(head, whole=whole)
             if phase:
                 incident_dict["phase"] = phase
         if settings.prometheus_url and term.get("finishedAt"):
             plan = (parent.get("status") or {}).get("plan") or {}
-            metrics = incident_metrics(
-                settings.prometheus_url,
-                namespace,
-                str(pod["metadata"]["name"]),
-                str(term["finishedAt"]),
-                plan.get("engineVersion"),
-                max_model_len=plan.get("maxModelLen"),
-                node=pod.get("spec", {}).get("nodeName"),
-                deadline=3.0,
-            )
+            metrics = once(
+                "metrics", incident_metrics, settings.prometheus_url, namespace, pod_name,
+                str(term["finishedAt"]), plan.get("engineVersion"), max_model_len=plan.get("maxModelLen"),
+                node=pod.get("spec", {}).get("nodeName"), deadline=3.0,
+            )  # fmt: skip
             if metrics:
                 incident_dict["metrics"] = metrics
         incident = parse_incident(incident_dict)
@@ -252,7 +260,7 @@ def _handle_crash(
         except ApiException as exc:
             if exc.status == 409:
                 logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
-                time.sleep(min(0.1 * 2**attempt, 2.0))
+                time.sleep(min(0.05 * 2**attempt, 1.0))
                 continue
             raise
         _report(parent, pod, container, diagnosis, decision, owner_uids)
