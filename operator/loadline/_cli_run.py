@@ -237,9 +237,43 @@ def _exit_now(grace: int) -> None:
     os._exit(EXIT_LOST)
 
 
+def _run_kopf(
+    settings: OperatorSettings,
+    stop: threading.Event,
+    stop_flag: threading.Event,
+    liveness: str | None,
+    signals: _Signals,
+) -> None:
+    """Run the reconciling kopf until ``stop_flag`` (a signal sets ``stop``, and the caller relays it to
+    ``stop_flag``), then wait for its handler threads: nothing may still write once this returns."""
+    import kopf
+
+    kopf_settings = kopf.OperatorSettings()
+    namespaces = settings.namespace_list
+    # A loop of our own rather than asyncio.run inside kopf.run: kopf waits on a threading.Event
+    # stop flag in the loop's default executor, and asyncio.run would join that thread forever when
+    # kopf stops for another reason (an error). Here the flag is set before the loop is closed.
+    loop = _RelayingLoop(stop)
+    try:
+        kopf.run(
+            loop=loop,
+            settings=kopf_settings,
+            clusterwide=not namespaces,
+            namespaces=namespaces,
+            standalone=True,
+            stop_flag=stop_flag,
+            liveness_endpoint=liveness,
+        )
+    finally:
+        stop_flag.set()
+        _close_loop(loop)
+        signals.install()  # closing kopf's loop reset SIGTERM/SIGINT to their defaults
+        # Handler threads outlive kopf.run; a standby or a wider run must not start while one writes.
+        kopf_settings.execution.executor.shutdown(wait=True, cancel_futures=True)
+
+
 def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
     """Stand by until this replica holds the Lease, then run kopf until a signal or the Lease is lost."""
-    import kopf
 
     from loadline.handlers import _metrics
     from loadline.handlers._election import LeaderElector, StandbyHealth
@@ -276,28 +310,9 @@ def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
             watchdog.start()
 
         elector.start_renewing(on_lost)
-        kopf_settings = kopf.OperatorSettings()
-        namespaces = settings.namespace_list
-        # A loop of our own rather than asyncio.run inside kopf.run: kopf waits on a threading.Event
-        # stop flag in the loop's default executor, and asyncio.run would join that thread forever when
-        # kopf stops for another reason (an error). Here the flag is set before the loop is closed.
-        loop = _RelayingLoop(stop)
         try:
-            kopf.run(
-                loop=loop,
-                settings=kopf_settings,
-                clusterwide=not namespaces,
-                namespaces=namespaces,
-                standalone=True,
-                stop_flag=stop,
-                liveness_endpoint=liveness,
-            )
+            _run_kopf(settings, stop, stop, liveness, signals)
         finally:
-            stop.set()
-            _close_loop(loop)
-            signals.install()  # closing kopf's loop reset SIGTERM/SIGINT to their defaults
-            # Handler threads outlive kopf.run; the standby must not start while one still writes.
-            kopf_settings.execution.executor.shutdown(wait=True, cancel_futures=True)
             watchdog.cancel()  # stopped in time
             if not lost.is_set():
                 elector.release()
@@ -314,7 +329,6 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
     expired), kopf is stopped and started again with the wider selector; the models of the new shard
     are resumed like after any restart. A shard lost is handled as a lost Lease: kopf stops, the
     process exits 1 (the kubelet restarts it, and it claims again)."""
-    import kopf
 
     from loadline.handlers import _metrics, _shards
     from loadline.handlers._election import StandbyHealth
@@ -345,7 +359,6 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
         finally:
             if health is not None:
                 health.close()  # kopf serves /healthz on this port from now on
-        namespaces = settings.namespace_list
         while not stop.is_set():
             grew.clear()
             held = keeper.held
@@ -364,23 +377,10 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
 
             relay_thread = threading.Thread(target=relay, name="shard-relay", daemon=True)
             relay_thread.start()
-            kopf_settings = kopf.OperatorSettings()
-            loop = _RelayingLoop(stop)
             try:
-                kopf.run(
-                    loop=loop,
-                    settings=kopf_settings,
-                    clusterwide=not namespaces,
-                    namespaces=namespaces,
-                    standalone=True,
-                    stop_flag=run_stop,
-                    liveness_endpoint=liveness,
-                )
+                _run_kopf(settings, stop, run_stop, liveness, signals)
             finally:
                 run_stop.set()
-                _close_loop(loop)
-                signals.install()  # closing kopf's loop reset SIGTERM/SIGINT to their defaults
-                kopf_settings.execution.executor.shutdown(wait=True, cancel_futures=True)
                 relay_thread.join()
         watchdog.cancel()
         if lost.is_set():
