@@ -16,9 +16,8 @@ re-applies its simulated fleet) with ``--nodes`` KWOK GPU nodes (e2e/fleet.yaml 
 4. Every model Ready (or the timeout); then the RSS (``/proc``) of each reconciling replica: its own
    process and the admission process it starts.
 5. **At rest** for ``--rest-seconds``: writes seen by watches on InferenceModels, Events and children in
-   the namespace, and the operator's API requests (the API server's own count for the
-   ``service-accounts`` flow schema, which only the operator's token falls under here: every other
-   client of the local control plane is exempt or a system component).
+   the namespace, and the operator's API requests (the API server's own count for the chart's
+   FlowSchema, which matches only the operator's ServiceAccount).
 
 API requests per model: the operator's requests during step 2 divided by M (watches and lists included).
 
@@ -51,7 +50,6 @@ from loadline import sharding
 
 BASE_NODES = 12  # e2e/fleet.yaml's node count at scale 1
 GPU_TYPES = ["L4", "L40S", "A100-80GB", "H100-80GB"]
-FLOW_SCHEMA = "service-accounts"
 GOALS = {
     "ratio": 1.5,
     "more_p99": 1.0,
@@ -109,14 +107,15 @@ def kubectl_args() -> list[str]:
     return [str(kubectl.binary or kubectl_binary()), "--kubeconfig", str(kubectl.kubeconfig)]
 
 
-def operator_requests(kubectl: Kubectl) -> float:
-    """Requests the API server dispatched for the ``service-accounts`` flow schema, all verbs."""
+def operator_requests(kubectl: Kubectl, flow_schema: str) -> float:
+    """Requests the API server dispatched for the operator's flow schema (the chart's FlowSchema, which
+    matches its ServiceAccount only), all verbs."""
     text = kubectl("get", "--raw", "/metrics", timeout=60)
     total = 0.0
     pattern = re.compile(r"^apiserver_flowcontrol_dispatched_requests_total\{([^}]*)\} (\S+)$")
     for line in text.splitlines():
         m = pattern.match(line)
-        if m and f'flow_schema="{FLOW_SCHEMA}"' in m.group(1):
+        if m and f'flow_schema="{flow_schema}"' in m.group(1):
             total += float(m.group(2))
     return total
 
@@ -337,13 +336,14 @@ def through_operator(
     run: dict[str, Any] = {"replicas": replicas, "shards": shards}
     values = {"replicas": replicas, "sharding": {"shards": shards}}
     chart = install(kubectl, "loadline", OPERATOR_NAMESPACE, values, replicas=replicas)
+    flow_schema = next(d["metadata"]["name"] for d in chart.docs if d["kind"] == "FlowSchema")
     namespace = f"fleet-{uuid.uuid4().hex[:5]}"
     try:
         reconciling(chart, shards)
         kubectl("create", "namespace", namespace)
         watch = DeploymentWatch(namespace)
         time.sleep(2)
-        before = operator_requests(kubectl)
+        before = operator_requests(kubectl, flow_schema)
         start = time.monotonic()
         _, run["operator_refused"] = apply_server_side(kubectl, namespace, models)
         wait_for(
@@ -352,7 +352,7 @@ def through_operator(
         through = max(watch.seen.values()) - start
         run["operator_seconds"] = through
         run["ratio"] = through / direct
-        run["requests_per_model"] = (operator_requests(kubectl) - before) / args.models
+        run["requests_per_model"] = (operator_requests(kubectl, flow_schema) - before) / args.models
         print(
             f"operator ({replicas} replica(s), {shards} shard(s)): every model's Deployment after "
             f"{through:.1f} s (ratio {run['ratio']:.2f})",
@@ -365,8 +365,11 @@ def through_operator(
             name = f"more{i:03d}"
             created = time.monotonic()
             kubectl.apply(model(name), namespace)
-            wait_for(lambda n=name: watch.when(n) is not None, timeout=60, interval=0.02, what=name)
-            latencies.append((watch.when(name) or created) - created)
+            try:
+                wait_for(lambda n=name: watch.when(n) is not None, timeout=60, interval=0.02, what=name)
+            except TimeoutError:
+                print(f"{name}: no Deployment within 60 s", flush=True)
+            latencies.append((watch.when(name) or time.monotonic()) - created)
             time.sleep(max(0.0, 1.0 - (time.monotonic() - created)))
         run["more_p50"] = percentile(latencies, 0.5)
         run["more_p99"] = percentile(latencies, 0.99)
@@ -389,9 +392,9 @@ def through_operator(
         # 5. At rest.
         counter = WriteCounter(namespace)
         time.sleep(2)
-        before = operator_requests(kubectl)
+        before = operator_requests(kubectl, flow_schema)
         time.sleep(args.rest_seconds)
-        rest_requests = operator_requests(kubectl) - before
+        rest_requests = operator_requests(kubectl, flow_schema) - before
         run["writes_at_rest"] = counter.stop()
         run["requests_per_minute_at_rest"] = rest_requests * 60 / args.rest_seconds
     finally:

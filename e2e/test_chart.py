@@ -3,6 +3,7 @@ is held to least privilege (e2e/chart.py runs the Deployment's replicas as proce
 
 from __future__ import annotations
 
+import re
 import signal
 import time
 
@@ -196,3 +197,22 @@ def test_namespace_scoped_install_grants_only_its_namespaces(kubectl: Kubectl, n
             if doc["kind"] in {"ClusterRole", "ClusterRoleBinding"}:
                 kubectl.run("delete", doc["kind"], doc["metadata"]["name"], "--ignore-not-found", check=False)
         kubectl("delete", "namespace", release_ns, "--wait=false")
+
+
+def test_the_operators_requests_get_its_own_priority_level(operator: ChartOperator, kubectl: Kubectl) -> None:
+    """The chart's FlowSchema classifies every request of the operator's ServiceAccount at
+    workload-high (the API server names the flow schema and priority level it used in each answer's
+    X-Kubernetes-PF-* headers), not at the service-accounts schema's workload-low."""
+    schema = next(d for d in operator.docs if d["kind"] == "FlowSchema")
+    uid = kubectl.json("get", "flowschema", schema["metadata"]["name"])["metadata"]["uid"]
+    level = kubectl.json("get", "prioritylevelconfiguration", "workload-high")["metadata"]["uid"]
+    as_operator = Kubectl(operator.kubeconfig)
+    proc = as_operator.run("get", "inferencemodels", "-A", "-v=8", check=False)
+    headers = {
+        m.group(1).lower(): m.group(2)
+        for m in re.finditer(
+            r'"?(X-Kubernetes-Pf-\w+-Uid)"?[:=]\s*"?([0-9a-f-]{36})', proc.stderr, re.IGNORECASE
+        )
+    }
+    assert headers.get("x-kubernetes-pf-flowschema-uid") == uid, proc.stderr[-2000:]
+    assert headers.get("x-kubernetes-pf-prioritylevel-uid") == level
