@@ -13,7 +13,6 @@ import pytest
 from kopf._cogs.structs.references import Resource
 
 from loadline.handlers import _index, _registry
-from loadline.handlers._settings import OperatorSettings
 from loadline.render import LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY
 
 NODES = Resource("", "v1", "nodes", namespaced=False)
@@ -133,11 +132,3 @@ def test_only_our_deployments_are_sent() -> None:
     theirs = {"metadata": {"labels": {LABEL_MANAGED_BY: "Helm"}}}
     assert matches(ours, *selectors(DEPLOYMENTS))
     assert not matches(theirs, *selectors(DEPLOYMENTS))
-
-
-def test_the_operator_processes_a_bounded_number_of_objects_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    """kopf's default is no limit: a burst of new models became as many concurrent requests (429s)."""
-    monkeypatch.setattr(_registry, "SETTINGS", OperatorSettings(concurrent_objects=7, metrics_port=0))
-    settings = kopf.OperatorSettings()
-    _registry.configure(settings=settings)
-    assert settings.queueing.worker_limit == 7

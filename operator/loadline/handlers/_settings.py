@@ -100,14 +100,6 @@ class OperatorSettings(BaseSettings):
     )
     hf_endpoint: str = Field(default="https://huggingface.co", description="Hub (or mirror) to fetch from.")
     max_workers: int = Field(default=16, ge=1, le=256, description="Threads that run handlers in parallel.")
-    concurrent_objects: int = Field(
-        default=32,
-        ge=1,
-        le=1024,
-        description="Objects whose events are processed at once (kopf's worker limit). Unbounded, a burst of "
-        "1,000 new models sent as many requests at once, and the API server's priority and fairness "
-        "answered hundreds of them with 429 (queue full).",
-    )
     retry_delay_seconds: int = Field(default=30, ge=1, description="Back-off when waiting on the cluster.")
     liveness_port: int = Field(default=8080, ge=0, description="Port of /healthz (0: off).")
     metrics_port: int = Field(
