@@ -59,7 +59,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Only our explicit Events reach `kubectl describe`; kopf's own INFO chatter would be a write per
     # handler run, which an idle resync must not make.
     settings.posting.level = logging.WARNING
-    settings.batching.error_delays = [1, 2, 5, 10, 30, 60]
+    settings.queueing.error_delays = [1, 2, 5, 10, 30, 60]
     # Handlers are synchronous (the Kubernetes client is); enough threads that 100 models crashing at
     # once are handled in parallel rather than queued behind each other.
     settings.execution.max_workers = SETTINGS.max_workers
