@@ -6,6 +6,7 @@ its shard over and reconciles its models."""
 from __future__ import annotations
 
 import copy
+import json
 import re
 import signal
 import time
@@ -30,6 +31,18 @@ def _restart_replicas(operator: ChartOperator, values: dict[str, Any]) -> None:
         operator.kill(replica, signal.SIGTERM, restart=False)
     operator.scale_to(2)
     operator.wait_replicas(2)
+    # The API server may still hold a connection to a stopped replica's webhook (EOF on its next call):
+    # wait until an admission round trip passes, as a client retrying after a rollout would.
+    probe = json.dumps(chat("default", "admission-probe"))
+    wait_for(
+        lambda: (
+            operator.kubectl.run("apply", "--dry-run=server", "-f", "-", input=probe, check=False).returncode
+            == 0
+            or None
+        ),
+        timeout=60,
+        what="the new replicas' admission webhooks",
+    )
 
 
 @pytest.fixture
@@ -46,8 +59,11 @@ def shard_holders(operator: ChartOperator) -> dict[int, str]:
     holders = {}
     for index in range(SHARDS):
         name = sharding.lease_name(operator.lease_name, index, SHARDS)
-        lease = operator.kubectl.json("get", "lease", name, "-n", operator.namespace)
-        holders[index] = str(lease["spec"].get("holderIdentity") or "")
+        proc = operator.kubectl.run("get", "lease", name, "-n", operator.namespace, "-o", "json", check=False)
+        # Not there yet on a fresh cluster: no replica has claimed that shard so far.
+        holders[index] = (
+            str(json.loads(proc.stdout)["spec"].get("holderIdentity") or "") if proc.returncode == 0 else ""
+        )
     return holders
 
 
