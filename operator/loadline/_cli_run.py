@@ -237,6 +237,28 @@ def _exit_now(grace: int) -> None:
     os._exit(EXIT_LOST)
 
 
+class _LossWatchdog:
+    """What losing a Lease does, for the elected and the sharded paths: raise ``lost`` and ``stop``,
+    and exit the process should kopf not stop in time. A standby may take the Lease lease_duration
+    after our last renewal, and the loss is seen at the renew deadline: kopf gets what is left (less a
+    second) to stop."""
+
+    def __init__(self, settings: OperatorSettings, stop: threading.Event, lost: threading.Event) -> None:
+        grace = max(1, settings.lease_duration_seconds - settings.renew_deadline_seconds - 1)
+        self._timer = threading.Timer(grace, _exit_now, args=(grace,))
+        self._timer.daemon = True
+        self._stop, self._lost = stop, lost
+
+    def on_lost(self, _reason: str) -> None:
+        self._lost.set()
+        self._stop.set()
+        self._timer.start()
+
+    def cancel(self) -> None:
+        """kopf stopped in time."""
+        self._timer.cancel()
+
+
 def _run_kopf(
     settings: OperatorSettings,
     stop: threading.Event,
@@ -298,22 +320,12 @@ def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
                 elector.release()
             return 0
 
-        # A standby may take the Lease lease_duration after our last renewal, and on_lost comes at the
-        # renew deadline: kopf gets what is left (less a second) to stop, else the process exits.
-        grace = max(1, settings.lease_duration_seconds - settings.renew_deadline_seconds - 1)
-        watchdog = threading.Timer(grace, _exit_now, args=(grace,))
-        watchdog.daemon = True
-
-        def on_lost(_reason: str) -> None:
-            lost.set()
-            stop.set()
-            watchdog.start()
-
-        elector.start_renewing(on_lost)
+        watchdog = _LossWatchdog(settings, stop, lost)
+        elector.start_renewing(watchdog.on_lost)
         try:
             _run_kopf(settings, stop, stop, liveness, signals)
         finally:
-            watchdog.cancel()  # stopped in time
+            watchdog.cancel()
             if not lost.is_set():
                 elector.release()
         return EXIT_LOST if lost.is_set() else 0
@@ -339,16 +351,8 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
     grew = threading.Event()
     signals = _Signals(stop)
     signals.install()
-    grace = max(1, settings.lease_duration_seconds - settings.renew_deadline_seconds - 1)
-    watchdog = threading.Timer(grace, _exit_now, args=(grace,))
-    watchdog.daemon = True
-
-    def on_lost(_reason: str) -> None:
-        lost.set()
-        stop.set()
-        watchdog.start()
-
-    keeper = _shards.ShardKeeper(settings, on_grew=lambda _held: grew.set(), on_lost=on_lost)
+    watchdog = _LossWatchdog(settings, stop, lost)
+    keeper = _shards.ShardKeeper(settings, on_grew=lambda _held: grew.set(), on_lost=watchdog.on_lost)
     try:
         _metrics.serve(settings.metrics_port)
         health = StandbyHealth(settings.liveness_port) if settings.liveness_port else None
