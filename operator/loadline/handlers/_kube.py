@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
@@ -93,8 +94,10 @@ def has_kind(api_version: str, kind: str) -> bool:
 
 
 #: The resourceVersion of each child as this process's last apply returned it: a later apply that
-#: returns the same one changed nothing. (One small entry per child; dropped when the child is deleted.)
-_applied_versions: dict[tuple[str, str, str | None, str], str | None] = {}
+#: returns the same one changed nothing. An LRU: children the garbage collector deletes with their
+#: model never pass through :func:`delete`, so the oldest entries go beyond this many.
+_APPLIED_VERSIONS_MAX = 50_000
+_applied_versions: OrderedDict[tuple[str, str, str | None, str], str | None] = OrderedDict()
 
 
 def applied_now(obj: Mapping[str, Any], field_manager: str, server_date: str | None) -> bool:
@@ -141,8 +144,10 @@ def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, An
     key = (manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"])
     version = result["metadata"].get("resourceVersion")
     with _lock:
-        before = _applied_versions.get(key)
+        before = _applied_versions.pop(key, None)
         _applied_versions[key] = version
+        while len(_applied_versions) > _APPLIED_VERSIONS_MAX:
+            _applied_versions.popitem(last=False)
     if before is not None:  # applied by this process before: the resourceVersion says it exactly
         return result, before != version
     return result, applied_now(result, field_manager, response.headers.get("Date"))
