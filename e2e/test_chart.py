@@ -199,20 +199,33 @@ def test_namespace_scoped_install_grants_only_its_namespaces(kubectl: Kubectl, n
         kubectl("delete", "namespace", release_ns, "--wait=false")
 
 
-def test_the_operators_requests_get_its_own_priority_level(operator: ChartOperator, kubectl: Kubectl) -> None:
-    """The chart's FlowSchema classifies every request of the operator's ServiceAccount at
-    workload-high (the API server names the flow schema and priority level it used in each answer's
-    X-Kubernetes-PF-* headers), not at the service-accounts schema's workload-low."""
-    schema = next(d for d in operator.docs if d["kind"] == "FlowSchema")
-    uid = kubectl.json("get", "flowschema", schema["metadata"]["name"])["metadata"]["uid"]
-    level = kubectl.json("get", "prioritylevelconfiguration", "workload-high")["metadata"]["uid"]
-    as_operator = Kubectl(operator.kubeconfig)
-    proc = as_operator.run("get", "inferencemodels", "-A", "-v=8", check=False)
-    headers = {
+def _priority_headers(as_operator: Kubectl, *args: str) -> dict[str, str]:
+    """The flow schema and priority level uids the API server names in the answer to one request."""
+    proc = as_operator.run(*args, "-v=8", check=False)
+    return {
         m.group(1).lower(): m.group(2)
         for m in re.finditer(
             r'"?(X-Kubernetes-Pf-\w+-Uid)"?[:=]\s*"?([0-9a-f-]{36})', proc.stderr, re.IGNORECASE
         )
     }
-    assert headers.get("x-kubernetes-pf-flowschema-uid") == uid, proc.stderr[-2000:]
+
+
+def test_the_operators_requests_get_its_own_priority_level(operator: ChartOperator, kubectl: Kubectl) -> None:
+    """The chart's FlowSchemas classify every request of the operator's ServiceAccount at
+    workload-high (the API server names the flow schema and priority level it used in each answer's
+    X-Kubernetes-PF-* headers), not at the service-accounts schema's workload-low, and its Lease
+    renewals at leader-election, so a burst of its own work cannot starve them."""
+    schemas = {d["metadata"]["name"]: d for d in operator.docs if d["kind"] == "FlowSchema"}
+    main_name = next(n for n in schemas if not n.endswith("-leases"))
+    uid = kubectl.json("get", "flowschema", main_name)["metadata"]["uid"]
+    lease_uid = kubectl.json("get", "flowschema", f"{main_name}-leases")["metadata"]["uid"]
+    level = kubectl.json("get", "prioritylevelconfiguration", "workload-high")["metadata"]["uid"]
+    election = kubectl.json("get", "prioritylevelconfiguration", "leader-election")["metadata"]["uid"]
+    as_operator = Kubectl(operator.kubeconfig)
+    headers = _priority_headers(as_operator, "get", "inferencemodels", "-A")
+    assert headers.get("x-kubernetes-pf-flowschema-uid") == uid, headers
     assert headers.get("x-kubernetes-pf-prioritylevel-uid") == level
+    lease = str((operator.values.get("leaderElection") or {}).get("leaseName") or "loadline")
+    headers = _priority_headers(as_operator, "get", "lease", lease, "-n", operator.namespace)
+    assert headers.get("x-kubernetes-pf-flowschema-uid") == lease_uid, headers
+    assert headers.get("x-kubernetes-pf-prioritylevel-uid") == election
