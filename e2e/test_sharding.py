@@ -1,11 +1,12 @@
 """Two replicas sharing the InferenceModels (chart value sharding.shards=2) on an API server with the
 ShardedListAndWatch feature gate, as e2e/cluster-up.sh starts it: each model is reconciled by exactly
 one replica, the one holding the Lease of its uid's shard, and when one replica dies the other takes
-its shard over and reconciles its models."""
+its shard over and reconciles its models; when a replacement comes, the survivor hands a shard back."""
 
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import re
 import signal
@@ -148,7 +149,47 @@ def test_a_sharded_pair_reconciles_every_model_once_and_survives_a_replica_death
     wait_for(reconciled_again, timeout=60, what=f"{orphan}'s change reconciled")
     assert reconciled_by(operator, namespace, orphan, since=offsets) == [survivor.pod_name]
     assert reconciled_by(operator, namespace, "after", since=offsets) == [survivor.pod_name]
-    operator.scale_to(2)  # the ReplicaSet's replacement; the fixture rolls back to one shard
+
+    # The ReplicaSet's replacement comes (a new pod, a new identity), finds both Leases held and asks
+    # for its share; the survivor hands one shard over, and the newcomer reconciles that shard's models.
+    before = {r.pod_name for r in operator.replicas}
+    offsets = {
+        r.pod_name: len(r.log.read_text(errors="replace")) for r in operator.replicas if r.log.exists()
+    }
+    start = time.monotonic()
+    operator.scale_to(2)
+    newcomer = next(r for r in operator.replicas if r.pod_name not in before)
+    pair = {survivor.identity(), newcomer.identity()}
+
+    def one_each() -> dict[int, str] | None:
+        held = shard_holders(operator)
+        return held if set(held.values()) == pair else None
+
+    rebalanced = wait_for(one_each, timeout=90, what="the survivor to hand a shard over to the replacement")
+    print(f"replacement started: one shard each again after {time.monotonic() - start:.1f}s")
+    handed = next(index for index, holder in rebalanced.items() if holder == newcomer.identity())
+    moved = [name for name, uid in uids.items() if sharding.shard_of(uid, SHARDS) == handed]
+    stayed = [name for name, uid in uids.items() if sharding.shard_of(uid, SHARDS) != handed]
+    for name in (moved[0], stayed[0]):
+        kubectl(
+            "patch",
+            "inferencemodel",
+            name,
+            "-n",
+            namespace,
+            "--type=merge",
+            "-p",
+            '{"spec":{"concurrency":3}}',
+        )
+
+    def observed(name: str) -> bool | None:
+        obj = model(kubectl, namespace, name)
+        return (obj.get("status") or {}).get("observedGeneration") == obj["metadata"]["generation"] or None
+
+    for name in (moved[0], stayed[0]):
+        wait_for(functools.partial(observed, name), timeout=60, what=f"{name}'s change reconciled")
+    assert reconciled_by(operator, namespace, moved[0], since=offsets) == [newcomer.pod_name]
+    assert reconciled_by(operator, namespace, stayed[0], since=offsets) == [survivor.pod_name]
 
 
 def per_shard(uids: dict[str, str]) -> dict[int, int]:

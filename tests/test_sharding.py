@@ -118,15 +118,24 @@ class Clock:
 
 
 def keeper(
-    api: FakeLeases, clock: Clock, identity: str, grew: list[Any], lost: list[str]
+    api: FakeLeases,
+    clock: Clock,
+    identity: str,
+    grew: list[Any],
+    lost: list[str],
+    surplus: list[frozenset[int]] | None = None,
+    *,
+    shards: int = 2,
+    replicas: int = 2,
 ) -> _shards.ShardKeeper:
     settings = OperatorSettings(
-        shards=2, replicas=2, lease_namespace=NS, identity=identity, lease_duration_seconds=15
+        shards=shards, replicas=replicas, lease_namespace=NS, identity=identity, lease_duration_seconds=15
     )
     return _shards.ShardKeeper(
         settings,
         on_grew=grew.append,
         on_lost=lost.append,
+        on_surplus=(surplus if surplus is not None else []).append,
         api=api,
         clock=clock.now,
         monotonic=clock.monotonic,
@@ -193,6 +202,121 @@ def test_release_hands_every_held_shard_over() -> None:
     finally:
         a.stop_renewing()
         b.stop_renewing()
+
+
+def test_a_replica_that_comes_back_gets_its_share_back_from_the_survivor() -> None:
+    """After a take-over the survivor holds both shards; the dead replica's replacement, finding every
+    Lease held, asks for one; the survivor hands it over (after stopping its reconciling, which the
+    caller does between on_surplus and hand_over) and the newcomer claims it: one shard each again."""
+    api, clock = FakeLeases(), Clock()
+    surplus: list[frozenset[int]] = []
+    lost: list[str] = []
+    a = keeper(api, clock, "a", [], lost, surplus)
+    b = keeper(api, clock, "b", [], lost)
+    c: _shards.ShardKeeper | None = None
+    try:
+        a.round()
+        b.round()
+        clock.t = 1
+        assert not a.round()  # a sees b holding shard 1, as it does every retry period
+        b.stop_renewing()  # b dies
+        clock.t = 16
+        assert not a.round()
+        clock.t = 31
+        assert a.round() and a.held == {0, 1}
+        a.electors[0].try_acquire_or_renew(renew_only=True)
+        a.electors[1].try_acquire_or_renew(renew_only=True)
+        # c, the replacement, holds nothing and sees no free shard: it asks a for one.
+        c = keeper(api, clock, "c", [], lost)
+        assert not c.round() and c.held == set()
+        lease = api.leases[f"{NS}/loadline-shard-1-of-2"]
+        assert lease.metadata.annotations[sharding.WANTED_BY_ANNOTATION] == "c"
+        assert lease.spec.holder_identity == "a"  # asking takes nothing
+        # a's next renewal reads the request and keeps it (the renewal replaces the object as read).
+        clock.t = 33
+        a.electors[1].try_acquire_or_renew(renew_only=True)
+        assert (
+            api.leases[f"{NS}/loadline-shard-1-of-2"].metadata.annotations[sharding.WANTED_BY_ANNOTATION]
+            == "c"
+        )
+        a.round()
+        assert surplus == [frozenset({1})]
+        a.round()
+        assert surplus == [frozenset({1})], "offered once until handed over"
+        a.hand_over(surplus[0])
+        assert a.held == {0}
+        assert c.round() and c.held == {1}
+        # Each at its share: nobody asks or offers any more.
+        clock.t = 60
+        assert not a.round() and not c.round()
+        assert surplus == [frozenset({1})]
+        assert lost == []
+    finally:
+        for k in (a, b, c):
+            if k is not None:
+                k.stop_renewing()
+
+
+def test_a_request_from_a_replica_that_died_since_is_not_honoured() -> None:
+    api, clock = FakeLeases(), Clock()
+    surplus: list[frozenset[int]] = []
+    a = keeper(api, clock, "a", [], [], surplus)
+    try:
+        a.round()
+        clock.t = 15
+        a.round()
+        assert a.held == {0, 1}
+        a.electors[1].annotate(
+            {
+                sharding.WANTED_BY_ANNOTATION: "gone",
+                sharding.WANTED_AT_ANNOTATION: "2026-11-23T11:59:00.000000Z",  # 75 s before the clock
+            }
+        )
+        a.electors[1].try_acquire_or_renew(renew_only=True)
+        a.round()
+        assert surplus == []
+    finally:
+        a.stop_renewing()
+
+
+def test_who_asks_for_which_shard() -> None:
+    # Short of the share (4 shards, 2 replicas: share 2), from the holder over its share.
+    holders = {1: "a", 2: "a", 3: "a"}
+    assert sharding.plan_request(4, {0}, holders, replicas=2) == 3
+    # A free shard is claimed, not asked for.
+    assert sharding.plan_request(4, {0}, {1: "a", 2: "a", 3: ""}, replicas=2) is None
+    # At the share: nothing to ask.
+    assert sharding.plan_request(4, {0, 1}, {2: "a", 3: "a"}, replicas=2) is None
+    # Holders at their share are not asked (3 replicas, 4 shards: share 2; 2 + 2 held, this one 0).
+    assert sharding.plan_request(4, set(), {0: "a", 1: "a", 2: "b", 3: "b"}, replicas=3) is None
+    # The richest of several over their share, whatever order they were read in.
+    holders = {0: "a", 1: "a", 2: "b", 3: "b", 4: "b", 5: "b", 6: "a"}
+    assert sharding.plan_request(8, {7}, holders, replicas=4) == 5
+    assert sharding.plan_request(8, {7}, dict(reversed(holders.items())), replicas=4) == 5
+
+
+def test_which_shards_are_handed_over() -> None:
+    fresh = sharding.ShardRequest("c", 3.0)
+    # Over the share by one: one handed over even if two were asked for (highest index first).
+    assert sharding.plan_hand_over(
+        2, {0, 1}, {0: fresh, 1: fresh}, replicas=2, identity="a", lease_duration_seconds=15
+    ) == [1]
+    # At the share: nothing.
+    assert (
+        sharding.plan_hand_over(2, {0}, {0: fresh}, replicas=2, identity="a", lease_duration_seconds=15) == []
+    )
+    # Stale, our own, or not held: ignored.
+    stale = sharding.ShardRequest("c", 16.0)
+    ours = sharding.ShardRequest("a", 1.0)
+    assert (
+        sharding.plan_hand_over(
+            4, {0, 1, 2, 3}, {3: stale, 2: ours}, replicas=4, identity="a", lease_duration_seconds=15
+        )
+        == []
+    )
+    assert sharding.plan_hand_over(
+        4, {0, 1, 2, 3}, {3: fresh, 2: fresh, 1: fresh}, replicas=2, identity="a", lease_duration_seconds=15
+    ) == [3, 2]
 
 
 # --- ownership in the handlers ---

@@ -339,7 +339,9 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
     Stands by (``/healthz``: standby) until the keeper holds a shard, then runs kopf watching the
     owned shards' models only. When the keeper claims more (a dead replica's shard, after its Lease
     expired), kopf is stopped and started again with the wider selector; the models of the new shard
-    are resumed like after any restart. A shard lost is handled as a lost Lease: kopf stops, the
+    are resumed like after any restart. When another replica asks for a shard this one holds beyond
+    its share (it came back after the take-over), kopf is stopped, the shard's Lease released and kopf
+    started again with the narrower selector. A shard lost is handled as a lost Lease: kopf stops, the
     process exits 1 (the kubelet restarts it, and it claims again)."""
 
     from loadline.handlers import _metrics, _shards
@@ -349,10 +351,21 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
     stop = threading.Event()  # SIGTERM/SIGINT, or a shard lost
     lost = threading.Event()
     grew = threading.Event()
+    surplus: list[frozenset[int]] = []  # shards asked for by others, to hand over once kopf stopped
+    changed = threading.Event()  # more shards held, or some to hand over: restart kopf
     signals = _Signals(stop)
     signals.install()
     watchdog = _LossWatchdog(settings, stop, lost)
-    keeper = _shards.ShardKeeper(settings, on_grew=lambda _held: grew.set(), on_lost=watchdog.on_lost)
+
+    def on_surplus(indices: frozenset[int]) -> None:
+        surplus.append(indices)
+        changed.set()
+
+    def on_grew(_held: frozenset[int]) -> None:
+        grew.set()
+        changed.set()
+
+    keeper = _shards.ShardKeeper(settings, on_grew=on_grew, on_lost=watchdog.on_lost, on_surplus=on_surplus)
     try:
         _metrics.serve(settings.metrics_port)
         health = StandbyHealth(settings.liveness_port) if settings.liveness_port else None
@@ -364,19 +377,21 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
             if health is not None:
                 health.close()  # kopf serves /healthz on this port from now on
         while not stop.is_set():
-            grew.clear()
+            changed.clear()
+            while surplus:  # kopf is stopped: nothing of these shards is being reconciled now
+                keeper.hand_over(surplus.pop())
             held = keeper.held
             _shards.configure(settings.shards, held)
             log.info(
                 "reconciling shards %s of %d: %s",
                 ",".join(str(i) for i in sorted(held)), settings.shards, _shards.watch_selector(),
             )  # fmt: skip
-            # kopf's stop flag for this run: set on a signal, a loss, or more shards held.
+            # kopf's stop flag for this run: set on a signal, a loss, more shards held or some to hand over.
             run_stop = threading.Event()
 
             def relay(run_stop: threading.Event = run_stop) -> None:
                 while not run_stop.is_set():
-                    if stop.wait(0.25) or grew.is_set():
+                    if stop.wait(0.25) or changed.is_set():
                         run_stop.set()
 
             relay_thread = threading.Thread(target=relay, name="shard-relay", daemon=True)

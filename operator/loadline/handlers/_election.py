@@ -178,6 +178,7 @@ class LeaderElector:
         self._last_error: str | None = None
         self._stop_renewing = threading.Event()
         self._renewer: threading.Thread | None = None
+        self._annotations: dict[str, str] = {}  # of the Lease as last read (the shards' requests)
         LEADER.labels(name=name).set(0)
 
     @classmethod
@@ -205,13 +206,54 @@ class LeaderElector:
 
     # -- one round ------------------------------------------------------------------------------------
 
+    @property
+    def annotations(self) -> dict[str, str]:
+        """The Lease's annotations as last read (every renewal and peek reads it): where a replica
+        short of its shards asks for this one (:mod:`loadline.sharding`)."""
+        return dict(self._annotations)
+
     def _read(self, timeout: float) -> V1Lease | None:
         try:
-            return self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
+            lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
         except ApiException as exc:
             if exc.status == 404:
+                self._annotations = {}
                 return None
             raise
+        self._annotations = dict((lease.metadata.annotations if lease.metadata else None) or {})
+        return lease
+
+    def annotate(self, annotations: dict[str, str]) -> bool:
+        """Write ``annotations`` onto the Lease without touching its election fields (read, then
+        replace guarded by the resourceVersion read; a 409 re-reads). True when written; False when
+        there is no Lease or no answer (logged once per kind). Its holder's next renewal keeps them:
+        a renewal replaces the object as read."""
+        timeout = float(self.renew_deadline_seconds)
+        with self._lock:
+            for _attempt in range(CONFLICT_RETRIES):
+                what = "read"
+                try:
+                    lease = self._read(timeout)
+                    if lease is None:
+                        return False
+                    if lease.metadata is None:
+                        lease.metadata = V1ObjectMeta()
+                    lease.metadata.annotations = {**(lease.metadata.annotations or {}), **annotations}
+                    what = "annotate"
+                    self.api.replace_namespaced_lease(
+                        self.name, self.namespace, lease, _request_timeout=timeout
+                    )
+                except ApiException as exc:
+                    if exc.status == 409:
+                        continue
+                    self._note_error(what, exc)
+                    return False
+                except _UNREACHABLE as exc:
+                    self._note_error(what, exc)
+                    return False
+                self._annotations = dict(lease.metadata.annotations)
+                return True
+            return False
 
     def _unchanged_for(self, lease: V1Lease | None) -> float | None:
         """How long this replica has seen the very same Lease (same resourceVersion), by its own clock."""

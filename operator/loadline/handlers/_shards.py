@@ -15,13 +15,14 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from loadline import sharding
 from loadline.api import GROUP, KIND, PLURAL, VERSION
+from loadline.election import format_micro_time, parse_micro_time
 from loadline.errors import SpecError
 from loadline.handlers import _kube
 from loadline.handlers._election import LeaderElector, coordination_api
@@ -120,7 +121,12 @@ def check_server(settings: OperatorSettings, shards: int) -> None:
 
 class ShardKeeper:
     """Claims shard Leases (its fair share at once, any shard left free for a Lease duration), renews
-    them, and says when what it holds grew (``on_grew``) or a held one was lost (``on_lost``)."""
+    them, and says when what it holds grew (``on_grew``) or a held one was lost (``on_lost``).
+
+    Rebalancing (:mod:`loadline.sharding`'s ``plan_request`` / ``plan_hand_over``): short of its share
+    with no shard free, it asks a replica over its share for one (an annotation on that Lease); holding
+    more than its share, it says which asked-for shards to hand over (``on_surplus``); the caller stops
+    reconciling them and calls :meth:`hand_over`."""
 
     def __init__(
         self,
@@ -128,6 +134,7 @@ class ShardKeeper:
         *,
         on_grew: Callable[[frozenset[int]], None],
         on_lost: Callable[[str], None],
+        on_surplus: Callable[[frozenset[int]], None] = lambda _indices: None,
         api: Any = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
@@ -158,7 +165,11 @@ class ShardKeeper:
         self.lease_base = settings.lease_name
         self._on_grew = on_grew
         self._on_lost = on_lost
+        self._on_surplus = on_surplus
+        self._clock = clock if clock is not None else (lambda: datetime.now(UTC))
         self._held: set[int] = set()
+        self._held_lock = threading.Lock()  # the keeper's thread claims, the run loop hands over
+        self._handing_over: frozenset[int] = frozenset()
         self._free_since: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="shard-keeper", daemon=True)
@@ -167,7 +178,8 @@ class ShardKeeper:
 
     @property
     def held(self) -> frozenset[int]:
-        return frozenset(self._held)
+        with self._held_lock:
+            return frozenset(self._held)
 
     def start(self) -> None:
         # One line per process naming its identity, as for the single Lease (e2e/chart.py reads it).
@@ -175,9 +187,11 @@ class ShardKeeper:
         self._thread.start()
 
     def round(self) -> bool:
-        """One look at every shard not held: claim what :func:`loadline.sharding.plan_claims` says.
-        True when a shard was taken."""
+        """One look at every shard not held: claim what :func:`loadline.sharding.plan_claims` says,
+        else ask for one back (:func:`loadline.sharding.plan_request`); then, of the held shards, say
+        which were asked for and are beyond the share (``on_surplus``). True when a shard was taken."""
         now = self._monotonic()
+        holders: dict[int, str] | None = {}
         for index, elector in enumerate(self.electors):
             if index in self._held:
                 continue
@@ -186,6 +200,10 @@ class ShardKeeper:
                 self._free_since.setdefault(index, now)
             else:
                 self._free_since.pop(index, None)
+            if decision is None:
+                holders = None  # no answer: do not ask for anything on a partial view
+            elif holders is not None:
+                holders[index] = "" if decision.acquires else decision.holder
         claims = sharding.plan_claims(
             self.shards, self._held, self._free_since, now,
             replicas=self.replicas, grace_seconds=self.grace_seconds,
@@ -195,11 +213,74 @@ class ShardKeeper:
             elector = self.electors[claim.index]
             if elector.try_acquire():
                 log.info("shard %d of %d claimed: %s", claim.index, self.shards, claim.why)
-                self._held.add(claim.index)
+                with self._held_lock:
+                    self._held.add(claim.index)
                 self._free_since.pop(claim.index, None)
                 elector.start_renewing(functools.partial(self._lose, claim.index))
                 grew = True
+        if not grew and holders is not None:
+            self._ask(holders)
+        self._offer()
         return grew
+
+    def _ask(self, holders: dict[int, str]) -> None:
+        """Short of the share with every shard held: ask the richest holder for one, once per half a
+        Lease duration (the request counts for a whole one)."""
+        index = sharding.plan_request(self.shards, self.held, holders, replicas=self.replicas)
+        if index is None:
+            return
+        elector = self.electors[index]
+        seen = elector.annotations
+        asked = parse_micro_time(seen.get(sharding.WANTED_AT_ANNOTATION))
+        ours = seen.get(sharding.WANTED_BY_ANNOTATION) == self.identity
+        if ours and asked is not None and (self._clock() - asked).total_seconds() < self.grace_seconds / 2:
+            return
+        if elector.annotate(
+            {
+                sharding.WANTED_BY_ANNOTATION: self.identity,
+                sharding.WANTED_AT_ANNOTATION: format_micro_time(self._clock()),
+            }
+        ):
+            log.info(
+                "shard %d of %d asked back from %s: this replica holds %d, fewer than its share",
+                index, self.shards, holders[index], len(self.held),
+            )  # fmt: skip
+
+    def _offer(self) -> None:
+        """Held shards another replica asked for, while this one is over its share: ``on_surplus``
+        (once per hand-over)."""
+        held = self.held
+        if len(held) <= sharding.fair_share(self.shards, self.replicas) or self._handing_over:
+            return
+        now = self._clock()
+        requests = {}
+        for index in held:
+            seen = self.electors[index].annotations
+            requester = seen.get(sharding.WANTED_BY_ANNOTATION)
+            asked = parse_micro_time(seen.get(sharding.WANTED_AT_ANNOTATION))
+            if requester and asked is not None:
+                requests[index] = sharding.ShardRequest(requester, (now - asked).total_seconds())
+        surplus = sharding.plan_hand_over(
+            self.shards, held, requests, replicas=self.replicas, identity=self.identity,
+            lease_duration_seconds=self.grace_seconds,
+        )  # fmt: skip
+        if surplus:
+            self._handing_over = frozenset(surplus)
+            for index in surplus:
+                log.info(
+                    "shard %d of %d asked for by %s: handing it over (this replica holds %d, over its share)",
+                    index, self.shards, requests[index].requester, len(held),
+                )  # fmt: skip
+            self._on_surplus(self._handing_over)
+
+    def hand_over(self, indices: frozenset[int]) -> None:
+        """Release these shards' Leases (the caller has stopped reconciling their models) so the
+        replicas that asked claim them on their next round."""
+        for index in sorted(indices):
+            with self._held_lock:
+                self._held.discard(index)
+            self.electors[index].release()
+        self._handing_over = frozenset()
 
     def _lose(self, index: int, reason: str) -> None:
         with self._lost_once:
@@ -215,8 +296,8 @@ class ShardKeeper:
                     self._on_grew(self.held)
             except Exception:  # a dead keeper would leave free shards unclaimed forever
                 log.exception("shard keeper round failed")
-            if len(self._held) == self.shards:
-                return  # everything is ours; the renewers keep it
+            # Also when every shard is ours: a replica that comes back asks for its share on a Lease,
+            # which the renewers read; the round sees it (no request when nothing is to be peeked).
             self._stop.wait(self.retry_period_seconds)
 
     def stop(self) -> None:
@@ -229,7 +310,8 @@ class ShardKeeper:
         self.stop()
         for index in sorted(self._held):
             self.electors[index].release()
-        self._held.clear()
+        with self._held_lock:
+            self._held.clear()
 
     def stop_renewing(self) -> None:
         self.stop()

@@ -5,8 +5,8 @@ kube-apiserver) lets a client ask for the objects whose ``metadata.uid`` hashes 
 ``[start, end)`` ranges. loadline cuts the hash space into ``shards`` equal ranges; each range is owned
 by whichever replica holds its Lease (``<lease name>-shard-<i>-of-<n>``), and a replica watches the
 union of the ranges it holds. This package only *decides* (the ranges, the selector text, whether a
-uid is ours, which free shards to claim); :mod:`loadline.handlers._shards` does the I/O. It imports
-neither kopf nor the Kubernetes client.
+uid is ours, which free shards to claim, which to ask back or hand over when a replica returns);
+:mod:`loadline.handlers._shards` does the I/O. It imports neither kopf nor the Kubernetes client.
 """
 
 from loadline.sharding._ranges import (
@@ -21,14 +21,26 @@ from loadline.sharding._ranges import (
     shard_range,
     uid_hash,
 )
+from loadline.sharding._rebalance import (
+    WANTED_AT_ANNOTATION,
+    WANTED_BY_ANNOTATION,
+    ShardRequest,
+    plan_hand_over,
+    plan_request,
+)
 
 __all__ = [
     "HASH_SPACE",
+    "WANTED_AT_ANNOTATION",
+    "WANTED_BY_ANNOTATION",
     "ShardClaim",
+    "ShardRequest",
     "fair_share",
     "lease_name",
     "owns",
     "plan_claims",
+    "plan_hand_over",
+    "plan_request",
     "selector",
     "shard_of",
     "shard_range",
