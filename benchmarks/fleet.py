@@ -107,15 +107,16 @@ def kubectl_args() -> list[str]:
     return [str(kubectl.binary or kubectl_binary()), "--kubeconfig", str(kubectl.kubeconfig)]
 
 
-def operator_requests(kubectl: Kubectl, flow_schema: str) -> float:
-    """Requests the API server dispatched for the operator's flow schema (the chart's FlowSchema, which
-    matches its ServiceAccount only), all verbs."""
+def operator_requests(kubectl: Kubectl, flow_schemas: set[str]) -> float:
+    """Requests the API server dispatched for the operator's flow schemas (the chart's FlowSchemas, which
+    match its ServiceAccount only: its Leases and everything else), all verbs."""
     text = kubectl("get", "--raw", "/metrics", timeout=60)
     total = 0.0
     pattern = re.compile(r"^apiserver_flowcontrol_dispatched_requests_total\{([^}]*)\} (\S+)$")
     for line in text.splitlines():
         m = pattern.match(line)
-        if m and f'flow_schema="{flow_schema}"' in m.group(1):
+        schema = re.search(r'flow_schema="([^"]*)"', m.group(1)) if m else None
+        if m and schema and schema.group(1) in flow_schemas:
             total += float(m.group(2))
     return total
 
@@ -167,13 +168,29 @@ class DeploymentWatch:
 
 
 class WriteCounter:
-    """Watch events (ADDED/MODIFIED/DELETED) on the namespace's InferenceModels, Events and children."""
+    """Watch events (ADDED/MODIFIED/DELETED) on the namespace's InferenceModels, Events and children,
+    and what each InferenceModel write changed (against the version seen before it), so a write at
+    rest comes with its cause: ``status.phase``, ``metadata.annotations[...]``, and so on."""
 
-    KINDS = ("inferencemodels.loadline.dev", "events", "deployments", "services", "leaderworkersets")
+    KINDS = ("events", "deployments", "services", "leaderworkersets")
 
     def __init__(self, namespace: str) -> None:
         self.counts: dict[str, int] = {}
+        self.changed: dict[str, int] = {}
         self.procs = []
+        listed = json.loads(subprocess.run(
+            [*kubectl_args(), "get", "inferencemodels.loadline.dev", "-n", namespace, "-o", "json"],
+            capture_output=True, text=True, timeout=300, check=True,
+        ).stdout)  # fmt: skip
+        self.seen = {item["metadata"]["name"]: item for item in listed["items"]}
+        models = subprocess.Popen(
+            [*kubectl_args(), "get", "inferencemodels.loadline.dev", "-n", namespace, "--watch-only",
+             "--output-watch-events", "--resource-version", listed["metadata"]["resourceVersion"],
+             "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        self.procs.append(models)
+        threading.Thread(target=self._read_models, args=(models,), daemon=True).start()
         for kind in self.KINDS:
             proc = subprocess.Popen(
                 [*kubectl_args(), "get", kind, "-n", namespace, "--watch-only", "--output-watch-events",
@@ -183,18 +200,66 @@ class WriteCounter:
             self.procs.append(proc)
             threading.Thread(target=self._read, args=(proc,), daemon=True).start()
 
+    def _count(self, key: str) -> None:
+        self.counts[key] = self.counts.get(key, 0) + 1
+
     def _read(self, proc: subprocess.Popen[str]) -> None:
         assert proc.stdout is not None
         for line in proc.stdout:
             parts = line.split()
             if len(parts) == 2:
-                key = f"{parts[1]} {parts[0]}"
-                self.counts[key] = self.counts.get(key, 0) + 1
+                self._count(f"{parts[1]} {parts[0]}")
 
-    def stop(self) -> dict[str, int]:
+    def _read_models(self, proc: subprocess.Popen[str]) -> None:
+        """kubectl's ``-o json`` watch prints one indented JSON document per event."""
+        assert proc.stdout is not None
+        decoder = json.JSONDecoder()
+        buffer = ""
+        for line in proc.stdout:
+            buffer += line
+            try:
+                event, end = decoder.raw_decode(buffer.lstrip())
+            except ValueError:
+                continue
+            buffer = buffer.lstrip()[end:]
+            obj = event.get("object") or {}
+            self._count(f"{obj.get('kind', '?')} {event.get('type', '?')}")
+            name = (obj.get("metadata") or {}).get("name", "")
+            before = self.seen.get(name)
+            if before is not None and event.get("type") == "MODIFIED":
+                for path in changed_paths(before, obj):
+                    self.changed[path] = self.changed.get(path, 0) + 1
+            self.seen[name] = obj
+
+    def stop(self) -> tuple[dict[str, int], dict[str, int]]:
         for proc in self.procs:
             proc.terminate()
-        return dict(self.counts)
+        return dict(self.counts), dict(self.changed)
+
+
+def changed_paths(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Where two versions of an InferenceModel differ: spec, each status field (conditions by type),
+    each annotation, label and finalizer; metadata the API server keeps (resourceVersion,
+    managedFields) is not a cause."""
+    paths = []
+    if before.get("spec") != after.get("spec"):
+        paths.append("spec")
+    old_meta, new_meta = before.get("metadata") or {}, after.get("metadata") or {}
+    for field in ("annotations", "labels"):
+        old, new = old_meta.get(field) or {}, new_meta.get(field) or {}
+        paths += [f"metadata.{field}[{k}]" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if old_meta.get("finalizers") != new_meta.get("finalizers"):
+        paths.append("metadata.finalizers")
+    old_status, new_status = before.get("status") or {}, after.get("status") or {}
+    for key in sorted(set(old_status) | set(new_status)):
+        if key == "conditions":
+            old_c = {c.get("type"): c for c in old_status.get(key) or []}
+            new_c = {c.get("type"): c for c in new_status.get(key) or []}
+            paths += [f"status.conditions[{t}]" for t in sorted(set(old_c) | set(new_c), key=str)
+                      if old_c.get(t) != new_c.get(t)]  # fmt: skip
+        elif old_status.get(key) != new_status.get(key):
+            paths.append(f"status.{key}")
+    return paths or ["(nothing but server metadata)"]
 
 
 def rendered_children(models: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -336,14 +401,14 @@ def through_operator(
     run: dict[str, Any] = {"replicas": replicas, "shards": shards}
     values = {"replicas": replicas, "sharding": {"shards": shards}}
     chart = install(kubectl, "loadline", OPERATOR_NAMESPACE, values, replicas=replicas)
-    flow_schema = next(d["metadata"]["name"] for d in chart.docs if d["kind"] == "FlowSchema")
+    flow_schemas = {d["metadata"]["name"] for d in chart.docs if d["kind"] == "FlowSchema"}
     namespace = f"fleet-{uuid.uuid4().hex[:5]}"
     try:
         reconciling(chart, shards)
         kubectl("create", "namespace", namespace)
         watch = DeploymentWatch(namespace)
         time.sleep(2)
-        before = operator_requests(kubectl, flow_schema)
+        before = operator_requests(kubectl, flow_schemas)
         start = time.monotonic()
         _, run["operator_refused"] = apply_server_side(kubectl, namespace, models)
         wait_for(
@@ -352,7 +417,7 @@ def through_operator(
         through = max(watch.seen.values()) - start
         run["operator_seconds"] = through
         run["ratio"] = through / direct
-        run["requests_per_model"] = (operator_requests(kubectl, flow_schema) - before) / args.models
+        run["requests_per_model"] = (operator_requests(kubectl, flow_schemas) - before) / args.models
         print(
             f"operator ({replicas} replica(s), {shards} shard(s)): every model's Deployment after "
             f"{through:.1f} s (ratio {run['ratio']:.2f})",
@@ -392,10 +457,10 @@ def through_operator(
         # 5. At rest.
         counter = WriteCounter(namespace)
         time.sleep(2)
-        before = operator_requests(kubectl, flow_schema)
+        before = operator_requests(kubectl, flow_schemas)
         time.sleep(args.rest_seconds)
-        rest_requests = operator_requests(kubectl, flow_schema) - before
-        run["writes_at_rest"] = counter.stop()
+        rest_requests = operator_requests(kubectl, flow_schemas) - before
+        run["writes_at_rest"], run["model_changes_at_rest"] = counter.stop()
         run["requests_per_minute_at_rest"] = rest_requests * 60 / args.rest_seconds
     finally:
         uninstall(chart)
@@ -430,6 +495,11 @@ def report(args: argparse.Namespace, fleet: dict[str, Any], run: dict[str, Any])
             "writes at rest",
             f"{writes} in {args.rest_seconds:.0f} s {json.dumps(f['writes_at_rest'], sort_keys=True)}",
             "0",
+        ),
+        (
+            "InferenceModel changes at rest, by field",
+            json.dumps(f["model_changes_at_rest"], sort_keys=True) if f["model_changes_at_rest"] else "none",
+            "",
         ),
         ("operator API requests per model (creation)", f"{f['requests_per_model']:.1f}", ""),
         ("operator API requests per minute at rest", f"{f['requests_per_minute_at_rest']:.1f}", ""),
