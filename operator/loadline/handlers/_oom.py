@@ -127,6 +127,16 @@ def _finished_at(term: Mapping[str, Any]) -> float | None:
 SEEN = SeenCrashes(capacity=10_000)
 
 
+def has_new_crash(body: Mapping[str, Any]) -> bool:
+    """Whether the pod shows a crash not handled yet (no I/O: asked on kopf's event loop, so that only
+    crashes take a thread of the CRASHES lane)."""
+    for status in (body.get("status") or {}).get("containerStatuses") or []:
+        cid = crash_id(body, status)
+        if cid is not None and cid not in SEEN:
+            return True
+    return False
+
+
 def on_pod_event(
     body: kopf.Body,
     logger: logging.Logger | kopf.Logger,

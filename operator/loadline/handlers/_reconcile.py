@@ -487,16 +487,29 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str
     off (:func:`_build.readiness_check_due`), and lists the pods for an unschedulable reason only when
     the workload changed since the last look: a stuck model costs one read a minute and no writes.
     """
-    status = dict(body.get("status") or {})
+    if readiness_due(body, memo):
+        read_readiness(body, patch, memo)
+
+
+def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
+    """Whether the back-off says to look now (then the look is noted in ``memo``). No I/O: the timer
+    asks this on kopf's event loop and takes a thread only when a look is due."""
+    status = body.get("status") or {}
     now = datetime.now(UTC)
     # Without a Ready condition to date it, the episode starts when this process first saw it.
-    since = _build.deploying_since(status) or memo.setdefault("readiness_first_seen", now)
+    since = _build.deploying_since(dict(status)) or memo.setdefault("readiness_first_seen", now)
     elapsed = (now - since).total_seconds()
     if memo.get("readiness_since") != since:  # a new Deploying episode: its back-off starts over
         memo.update(readiness_since=since, readiness_checked_at=None, readiness_workload_version=None)
     if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
-        return
+        return False
     memo["readiness_checked_at"] = elapsed
+    return True
+
+
+def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
+    """The look itself: the workload (and, when it moved but is not ready, its pods' scheduling)."""
+    status = dict(body.get("status") or {})
     plan = status.get("plan") or {}
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
     meta = body["metadata"]

@@ -18,6 +18,7 @@ from loadline.handlers import (
     _fleet,
     _index,
     _kube,
+    _lanes,
     _maintenance,
     _measure,
     _metrics,
@@ -63,7 +64,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # Handlers are synchronous (the Kubernetes client is); enough threads that 100 models crashing at
     # once are handled in parallel rather than queued behind each other.
     settings.execution.max_workers = SETTINGS.max_workers
-    _kube.set_pool_size(SETTINGS.max_workers + 4)  # the handler threads, the timers' and a spare
+    _lanes.MODELS.resize(SETTINGS.max_workers)
+    _lanes.CRASHES.resize(SETTINGS.max_workers)
+    _lanes.CHECKS.resize(max(1, SETTINGS.max_workers // 4))
+    # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
+    _kube.set_pool_size(SETTINGS.max_workers * 2 + _lanes.CHECKS.workers + SETTINGS.max_workers + 4)
     _metrics.serve(SETTINGS.metrics_port)
 
 
@@ -97,11 +102,24 @@ def _owned(meta: kopf.Meta, **_: Any) -> bool:
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_owned)
 @kopf.on.create(GROUP, VERSION, PLURAL, when=_owned)
 @kopf.on.update(GROUP, VERSION, PLURAL, when=_owned)
-def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
-    # kopf passes every index by name: gpu_nodes, gpu_pods and fleet_policies below.
-    bodies = _policy_bodies(kwargs["fleet_policies"])
+async def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
+    # kopf passes every index by name: gpu_nodes, gpu_pods and fleet_policies below. The work (plan,
+    # apply) runs on the MODELS lane: a new model never queues behind routine events and timers.
+    indexes = kwargs["fleet_policies"], kwargs["gpu_nodes"], kwargs["gpu_pods"]
+    await _lanes.MODELS.run(_reconcile_model, body, patch, logger, *indexes)
+
+
+def _reconcile_model(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: kopf.Logger,
+    fleet_policies: kopf.Index[str, dict[str, Any]],
+    gpu_nodes: kopf.Index[str, dict[str, Any]],
+    gpu_pods: kopf.Index[str, dict[str, Any]],
+) -> None:
+    bodies = _policy_bodies(fleet_policies)
     policies = _policies.parse_policies(bodies.values())
-    view = _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
+    view = _index.view(gpu_nodes, gpu_pods)
     _reconcile.reconcile(body, patch, logger, SETTINGS, view, policies)
     # A change in what the model keeps moves the counts on the FleetPolicies (no timer on them: a
     # timer would make kopf put a finalizer on every policy, and deleting one would wait on us).
@@ -138,9 +156,11 @@ def _deploying(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
-def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
-    # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute).
-    _reconcile.check_readiness(body, patch, memo)
+async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
+    # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute): the tick
+    # is decided on the event loop, and only a due look takes a thread (the CHECKS lane).
+    if _reconcile.readiness_due(body, memo):
+        await _lanes.CHECKS.run(_reconcile.read_readiness, body, patch, memo)
 
 
 def _measurable(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
@@ -213,14 +233,15 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **kwa
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
-def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
-    if kwargs.get("type") == "DELETED":
+async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
+    # Most pod events are no crash: decided on the event loop; a crash takes a CRASHES lane thread.
+    if kwargs.get("type") == "DELETED" or not _oom.has_new_crash(body):
         return
     model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
     if not _shards.owns_key(model, kwargs["owned_models"]):
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
-    _oom.on_pod_event(body, logger, SETTINGS, policies)
+    await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies)
 
 
 @kopf.on.delete(GROUP, VERSION, PLURAL, optional=True, when=_owned)

@@ -1,0 +1,83 @@
+"""Lanes: bounded thread pools of their own for the handlers whose latency users feel.
+
+kopf runs every synchronous handler in one thread pool (``settings.execution``), first come first
+served. At fleet scale that pool is full of routine work (a thousand Deployments' events, readiness
+timers, status follow-ups) exactly when it matters that a new model or a crash is handled at once. The
+handlers that wait on the network are therefore ``async`` (kopf awaits them on its event loop) and hop
+to a lane of their own: a bounded pool, so their concurrency is bounded too, and a queue nobody else
+stands in. What needs no network (is a crash new, is a readiness check due) is decided on the event
+loop first, and only the work that reads or writes the cluster takes a thread.
+
+- :data:`MODELS`: reconciling an InferenceModel (create, update, resume).
+- :data:`CRASHES`: handling a container crash (classify, remediate).
+- :data:`CHECKS`: a due readiness look of a Deploying model (its timer ticks on the event loop).
+- everything else: kopf's own pool.
+
+The time each call waited for a thread is ``loadline_lane_wait_seconds{lane}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+from prometheus_client import Histogram
+
+__all__ = ["CHECKS", "CRASHES", "LANE_WAIT", "MODELS", "Lane"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+LANE_WAIT = Histogram(
+    "loadline_lane_wait_seconds",
+    "Time a handler waited for a thread of its lane (models, crashes, checks).",
+    ["lane"],
+    buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
+
+
+class Lane:
+    """A named, bounded pool, made on first use (sized by :meth:`resize` before that, at start-up)."""
+
+    def __init__(self, name: str, workers: int) -> None:
+        self.name = name
+        self.workers = workers
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+
+    def resize(self, workers: int) -> None:
+        """Set the pool's size (a running pool is replaced; calls in flight finish on the old one)."""
+        with self._lock:
+            self.workers = max(1, workers)
+            old, self._pool = self._pool, None
+        if old is not None:
+            old.shutdown(wait=False)
+
+    def _executor(self) -> ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"lane-{self.name}")
+            return self._pool
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` on a thread of this lane, in the caller's context (kopf's per-handler
+        context variables, such as its logger's object, go along, as for kopf's own sync handlers)."""
+        context = contextvars.copy_context()
+        queued = time.monotonic()
+
+        def call() -> T:
+            LANE_WAIT.labels(self.name).observe(time.monotonic() - queued)
+            return context.run(functools.partial(fn, *args, **kwargs))
+
+        return await asyncio.get_running_loop().run_in_executor(self._executor(), call)
+
+
+MODELS = Lane("models", 16)
+CRASHES = Lane("crashes", 16)
+CHECKS = Lane("checks", 4)

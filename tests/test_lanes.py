@@ -1,0 +1,116 @@
+"""Lanes: the handlers users wait on (a model's reconcile, a crash) run on bounded pools of their own,
+so routine work filling kopf's pool cannot delay them, and what needs no network stays on the loop."""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import inspect
+import threading
+import time
+from typing import Any
+
+import kopf
+import pytest
+
+from loadline.handlers import _lanes, _oom, _reconcile, _registry
+from tests.test_oom_operator_side import pod
+
+WHO = contextvars.ContextVar("who", default="nobody")
+
+
+def test_a_lane_runs_at_most_its_size_at_once_in_the_callers_context() -> None:
+    lane = _lanes.Lane("test", 2)
+    running, peak = 0, 0
+    lock = threading.Lock()
+    seen: list[tuple[str, str]] = []
+
+    def work() -> None:
+        nonlocal running, peak
+        with lock:
+            running += 1
+            peak = max(peak, running)
+        seen.append((threading.current_thread().name, WHO.get()))
+        time.sleep(0.05)
+        with lock:
+            running -= 1
+
+    async def main() -> None:
+        WHO.set("handler of ns/chat")
+        await asyncio.gather(*(lane.run(work) for _ in range(6)))
+
+    asyncio.run(main())
+    assert peak == 2
+    assert all(name.startswith("lane-test") and who == "handler of ns/chat" for name, who in seen)
+
+
+def test_a_full_lane_does_not_delay_another() -> None:
+    """Crashes are handled while every models thread is busy (and the other way round)."""
+    models, crashes = _lanes.Lane("m", 1), _lanes.Lane("c", 1)
+    release = threading.Event()
+
+    async def main() -> float:
+        blocked = asyncio.ensure_future(models.run(release.wait, 5))
+        await asyncio.sleep(0.05)
+        start = time.monotonic()
+        await crashes.run(lambda: None)
+        took = time.monotonic() - start
+        release.set()
+        await blocked
+        return took
+
+    assert asyncio.run(main()) < 1.0
+
+
+def test_the_handlers_users_wait_on_are_coroutines_kopf_awaits() -> None:
+    # kopf runs a plain function in its one shared pool; a coroutine function it awaits on its loop.
+    for handler in (_registry.reconcile, _registry.pod_event, _registry.readiness):
+        assert inspect.iscoroutinefunction(handler), handler.__name__
+
+
+@pytest.fixture
+def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    seen: list[str] = []
+    monkeypatch.setattr(_oom, "on_pod_event", lambda *a, **k: seen.append(threading.current_thread().name))
+    monkeypatch.setattr(_reconcile, "reconcile", lambda *a, **k: seen.append(threading.current_thread().name))
+    return seen
+
+
+def _pod_event(body: dict[str, Any]) -> None:
+    body = {
+        **body,
+        "metadata": {
+            **body["metadata"],
+            "namespace": "ns",
+            "labels": {"loadline.dev/inferencemodel": "chat"},
+        },
+    }
+    asyncio.run(
+        _registry.pod_event(body=body, logger=None, type="MODIFIED", owned_models={}, fleet_policies={})  # type: ignore[arg-type]
+    )
+
+
+def test_a_pod_event_without_a_new_crash_takes_no_thread(calls: list[str]) -> None:
+    running = copy.deepcopy(pod("OOMKilled", 137))
+    running["status"]["containerStatuses"][0].pop("lastState")
+    _pod_event(running)
+    assert calls == []
+
+
+def test_a_crash_is_handled_on_the_crashes_lane(calls: list[str]) -> None:
+    crashed = copy.deepcopy(pod("OOMKilled", 137))
+    crashed["metadata"]["uid"] = "lanes-test-uid"  # not in the SEEN of other tests
+    assert _oom.has_new_crash(crashed)
+    _pod_event(crashed)
+    assert len(calls) == 1 and calls[0].startswith("lane-crashes")
+
+
+def test_a_reconcile_runs_on_the_models_lane(calls: list[str]) -> None:
+    body = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
+    asyncio.run(
+        _registry.reconcile(  # type: ignore[arg-type]
+            body=body, patch=kopf.Patch(), logger=None, fleet_policies={}, gpu_nodes={}, gpu_pods={}
+        )
+    )
+    assert len(calls) == 1 and calls[0].startswith("lane-models")
