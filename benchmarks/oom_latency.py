@@ -88,7 +88,7 @@ def main() -> int:
                 "inferencemodels",
                 chat_model(name, ["L4"], resources={"memoryGiB": 12}),
             )
-        deadline = time.monotonic() + 240
+        deadline = time.monotonic() + 240 + count * 0.5  # a fleet takes minutes to come up
         while time.monotonic() < deadline:
             pods = core.list_namespaced_pod(namespace).items
             running = [p for p in pods if p.status.phase == "Running" and p.status.container_statuses]
@@ -119,6 +119,10 @@ def main() -> int:
             time.sleep(0.5)
         stop.set()
         print(f"{len(crashed)} crashes injected in {injected:.2f} s")
+        print(
+            f"handled: {len(decided)} of {len(crashed)} decided, {len(rolled)} of {len(crashed)} rolled "
+            "(within 120 s of the last crash)"
+        )
         print(
             summary(
                 "detect → decided (incident and remediation in status)",

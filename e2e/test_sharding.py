@@ -159,7 +159,7 @@ def test_a_sharded_pair_reconciles_every_model_once_and_survives_a_replica_death
     start = time.monotonic()
     operator.scale_to(2)
     newcomer = next(r for r in operator.replicas if r.pod_name not in before)
-    pair = {survivor.identity(), newcomer.identity()}
+    pair = {survivor.identity(), wait_for(newcomer.identity, timeout=30, what="the replacement's identity")}
 
     def one_each() -> dict[int, str] | None:
         held = shard_holders(operator)
