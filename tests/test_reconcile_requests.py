@@ -165,3 +165,115 @@ def test_an_apply_changed_the_object_when_its_managers_time_is_the_answers(
 def test_an_unreadable_answer_counts_as_changed() -> None:
     assert _kube.applied_now(applied("2026-11-23T21:08:11Z"), "loadline", None)
     assert _kube.applied_now({"metadata": {}}, "loadline", "Mon, 23 Nov 2026 21:08:15 GMT")
+
+
+# --- the readiness timer's looks while Deploying ---
+
+
+class ReadinessKube:
+    """Counts the readiness look's reads: GET of the workload, LIST of its pods."""
+
+    def __init__(self, workload: dict[str, Any] | None) -> None:
+        self.workload = workload
+        self.calls: list[tuple[str, str]] = []
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        self.calls.append(("get", kind))
+        return copy.deepcopy(self.workload)
+
+    def list_objects(self, api_version: str, kind: str, namespace: str | None = None, **_: str) -> list[Any]:
+        self.calls.append(("list", kind))
+        return [
+            {
+                "metadata": {"name": "chat-0"},
+                "status": {
+                    "phase": "Pending",
+                    "conditions": [
+                        {
+                            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+                        }
+                    ],
+                },
+            }
+        ]  # fmt: skip
+
+
+def deployment(available: int, version: str = "7") -> dict[str, Any]:
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {
+            "name": "chat",
+            "namespace": "team-a",
+            "generation": 1,
+            "resourceVersion": version,
+        },
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1, "availableReplicas": available, "updatedReplicas": 1},
+    }
+
+
+@pytest.fixture
+def looks(monkeypatch: pytest.MonkeyPatch) -> ReadinessKube:
+    kube = ReadinessKube(deployment(0))
+    monkeypatch.setattr(_kube, "get", kube.get)
+    monkeypatch.setattr(_kube, "list_objects", kube.list_objects)
+    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    with _reconcile._seen_workloads_lock:
+        _reconcile._seen_workloads.clear()
+    return kube
+
+
+def look(model: dict[str, Any], memo: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    memo["readiness_checked_at"] = elapsed  # what readiness_due notes when a look is due
+    patch = kopf.Patch()
+    _reconcile.read_readiness(kopf.Body(model), patch, memo)
+    return dict(patch.status)
+
+
+def deploying() -> dict[str, Any]:
+    status = run(body())
+    assert status["phase"] == "Deploying"
+    return body(status)
+
+
+def test_a_stuck_model_seen_through_its_deployments_events_costs_one_list_and_no_get(
+    fake: FakeKube, looks: ReadinessKube
+) -> None:
+    model = deploying()
+    _reconcile.note_workload(deployment(0))  # its Deployment's watch event
+    memo: dict[str, Any] = {}
+    writes = [look(model, memo, t) for t in (0, 5, 10)]
+    assert looks.calls == []  # a burst's pods wait for the scheduler anyway: no read at all
+    assert look(model, memo, 20)  # the scheduler's reason, once it has been stuck a while
+    assert looks.calls == [("list", "Pod")]
+    later = [look(model, memo, t) for t in (40, 100, 160, 220)]
+    assert looks.calls == [("list", "Pod")] and later == [{}] * 4  # nothing moved: no read, no write
+    assert writes[1:] == [{}, {}]
+
+
+def test_the_workload_changing_is_listed_again_and_ready_comes_from_its_events(
+    fake: FakeKube, looks: ReadinessKube
+) -> None:
+    model = deploying()
+    memo: dict[str, Any] = {}
+    _reconcile.note_workload(deployment(0, "7"))
+    look(model, memo, 20)
+    _reconcile.note_workload(deployment(0, "8"))
+    look(model, memo, 40)
+    assert looks.calls == [("list", "Pod"), ("list", "Pod")]
+    _reconcile.note_workload(deployment(1, "9"))
+    assert look(model, memo, 100)["phase"] == "Ready"
+    assert looks.calls == [("list", "Pod"), ("list", "Pod")]
+
+
+def test_a_workload_no_event_showed_yet_is_read(fake: FakeKube, looks: ReadinessKube) -> None:
+    model = deploying()
+    memo: dict[str, Any] = {}
+    look(model, memo, 0)
+    assert looks.calls == [("get", "Deployment")]
+    _reconcile.note_workload(deployment(0))
+    _reconcile.note_workload(deployment(0), deleted=True)  # deleted: read again
+    look(model, memo, 5)
+    assert looks.calls == [("get", "Deployment")] * 2

@@ -19,7 +19,7 @@ import contextlib
 import json
 import logging
 import threading
-from collections import Counter
+from collections import Counter, OrderedDict
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -433,6 +433,38 @@ def _remove_stale_children(namespace: str, name: str, uid: str, manifests: list[
     return removed
 
 
+#: The last version of each Deployment that its watch events showed, trimmed to what readiness reads,
+#: keyed (namespace, name): the readiness timer reads it here instead of asking the API server (at
+#: fleet scale a GET per look was half the operator's requests while a burst was Deploying). An LRU, as
+#: Deployments deleted with their model by the garbage collector may never show this process a DELETED.
+_SEEN_WORKLOADS_MAX = 50_000
+_seen_workloads: OrderedDict[tuple[str, str], dict[str, Any]] = OrderedDict()
+_seen_workloads_lock = threading.Lock()
+
+
+def note_workload(body: Mapping[str, Any], deleted: bool = False) -> None:
+    """Keep (or, when ``deleted``, forget) a Deployment as its watch event showed it."""
+    meta = body.get("metadata") or {}
+    key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
+    with _seen_workloads_lock:
+        if deleted:
+            _seen_workloads.pop(key, None)
+            return
+        _seen_workloads[key] = {
+            "metadata": {k: meta.get(k) for k in ("name", "namespace", "generation", "resourceVersion")},
+            "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
+            "status": dict(body.get("status") or {}),
+        }
+        _seen_workloads.move_to_end(key)
+        while len(_seen_workloads) > _SEEN_WORKLOADS_MAX:
+            _seen_workloads.popitem(last=False)
+
+
+def seen_workload(namespace: str, name: str) -> dict[str, Any] | None:
+    with _seen_workloads_lock:
+        return _seen_workloads.get((namespace, name))
+
+
 def on_workload_event(
     body: kopf.Body, logger: logging.Logger | kopf.Logger, known: Mapping[str, Any] | None = None
 ) -> None:
@@ -484,8 +516,10 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str
 
     The child's events can arrive before the parent's first status is written (KWOK and small models
     become available within a second); this timer closes that race without a write when idle. It backs
-    off (:func:`_build.readiness_check_due`), and lists the pods for an unschedulable reason only when
-    the workload changed since the last look: a stuck model costs one read a minute and no writes.
+    off (:func:`_build.readiness_check_due`); a Deployment is read as its watch events last showed it
+    (:func:`note_workload`; a LeaderWorkerSet, not watched, with a GET); the pods are listed for an
+    unschedulable reason only once the model has been Deploying for :data:`UNSCHEDULABLE_AFTER_SECONDS`
+    and once per version of the workload: a stuck model costs one read a minute at most and no writes.
     """
     if readiness_due(body, memo):
         read_readiness(body, patch, memo)
@@ -500,11 +534,21 @@ def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
     since = _build.deploying_since(dict(status)) or memo.setdefault("readiness_first_seen", now)
     elapsed = (now - since).total_seconds()
     if memo.get("readiness_since") != since:  # a new Deploying episode: its back-off starts over
-        memo.update(readiness_since=since, readiness_checked_at=None, readiness_workload_version=None)
+        memo.update(
+            readiness_since=since,
+            readiness_checked_at=None,
+            readiness_workload_version=None,
+            readiness_listed_version=None,
+        )
     if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
         return False
     memo["readiness_checked_at"] = elapsed
     return True
+
+
+UNSCHEDULABLE_AFTER_SECONDS = 20.0
+"""How long a model is Deploying before its pods are listed for the scheduler's reason: pods of a burst
+wait a few seconds for the scheduler anyway, and the reason matters for a model that stays stuck."""
 
 
 def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
@@ -514,15 +558,24 @@ def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str,
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
     meta = body["metadata"]
     api_version, kind, workload_name = workload_ref(meta["name"], multi_node)
-    workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
+    workload = None if multi_node else seen_workload(meta["namespace"], workload_name)
+    if workload is None:
+        workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
     ready, message = _build.readiness_from_workload(workload)
     version = ((workload or {}).get("metadata") or {}).get("resourceVersion")
     unchanged = version is not None and memo.get("readiness_workload_version") == version
     memo["readiness_workload_version"] = version
     unschedulable = ""
-    if not ready and unchanged:
+    elapsed = memo.get("readiness_checked_at") or 0.0
+    list_pods = (
+        not ready
+        and elapsed >= UNSCHEDULABLE_AFTER_SECONDS
+        and memo.get("readiness_listed_version") != version
+    )
+    if not ready and unchanged and not list_pods:
         return  # nothing moved since the last look (the message in status already says why)
-    if not ready:
+    if list_pods:
+        memo["readiness_listed_version"] = version
         pods = _kube.list_objects(
             "v1", "Pod", meta["namespace"], label_selector=f"{INSTANCE_LABEL}={meta['name']}"
         )

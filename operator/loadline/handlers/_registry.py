@@ -224,8 +224,12 @@ def owned_models(
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **kwargs: Any) -> None:
-    if type == "DELETED" or not _shards.owns_uid(_shards.owner_uid(body)):
+    if type == "DELETED":
+        _reconcile.note_workload(body, deleted=True)
         return
+    if not _shards.owns_uid(_shards.owner_uid(body)):
+        return
+    _reconcile.note_workload(body)  # the readiness timer reads it here, not from the API server
     refs = body["metadata"].get("ownerReferences") or []
     owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
     known = next(iter(kwargs["owned_models"].get(f"{body['metadata'].get('namespace')}/{owner}", ())), None)
