@@ -19,7 +19,10 @@ re-applies its simulated fleet) with ``--nodes`` KWOK GPU nodes (e2e/fleet.yaml 
    the namespace, and the operator's API requests (the API server's own count for the chart's
    FlowSchema, which matches only the operator's ServiceAccount).
 
-API requests per model: the operator's requests during step 2 divided by M (watches and lists included).
+API requests per model: the operator's requests during step 2 divided by M (watches and lists included),
+and the share of them that loadline's own client made, by verb and resource (its
+``loadline_api_requests_total`` on each replica's /metrics); the rest are kopf's (watches, lists, the
+patches of handler progress and status) and the admission process's.
 
 Steps 2 to 5 run once per ``--replicas`` count on the same fleet; more than one replica shards the
 models (``sharding.shards`` = replicas; the local control plane has the ShardedListAndWatch gate).
@@ -35,11 +38,14 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from _bench import chat_model, percentile
@@ -119,6 +125,26 @@ def operator_requests(kubectl: Kubectl, flow_schemas: set[str]) -> float:
         if m and schema and schema.group(1) in flow_schemas:
             total += float(m.group(2))
     return total
+
+
+def client_requests(replicas: list[Any]) -> Counter[str]:
+    """loadline's own requests so far (``loadline_api_requests_total`` on each live replica's /metrics),
+    summed over the replicas, by "verb resource"."""
+    totals: Counter[str] = Counter()
+    for replica in replicas:
+        if not replica.alive():
+            continue
+        url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                text = response.read().decode()
+        except OSError:
+            continue
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "loadline_api_requests_total":
+                    totals[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
+    return totals
 
 
 class DeploymentWatch:
@@ -409,6 +435,7 @@ def through_operator(
         watch = DeploymentWatch(namespace)
         time.sleep(2)
         before = operator_requests(kubectl, flow_schemas)
+        own_before = client_requests(chart.replicas)
         start = time.monotonic()
         _, run["operator_refused"] = apply_server_side(kubectl, namespace, models)
         wait_for(
@@ -418,6 +445,9 @@ def through_operator(
         run["operator_seconds"] = through
         run["ratio"] = through / direct
         run["requests_per_model"] = (operator_requests(kubectl, flow_schemas) - before) / args.models
+        own = client_requests(chart.replicas)
+        own.subtract(own_before)
+        run["own_requests_per_model"] = {k: v / args.models for k, v in own.most_common() if v > 0}
         print(
             f"operator ({replicas} replica(s), {shards} shard(s)): every model's Deployment after "
             f"{through:.1f} s (ratio {run['ratio']:.2f})",
@@ -502,6 +532,16 @@ def report(args: argparse.Namespace, fleet: dict[str, Any], run: dict[str, Any])
             "",
         ),
         ("operator API requests per model (creation)", f"{f['requests_per_model']:.1f}", ""),
+        (
+            "  of them loadline's own client, by verb and resource",
+            ", ".join(f"{k} {v:.2f}" for k, v in f["own_requests_per_model"].items()) or "none",
+            "",
+        ),
+        (
+            "  the rest (kopf's watches, lists and patches; the admission process)",
+            f"{f['requests_per_model'] - sum(f['own_requests_per_model'].values()):.1f}",
+            "",
+        ),
         ("operator API requests per minute at rest", f"{f['requests_per_minute_at_rest']:.1f}", ""),
     ]
     width = max(len(r[0]) for r in rows)

@@ -32,6 +32,7 @@ def kubeconfig(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path
     saved = client.Configuration.get_default_copy()
     yield path
     client.Configuration.set_default(saved)
+    client.ApiClient.set_default(None)
     _kube.set_pool_size(16)
 
 

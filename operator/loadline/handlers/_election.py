@@ -48,6 +48,7 @@ from loadline.election import (
     plan_lease,
     release_record,
 )
+from loadline.handlers import _kube
 from loadline.handlers._settings import OperatorSettings
 
 __all__ = ["LEADER", "LeaderElector", "StandbyHealth", "apply_record", "coordination_api", "lease_record"]
@@ -130,7 +131,7 @@ def coordination_api() -> CoordinationV1Api:
         config.load_kube_config()  # type: ignore[no-untyped-call]
     configuration = client.Configuration.get_default_copy()
     configuration.retries = 0
-    return CoordinationV1Api(client.ApiClient(configuration))
+    return CoordinationV1Api(_kube.CountingApiClient(configuration))
 
 
 class LeaderElector:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import Counter, Histogram, start_http_server
 
@@ -40,7 +42,61 @@ ADMISSION_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
+API_REQUESTS = Counter(
+    "loadline_api_requests_total",
+    "Requests loadline's own client made to the API server, by verb (get, list, watch, create, apply, "
+    "patch, update, delete), resource and HTTP code; kopf's watches and patches are not in it (the API "
+    "server's apiserver_flowcontrol_dispatched_requests_total for the chart's FlowSchema counts both).",
+    ["verb", "resource", "code"],
+)
+
 _started = False
+
+APPLY_PATCH = "application/apply-patch+yaml"
+
+
+def api_verb_and_resource(method: str, url: str, headers: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The Kubernetes verb and resource of one request, as the API server's own metrics name them.
+
+    ``/api/v1/namespaces/ns/pods/p/eviction`` is (``create``, ``pods/eviction``); a GET without a name is
+    a ``list``, or a ``watch`` with ``?watch=true``; a PATCH of server-side apply's content type is an
+    ``apply``. Paths that name no resource (``/api``, ``/apis/apps/v1``, ``/version``) are
+    ``discovery``: the dynamic client's, once per process."""
+    parts = urlsplit(url)
+    segments = [s for s in parts.path.split("/") if s]
+    if segments[:1] == ["api"]:
+        rest = segments[2:]
+    elif segments[:1] == ["apis"]:
+        rest = segments[3:]
+    else:
+        rest = []
+    if len(rest) >= 3 and rest[0] == "namespaces":
+        rest = rest[2:]
+    if not rest:
+        return method.lower(), "discovery"
+    resource = "/".join([rest[0], *rest[2:3]])
+    named = len(rest) > 1
+    method = method.upper()
+    if method == "GET":
+        if named:
+            return "get", resource
+        watching = parse_qs(parts.query).get("watch", [""])[0].lower() in ("true", "1")
+        return ("watch" if watching else "list"), resource
+    content_type = {k.lower(): v for k, v in (headers or {}).items()}.get("content-type", "")
+    verb = {
+        "POST": "create",
+        "PUT": "update",
+        "PATCH": "apply" if content_type.startswith(APPLY_PATCH) else "patch",
+        "DELETE": "delete" if named else "deletecollection",
+    }.get(method, method.lower())
+    return verb, resource
+
+
+def record_api_request(method: str, url: str, headers: Mapping[str, str] | None, code: str) -> None:
+    """Count one request of loadline's own client (``code``: the HTTP status, or ``error`` when none came)."""
+    verb, resource = api_verb_and_resource(method, url, headers)
+    API_REQUESTS.labels(verb, resource, code).inc()
+
 
 #: In the admission process (``loadline run`` starts it): where its observations go, to be recorded by
 #: the operator's process, which serves /metrics. None: record here.
