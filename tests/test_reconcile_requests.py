@@ -12,6 +12,7 @@ import pytest
 import yaml
 
 from loadline.handlers import _kube, _reconcile
+from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from tests.test_capacity import node
 
@@ -170,33 +171,39 @@ def test_an_unreadable_answer_counts_as_changed() -> None:
 # --- the readiness timer's looks while Deploying ---
 
 
+def pending_pod(model: str, reason: bool = True) -> dict[str, Any]:
+    conditions = [
+        {
+            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+        }
+    ]  # fmt: skip
+    return {
+        "metadata": {"name": f"{model}-0", "labels": {INSTANCE_LABEL: model}},
+        "status": {"phase": "Pending", "conditions": conditions if reason else []},
+    }
+
+
 class ReadinessKube:
-    """Counts the readiness look's reads: GET of the workload, LIST of its pods."""
+    """Counts the readiness look's reads: GET of the workload, LIST of the namespace's unbound pods."""
 
     def __init__(self, workload: dict[str, Any] | None) -> None:
         self.workload = workload
+        self.pods = [pending_pod("chat")]
         self.calls: list[tuple[str, str]] = []
+        self.selectors: list[dict[str, str]] = []
+        self.now = 0.0
 
     def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
         self.calls.append(("get", kind))
         return copy.deepcopy(self.workload)
 
-    def list_objects(self, api_version: str, kind: str, namespace: str | None = None, **_: str) -> list[Any]:
+    def list_objects(
+        self, api_version: str, kind: str, namespace: str | None = None, **selectors: str
+    ) -> list[Any]:
         self.calls.append(("list", kind))
-        return [
-            {
-                "metadata": {"name": "chat-0"},
-                "status": {
-                    "phase": "Pending",
-                    "conditions": [
-                        {
-                            "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                            "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
-                        }
-                    ],
-                },
-            }
-        ]  # fmt: skip
+        self.selectors.append(selectors)
+        return copy.deepcopy(self.pods)
 
 
 def deployment(available: int, version: str = "7") -> dict[str, Any]:
@@ -220,12 +227,22 @@ def looks(monkeypatch: pytest.MonkeyPatch) -> ReadinessKube:
     monkeypatch.setattr(_kube, "get", kube.get)
     monkeypatch.setattr(_kube, "list_objects", kube.list_objects)
     monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(_reconcile, "_monotonic", lambda: kube.now)
+    monkeypatch.setattr(_reconcile, "_unbound_pods", {})
     with _reconcile._seen_workloads_lock:
         _reconcile._seen_workloads.clear()
+    global LOOKS
+    LOOKS = kube
     return kube
 
 
+LOOKS: ReadinessKube | None = None
+
+
 def look(model: dict[str, Any], memo: dict[str, Any], elapsed: float) -> dict[str, Any]:
+    """One look of the timer ``elapsed`` seconds into the model's Deploying (the clock moves with it)."""
+    assert LOOKS is not None
+    LOOKS.now = elapsed
     memo["readiness_checked_at"] = elapsed  # what readiness_due notes when a look is due
     patch = kopf.Patch()
     _reconcile.read_readiness(kopf.Body(model), patch, memo)
@@ -248,6 +265,7 @@ def test_a_stuck_model_seen_through_its_deployments_events_costs_one_list_and_no
     assert looks.calls == []  # a burst's pods wait for the scheduler anyway: no read at all
     assert look(model, memo, 20)  # the scheduler's reason, once it has been stuck a while
     assert looks.calls == [("list", "Pod")]
+    assert looks.selectors == [{"label_selector": INSTANCE_LABEL, "field_selector": "spec.nodeName="}]
     later = [look(model, memo, t) for t in (40, 100, 160, 220)]
     assert looks.calls == [("list", "Pod")] and later == [{}] * 4  # nothing moved: no read, no write
     assert writes[1:] == [{}, {}]
@@ -266,6 +284,39 @@ def test_the_workload_changing_is_listed_again_and_ready_comes_from_its_events(
     _reconcile.note_workload(deployment(1, "9"))
     assert look(model, memo, 100)["phase"] == "Ready"
     assert looks.calls == [("list", "Pod"), ("list", "Pod")]
+
+
+def test_a_pod_still_waiting_for_the_scheduler_is_looked_at_again_at_each_look(
+    fake: FakeKube, looks: ReadinessKube
+) -> None:
+    model = deploying()
+    _reconcile.note_workload(deployment(0))
+    looks.pods = [pending_pod("chat", reason=False)]  # not tried by the scheduler yet
+    memo: dict[str, Any] = {}
+    assert "cannot be scheduled" not in str(look(model, memo, 20))
+    looks.pods = [pending_pod("chat")]
+    assert "cannot be scheduled" in str(look(model, memo, 40))  # found at the next look
+    look(model, memo, 100)
+    assert looks.calls == [("list", "Pod")] * 2  # and then no more
+
+
+def test_the_models_of_a_namespace_looking_together_share_one_list(
+    fake: FakeKube, looks: ReadinessKube
+) -> None:
+    chat = deploying()
+    other = deploying()
+    other["metadata"]["name"] = "other"
+    _reconcile.note_workload(deployment(0))
+    looks.pods = [pending_pod("chat"), pending_pod("other", reason=False)]
+    chat_status = look(chat, {}, 20)
+    looks.now += 3  # within the timer's interval: the same LIST answers
+    other_status = look(other, {}, 20)
+    assert looks.calls == [("list", "Pod"), ("get", "Deployment")]  # other's Deployment: no event yet
+    assert "pod chat-0 cannot be scheduled" in str(chat_status)
+    assert "cannot be scheduled" not in str(other_status)  # its own pod has no reason; chat's is not its
+    looks.now += 10  # older than the timer's interval: listed again
+    look(other, {}, 40)
+    assert looks.calls.count(("list", "Pod")) == 2
 
 
 def test_a_workload_no_event_showed_yet_is_read(fake: FakeKube, looks: ReadinessKube) -> None:

@@ -19,6 +19,7 @@ import contextlib
 import json
 import logging
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -517,9 +518,11 @@ def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str
     The child's events can arrive before the parent's first status is written (KWOK and small models
     become available within a second); this timer closes that race without a write when idle. It backs
     off (:func:`_build.readiness_check_due`); a Deployment is read as its watch events last showed it
-    (:func:`note_workload`; a LeaderWorkerSet, not watched, with a GET); the pods are listed for an
-    unschedulable reason only once the model has been Deploying for :data:`UNSCHEDULABLE_AFTER_SECONDS`
-    and once per version of the workload: a stuck model costs one read a minute at most and no writes.
+    (:func:`note_workload`; a LeaderWorkerSet, not watched, with a GET); the unbound pods are looked at
+    for an unschedulable reason once the model has been Deploying for
+    :data:`UNSCHEDULABLE_AFTER_SECONDS`, until the reason for this version of the workload is found
+    (:func:`unbound_pods`, one LIST per namespace shared by the looks of a few seconds): a stuck model
+    costs one shared read a minute at most and no writes.
     """
     if readiness_due(body, memo):
         read_readiness(body, patch, memo)
@@ -538,7 +541,7 @@ def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
             readiness_since=since,
             readiness_checked_at=None,
             readiness_workload_version=None,
-            readiness_listed_version=None,
+            readiness_reason_version=None,
         )
     if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
         return False
@@ -547,12 +550,58 @@ def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
 
 
 UNSCHEDULABLE_AFTER_SECONDS = 20.0
-"""How long a model is Deploying before its pods are listed for the scheduler's reason: pods of a burst
-wait a few seconds for the scheduler anyway, and the reason matters for a model that stays stuck."""
+"""How long a model is Deploying before its pods are looked at for the scheduler's reason: pods of a
+burst wait a few seconds for the scheduler anyway, and the reason matters for a model that stays stuck."""
+
+UNBOUND_PODS_MAX_AGE_SECONDS = 5.0
+"""How old one LIST of a namespace's unbound loadline pods may be and still answer a model's look: the
+readiness timer's interval, so a burst's thousand looks share a LIST every few seconds."""
+
+_unbound_pods: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+_unbound_pods_locks: dict[str, threading.Lock] = {}
+_unbound_pods_guard = threading.Lock()
+_monotonic = time.monotonic  # the clock of that age (a test moves it)
+
+
+def unbound_pods(namespace: str, name: str) -> list[dict[str, Any]]:
+    """The model's pods that no node holds yet, the only ones the scheduler can have a reason for.
+
+    Unbound pods are not in the operator's pod watch (it takes bound pods only, for capacity), so they
+    are listed: one LIST per namespace (loadline's pods, ``spec.nodeName=``) serves every model that
+    looks within :data:`UNBOUND_PODS_MAX_AGE_SECONDS`, instead of a LIST per model (at fleet scale a
+    burst's models all pass 20 s Deploying together: a LIST per model was a tenth of the operator's
+    requests)."""
+    with _unbound_pods_guard:
+        lock = _unbound_pods_locks.setdefault(namespace, threading.Lock())
+    with lock:  # one LIST in flight per namespace; the looks waiting for it take its answer
+        taken = _unbound_pods.get(namespace)
+        if taken is None or _monotonic() - taken[0] > UNBOUND_PODS_MAX_AGE_SECONDS:
+            started = _monotonic()
+            pods = _kube.list_objects(
+                "v1", "Pod", namespace, label_selector=INSTANCE_LABEL, field_selector="spec.nodeName="
+            )
+            taken = (started, [_scheduling_of(pod) for pod in pods])
+            _unbound_pods[namespace] = taken
+    return [
+        p for p in taken[1] if ((p.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL) == name
+    ]
+
+
+def _scheduling_of(pod: Mapping[str, Any]) -> dict[str, Any]:
+    """A pod trimmed to what :func:`_build.unschedulable_reason` reads (kept until the next LIST)."""
+    meta = pod.get("metadata") or {}
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return {
+        "metadata": {
+            "name": meta.get("name"),
+            "labels": {INSTANCE_LABEL: (meta.get("labels") or {}).get(INSTANCE_LABEL)},
+        },
+        "status": {"conditions": [c for c in conditions if c.get("type") == "PodScheduled"]},
+    }
 
 
 def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
-    """The look itself: the workload (and, when it moved but is not ready, its pods' scheduling)."""
+    """The look itself: the workload (and, when it is not ready, its unbound pods' scheduling)."""
     status = dict(body.get("status") or {})
     plan = status.get("plan") or {}
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
@@ -567,20 +616,19 @@ def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str,
     memo["readiness_workload_version"] = version
     unschedulable = ""
     elapsed = memo.get("readiness_checked_at") or 0.0
-    list_pods = (
+    # The pods are looked at until the scheduler's reason is found for this version of the workload
+    # (a pod still waiting for the scheduler has none yet); then not again until the workload moves.
+    look_at_pods = (
         not ready
         and elapsed >= UNSCHEDULABLE_AFTER_SECONDS
-        and memo.get("readiness_listed_version") != version
+        and memo.get("readiness_reason_version") != version
     )
-    if not ready and unchanged and not list_pods:
+    if not ready and unchanged and not look_at_pods:
         return  # nothing moved since the last look (the message in status already says why)
-    if list_pods:
-        memo["readiness_listed_version"] = version
-        pods = _kube.list_objects(
-            "v1", "Pod", meta["namespace"], label_selector=f"{INSTANCE_LABEL}={meta['name']}"
-        )
-        unschedulable = _build.unschedulable_reason(pods)
+    if look_at_pods:
+        unschedulable = _build.unschedulable_reason(unbound_pods(meta["namespace"], meta["name"]))
         if unschedulable:
+            memo["readiness_reason_version"] = version
             message = f"{message}; {unschedulable}"
     changes = _build.build_readiness_status(status, ready=ready, message=message, now=_build.now_iso())
     if changes:
