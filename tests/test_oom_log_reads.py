@@ -36,3 +36,24 @@ def test_a_crash_without_a_message_reads_the_last_lines() -> None:
     url, result = requested(_oom._previous_log)
     assert "tailLines=60" in url and "previous=true" in url and "limitBytes" not in url
     assert result == ""
+
+
+def test_node_oom_events_are_listed_where_the_chart_lets_the_operator_list_them(
+    monkeypatch: Any,
+) -> None:
+    """Node Events live in ``default``; the chart's namespaced RBAC grants listing Events there only, so
+    a LIST across all namespaces would be refused (and counted as no OOM kill on the node)."""
+    asked: list[tuple[Any, ...]] = []
+
+    def list_objects(
+        api_version: str, kind: str, namespace: str | None = None, **selectors: str
+    ) -> list[Any]:
+        asked.append((kind, namespace, selectors))
+        return [{"reason": "OOMKilling"}, {"reason": "NodeReady"}, {"reason": "SystemOOM"}]
+
+    monkeypatch.setattr(_oom._kube, "list_objects", list_objects)
+    assert _oom._node_oom_events("gpu-7") == 2
+    assert asked == [
+        ("Event", "default", {"field_selector": "involvedObject.kind=Node,involvedObject.name=gpu-7"})
+    ]
+    assert _oom._node_oom_events("") == 0 and len(asked) == 1  # unscheduled: nothing to ask

@@ -61,7 +61,7 @@ def api_verb_and_resource(method: str, url: str, headers: Mapping[str, str] | No
     ``/api/v1/namespaces/ns/pods/p/eviction`` is (``create``, ``pods/eviction``); a GET without a name is
     a ``list``, or a ``watch`` with ``?watch=true``; a PATCH of server-side apply's content type is an
     ``apply``. Paths that name no resource (``/api``, ``/apis/apps/v1``, ``/version``) are
-    ``discovery``: the dynamic client's, once per process."""
+    ``discovery``: the dynamic client's, when it fills its discovery cache."""
     parts = urlsplit(url)
     segments = [s for s in parts.path.split("/") if s]
     if segments[:1] == ["api"]:

@@ -101,13 +101,22 @@ def _previous_log_head(namespace: str, pod: str, container: str) -> tuple[str, b
     return text, len(text.encode("utf-8", "replace")) < LOG_HEAD_BYTES
 
 
+NODE_EVENTS_NAMESPACE = "default"
+"""Where the kubelet and the kernel monitor record a Node's Events (client-go puts an Event about a
+cluster-scoped object in ``default``); the chart grants listing Events there and nowhere else."""
+
+
 def _node_oom_events(node: str) -> int:
+    """How many OOM kills the node's kernel reported. Listed in :data:`NODE_EVENTS_NAMESPACE` only: a
+    LIST across all namespaces is refused under the chart's namespaced RBAC, and makes the API server
+    filter every Event of the cluster for each crash."""
     if not node:
         return 0
     try:
         events = _kube.list_objects(
-            "v1", "Event", field_selector=f"involvedObject.kind=Node,involvedObject.name={node}"
-        )
+            "v1", "Event", NODE_EVENTS_NAMESPACE,
+            field_selector=f"involvedObject.kind=Node,involvedObject.name={node}",
+        )  # fmt: skip
     except ApiException:
         return 0
     return sum(1 for e in events if e.get("reason") in {"OOMKilling", "SystemOOM"})
