@@ -104,19 +104,14 @@ class FakeParent:
 
 
 def available_deployment(model: dict[str, Any]) -> dict[str, Any]:
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {
-            "name": "chat",
-            "namespace": "team-a",
-            "generation": 1,
-            "ownerReferences": [{"kind": "InferenceModel", "name": "chat", "uid": model["metadata"]["uid"]}],
-        },
-        "spec": {"replicas": 1},
-        "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1, "availableReplicas": 1,
-                   "readyReplicas": 1},
-    }  # fmt: skip
+    """The model's Deployment, all its replicas available, owned by the model (as its event shows it)."""
+    dep = deployment(1)
+    del dep["metadata"]["resourceVersion"]
+    dep["metadata"]["ownerReferences"] = [
+        {"kind": "InferenceModel", "name": "chat", "uid": model["metadata"]["uid"]}
+    ]
+    dep["status"].update(replicas=1, readyReplicas=1)
+    return dep
 
 
 @pytest.mark.parametrize(("index_version", "expected"), [("7", ["patch"]), ("6", ["patch", "get", "patch"])])
