@@ -46,3 +46,37 @@ def test_every_client_made_after_loading_has_a_connection_per_handler_thread(kub
     assert pool_size(client.ApiClient()) == 40  # the dynamic client's
     assert pool_size(client.CoreV1Api().api_client) == 40  # the log reads' and evictions'
     assert client.Configuration.get_default_copy().host == "https://127.0.0.1:6443"
+
+
+def test_recent_reads_share_one_read_in_flight_and_read_again_when_old() -> None:
+    """A burst's timers asking at once wait for one LIST; an answer older than max_age is read again."""
+    import threading
+    import time
+
+    now = [0.0]
+    reads: list[str] = []
+    started = threading.Event()
+
+    def slow_read() -> list[str]:
+        reads.append("list")
+        started.set()
+        time.sleep(0.2)  # the LIST in flight while the others ask
+        return ["pod-a"]
+
+    recent: _kube.RecentReads[str, list[str]] = _kube.RecentReads(max_age=5.0, clock=lambda: now[0])
+    answers: list[list[str]] = []
+    first = threading.Thread(target=lambda: answers.append(recent.get("team-a", slow_read)))
+    first.start()
+    started.wait(5)
+    others = [
+        threading.Thread(target=lambda: answers.append(recent.get("team-a", slow_read))) for _ in range(5)
+    ]
+    for thread in [*others]:
+        thread.start()
+    for thread in [first, *others]:
+        thread.join(5)
+    assert reads == ["list"] and answers == [["pod-a"]] * 6
+    assert recent.get("team-b", lambda: ["pod-b"]) == ["pod-b"]  # another key: its own read
+    now[0] = 6.0
+    recent.get("team-a", slow_read)
+    assert reads == ["list", "list"]

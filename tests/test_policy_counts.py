@@ -69,7 +69,7 @@ def test_a_failing_count_does_not_stop_counting() -> None:
 
 
 def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypatch: Any) -> None:
-    from loadline.handlers import _fleet
+    from loadline.handlers import _fleet, _kube
 
     def model(name: str, state: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": name, "labels": {"team": "a"}},
@@ -82,7 +82,7 @@ def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypa
         return [model("a", "Running"), model("b", "Scheduled"), model("c", "Running")]
 
     monkeypatch.setattr(_fleet, "list_models", list_models)
-    monkeypatch.setattr(_fleet, "_restarting_cache", None)
+    monkeypatch.setattr(_fleet, "_RESTARTING", _kube.RecentReads(max_age=5.0))
     found = _fleet.restarting_everywhere(OperatorSettings())
     assert sorted(found) == ["ns/a", "ns/c"] and found["ns/a"]["labels"] == {"team": "a"}
     _fleet.restarting_everywhere(OperatorSettings())

@@ -200,6 +200,14 @@ class ReadinessKube:
         self.selectors.append(selectors)
         return copy.deepcopy(self.pods)
 
+    def look(self, model: dict[str, Any], memo: dict[str, Any], elapsed: float) -> dict[str, Any]:
+        """One look of the timer ``elapsed`` seconds into the model's Deploying (the clock moves too)."""
+        self.now = elapsed
+        memo["readiness_checked_at"] = elapsed  # what readiness_due notes when a look is due
+        patch = kopf.Patch()
+        _reconcile.read_readiness(kopf.Body(model), patch, memo)
+        return dict(patch.status)
+
 
 def deployment(available: int, version: str = "7") -> dict[str, Any]:
     return {
@@ -222,26 +230,10 @@ def looks(monkeypatch: pytest.MonkeyPatch) -> ReadinessKube:
     monkeypatch.setattr(_kube, "get", kube.get)
     monkeypatch.setattr(_kube, "list_objects", kube.list_objects)
     monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
-    monkeypatch.setattr(_reconcile, "_monotonic", lambda: kube.now)
-    monkeypatch.setattr(_reconcile, "_unbound_pods", {})
+    monkeypatch.setattr(_reconcile, "UNBOUND_PODS", _kube.RecentReads(max_age=5.0, clock=lambda: kube.now))
     with _reconcile._seen_workloads_lock:
         _reconcile._seen_workloads.clear()
-    global LOOKS
-    LOOKS = kube
     return kube
-
-
-LOOKS: ReadinessKube | None = None
-
-
-def look(model: dict[str, Any], memo: dict[str, Any], elapsed: float) -> dict[str, Any]:
-    """One look of the timer ``elapsed`` seconds into the model's Deploying (the clock moves with it)."""
-    assert LOOKS is not None
-    LOOKS.now = elapsed
-    memo["readiness_checked_at"] = elapsed  # what readiness_due notes when a look is due
-    patch = kopf.Patch()
-    _reconcile.read_readiness(kopf.Body(model), patch, memo)
-    return dict(patch.status)
 
 
 def deploying() -> dict[str, Any]:
@@ -256,12 +248,12 @@ def test_a_stuck_model_seen_through_its_deployments_events_costs_one_list_and_no
     model = deploying()
     _reconcile.note_workload(deployment(0))  # its Deployment's watch event
     memo: dict[str, Any] = {}
-    writes = [look(model, memo, t) for t in (0, 5, 10)]
+    writes = [looks.look(model, memo, t) for t in (0, 5, 10)]
     assert looks.calls == []  # a burst's pods wait for the scheduler anyway: no read at all
-    assert look(model, memo, 20)  # the scheduler's reason, once it has been stuck a while
+    assert looks.look(model, memo, 20)  # the scheduler's reason, once it has been stuck a while
     assert looks.calls == [("list", "Pod")]
     assert looks.selectors == [{"label_selector": INSTANCE_LABEL, "field_selector": "spec.nodeName="}]
-    later = [look(model, memo, t) for t in (40, 100, 160, 220)]
+    later = [looks.look(model, memo, t) for t in (40, 100, 160, 220)]
     assert looks.calls == [("list", "Pod")] and later == [{}] * 4  # nothing moved: no read, no write
     assert writes[1:] == [{}, {}]
 
@@ -272,12 +264,12 @@ def test_the_workload_changing_is_listed_again_and_ready_comes_from_its_events(
     model = deploying()
     memo: dict[str, Any] = {}
     _reconcile.note_workload(deployment(0, "7"))
-    look(model, memo, 20)
+    looks.look(model, memo, 20)
     _reconcile.note_workload(deployment(0, "8"))
-    look(model, memo, 40)
+    looks.look(model, memo, 40)
     assert looks.calls == [("list", "Pod"), ("list", "Pod")]
     _reconcile.note_workload(deployment(1, "9"))
-    assert look(model, memo, 100)["phase"] == "Ready"
+    assert looks.look(model, memo, 100)["phase"] == "Ready"
     assert looks.calls == [("list", "Pod"), ("list", "Pod")]
 
 
@@ -288,10 +280,10 @@ def test_a_pod_still_waiting_for_the_scheduler_is_looked_at_again_at_each_look(
     _reconcile.note_workload(deployment(0))
     looks.pods = [pending_pod("chat", reason=False)]  # not tried by the scheduler yet
     memo: dict[str, Any] = {}
-    assert "cannot be scheduled" not in str(look(model, memo, 20))
+    assert "cannot be scheduled" not in str(looks.look(model, memo, 20))
     looks.pods = [pending_pod("chat")]
-    assert "cannot be scheduled" in str(look(model, memo, 40))  # found at the next look
-    look(model, memo, 100)
+    assert "cannot be scheduled" in str(looks.look(model, memo, 40))  # found at the next look
+    looks.look(model, memo, 100)
     assert looks.calls == [("list", "Pod")] * 2  # and then no more
 
 
@@ -303,23 +295,21 @@ def test_the_models_of_a_namespace_looking_together_share_one_list(
     other["metadata"]["name"] = "other"
     _reconcile.note_workload(deployment(0))
     looks.pods = [pending_pod("chat"), pending_pod("other", reason=False)]
-    chat_status = look(chat, {}, 20)
-    looks.now += 3  # within the timer's interval: the same LIST answers
-    other_status = look(other, {}, 20)
+    chat_status = looks.look(chat, {}, 20)
+    other_status = looks.look(other, {}, 23)  # within the timer's interval: the same LIST answers
     assert looks.calls == [("list", "Pod"), ("get", "Deployment")]  # other's Deployment: no event yet
     assert "pod chat-0 cannot be scheduled" in str(chat_status)
     assert "cannot be scheduled" not in str(other_status)  # its own pod has no reason; chat's is not its
-    looks.now += 10  # older than the timer's interval: listed again
-    look(other, {}, 40)
+    looks.look(other, {}, 40)  # older than the timer's interval: listed again
     assert looks.calls.count(("list", "Pod")) == 2
 
 
 def test_a_workload_no_event_showed_yet_is_read(fake: FakeKube, looks: ReadinessKube) -> None:
     model = deploying()
     memo: dict[str, Any] = {}
-    look(model, memo, 0)
+    looks.look(model, memo, 0)
     assert looks.calls == [("get", "Deployment")]
     _reconcile.note_workload(deployment(0))
     _reconcile.note_workload(deployment(0), deleted=True)  # deleted: read again
-    look(model, memo, 5)
+    looks.look(model, memo, 5)
     assert looks.calls == [("get", "Deployment")] * 2

@@ -101,27 +101,24 @@ def refresh_counts(bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSe
     count(_policies.parse_policies(bodies.values()), bodies, list_models(settings))
 
 
-_RESTARTING_TTL_SECONDS = 5.0
-_restarting_cache: tuple[float, dict[str, dict[str, Any]]] | None = None
-_restarting_lock = threading.Lock()
+_RESTARTING: _kube.RecentReads[str, dict[str, dict[str, Any]]] = _kube.RecentReads(max_age=5.0)
 
 
 def restarting_everywhere(settings: OperatorSettings) -> dict[str, dict[str, Any]]:
     """The models whose restart runs, of every shard (sharded replicas see only their own models in
     their indexes, and FleetPolicy ``maxConcurrent`` slots are counted over the whole cluster): one
     LIST, reused for a few seconds by every timer of this process."""
-    global _restarting_cache
-    with _restarting_lock:
-        now = time.monotonic()
-        if _restarting_cache is None or now - _restarting_cache[0] > _RESTARTING_TTL_SECONDS:
-            found = {}
-            for model in list_models(settings):
-                entry = _maintenance.restarting_entry(model)
-                if entry is not None:
-                    meta = model["metadata"]
-                    found[f"{meta['namespace']}/{meta['name']}"] = entry
-            _restarting_cache = (now, found)
-        return dict(_restarting_cache[1])
+
+    def read() -> dict[str, dict[str, Any]]:
+        found = {}
+        for model in list_models(settings):
+            entry = _maintenance.restarting_entry(model)
+            if entry is not None:
+                meta = model["metadata"]
+                found[f"{meta['namespace']}/{meta['name']}"] = entry
+        return found
+
+    return dict(_RESTARTING.get("", read))
 
 
 COUNT_DELAY_SECONDS = 2.0

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -69,6 +70,35 @@ class CountingApiClient(client.ApiClient):
             raise
         _metrics.record_api_request(method, url, header_params, str(response.status))
         return response
+
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class RecentReads(Generic[K, V]):
+    """A read (a LIST, usually) reused for ``max_age`` seconds per key, one in flight per key: callers
+    that ask meanwhile wait for it and take its answer. For what many timers of a burst ask within the
+    same few seconds (a LIST per caller was a large share of the operator's requests at fleet scale)."""
+
+    def __init__(self, max_age: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.max_age = max_age
+        self._clock = clock
+        self._guard = threading.Lock()
+        self._locks: dict[K, threading.Lock] = {}
+        self._answers: dict[K, tuple[float, V]] = {}
+
+    def get(self, key: K, read: Callable[[], V]) -> V:
+        """The answer of ``read()`` for ``key``, read again only when the last is older than max_age."""
+        with self._guard:
+            lock = self._locks.setdefault(key, threading.Lock())
+        with lock:
+            taken = self._answers.get(key)
+            if taken is None or self._clock() - taken[0] > self.max_age:
+                started = self._clock()
+                taken = (started, read())
+                self._answers[key] = taken
+            return taken[1]
 
 
 def dynamic() -> DynamicClient:

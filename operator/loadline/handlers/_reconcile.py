@@ -19,7 +19,6 @@ import contextlib
 import json
 import logging
 import threading
-import time
 from collections import Counter, OrderedDict
 from collections.abc import Mapping, MutableMapping
 from dataclasses import dataclass
@@ -553,14 +552,9 @@ UNSCHEDULABLE_AFTER_SECONDS = 20.0
 """How long a model is Deploying before its pods are looked at for the scheduler's reason: pods of a
 burst wait a few seconds for the scheduler anyway, and the reason matters for a model that stays stuck."""
 
-UNBOUND_PODS_MAX_AGE_SECONDS = 5.0
-"""How old one LIST of a namespace's unbound loadline pods may be and still answer a model's look: the
-readiness timer's interval, so a burst's thousand looks share a LIST every few seconds."""
-
-_unbound_pods: dict[str, tuple[float, list[dict[str, Any]]]] = {}
-_unbound_pods_locks: dict[str, threading.Lock] = {}
-_unbound_pods_guard = threading.Lock()
-_monotonic = time.monotonic  # the clock of that age (a test moves it)
+UNBOUND_PODS: _kube.RecentReads[str, dict[str, list[dict[str, Any]]]] = _kube.RecentReads(max_age=5.0)
+"""A namespace's unbound loadline pods by model, one LIST reused for the readiness timer's interval,
+so a burst's thousand looks share a LIST every few seconds."""
 
 
 def unbound_pods(namespace: str, name: str) -> list[dict[str, Any]]:
@@ -568,36 +562,26 @@ def unbound_pods(namespace: str, name: str) -> list[dict[str, Any]]:
 
     Unbound pods are not in the operator's pod watch (it takes bound pods only, for capacity), so they
     are listed: one LIST per namespace (loadline's pods, ``spec.nodeName=``) serves every model that
-    looks within :data:`UNBOUND_PODS_MAX_AGE_SECONDS`, instead of a LIST per model (at fleet scale a
-    burst's models all pass 20 s Deploying together: a LIST per model was a tenth of the operator's
-    requests)."""
-    with _unbound_pods_guard:
-        lock = _unbound_pods_locks.setdefault(namespace, threading.Lock())
-    with lock:  # one LIST in flight per namespace; the looks waiting for it take its answer
-        taken = _unbound_pods.get(namespace)
-        if taken is None or _monotonic() - taken[0] > UNBOUND_PODS_MAX_AGE_SECONDS:
-            started = _monotonic()
-            pods = _kube.list_objects(
-                "v1", "Pod", namespace, label_selector=INSTANCE_LABEL, field_selector="spec.nodeName="
+    looks within :data:`UNBOUND_PODS`' age, instead of a LIST per model (at fleet scale a burst's models
+    all pass 20 s Deploying together: a LIST per model was a tenth of the operator's requests)."""
+
+    def read() -> dict[str, list[dict[str, Any]]]:
+        by_model: dict[str, list[dict[str, Any]]] = {}
+        pods = _kube.list_objects(
+            "v1", "Pod", namespace, label_selector=INSTANCE_LABEL, field_selector="spec.nodeName="
+        )
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            by_model.setdefault(str((meta.get("labels") or {}).get(INSTANCE_LABEL)), []).append(
+                {  # trimmed to what _build.unschedulable_reason reads: kept until the next LIST
+                    "metadata": {"name": meta.get("name")},
+                    "status": {"conditions": [c for c in conditions if c.get("type") == "PodScheduled"]},
+                }
             )
-            taken = (started, [_scheduling_of(pod) for pod in pods])
-            _unbound_pods[namespace] = taken
-    return [
-        p for p in taken[1] if ((p.get("metadata") or {}).get("labels") or {}).get(INSTANCE_LABEL) == name
-    ]
+        return by_model
 
-
-def _scheduling_of(pod: Mapping[str, Any]) -> dict[str, Any]:
-    """A pod trimmed to what :func:`_build.unschedulable_reason` reads (kept until the next LIST)."""
-    meta = pod.get("metadata") or {}
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return {
-        "metadata": {
-            "name": meta.get("name"),
-            "labels": {INSTANCE_LABEL: (meta.get("labels") or {}).get(INSTANCE_LABEL)},
-        },
-        "status": {"conditions": [c for c in conditions if c.get("type") == "PodScheduled"]},
-    }
+    return UNBOUND_PODS.get(namespace, read).get(name, [])
 
 
 def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
