@@ -6,6 +6,7 @@ import os
 import signal
 import statistics
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -46,6 +47,36 @@ def start_operator(namespace: str, log_name: str, **settings: str) -> subprocess
         stderr=subprocess.STDOUT,
         env=env,
     )
+
+
+def free_port() -> int:
+    """A TCP port nothing listens on now (for a benchmark operator's /metrics)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def own_requests(metrics_url: str) -> Counter[str]:
+    """loadline's own API requests so far (``loadline_api_requests_total`` at ``metrics_url``), by
+    "verb resource"; empty when the process does not answer."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: Counter[str] = Counter()
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return totals
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "loadline_api_requests_total":
+                totals[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
+    return totals
 
 
 def stop_operator(proc: subprocess.Popen[bytes]) -> None:

@@ -41,17 +41,15 @@ import subprocess
 import sys
 import threading
 import time
-import urllib.request
 import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import yaml
-from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from _bench import chat_model, percentile
+from _bench import chat_model, own_requests, percentile
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, uninstall
 from kube import E2E_DIR, REPO, Kubectl, kubectl_binary, wait_for
@@ -135,18 +133,8 @@ def client_requests(replicas: list[Any]) -> Counter[str]:
     summed over the replicas, by "verb resource"."""
     totals: Counter[str] = Counter()
     for replica in replicas:
-        if not replica.alive():
-            continue
-        url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
-        try:
-            with urllib.request.urlopen(url, timeout=10) as response:
-                text = response.read().decode()
-        except OSError:
-            continue
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "loadline_api_requests_total":
-                    totals[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
+        if replica.alive():
+            totals += own_requests(f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics")
     return totals
 
 

@@ -4,33 +4,97 @@ Needs the local control plane with room for COUNT single-GPU pods, e.g.
 `LOADLINE_FLEET_SCALE=10 make cluster-up` (100 L4 GPUs). It starts its own `loadline run`, creates COUNT
 InferenceModels (Llama-3.1-8B on one L4 each), waits until their pods run, then crashes every pod's
 vLLM container the way a host OOM kill looks (exit 137, OOMKilled; written to the pod status as a kubelet
-would) as fast as the API server takes it, and records for each model:
+would) from ``--injectors`` threads at once (issue 14: all of them crashing within a minute), and records
+for each model:
 
 - detect → decided: from the crash being written to the incident and decision appearing in
   `status.remediation` (what the operator commits to before touching the children);
 - detect → rolled: until the Deployment's pod template carries the raised memory limit.
 
-Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT]` (default 100).
+It prints how many crashes were decided and rolled (every crash must be), and what the crashes cost the
+API server: loadline's own requests per crash by verb and resource (its ``loadline_api_requests_total``),
+and the API server's writes per crash by resource, whoever made them (``apiserver_request_total``: kopf's
+patches, the Deployment controller's roll-out, the scheduler, KWOK).
+
+Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8]` (COUNT default 100).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import re
 import sys
 import threading
 import time
 import uuid
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-from _bench import KUBECONFIG, REPO, chat_model, ensure_crds, start_operator, stop_operator, summary
+from _bench import (
+    KUBECONFIG,
+    REPO,
+    chat_model,
+    ensure_crds,
+    free_port,
+    own_requests,
+    start_operator,
+    stop_operator,
+    summary,
+)
 from kubernetes import client, config, watch
 
 sys.path.insert(0, str(REPO / "e2e"))
 from crash import crashed_status, termination_for
 
+WRITES = {"POST", "PUT", "PATCH", "APPLY", "DELETE"}
+
+
+def apiserver_writes() -> Counter[str]:
+    """The API server's count of write requests so far, by resource (``apiserver_request_total``)."""
+    api = client.ApiClient()
+    method, url, headers, body, _ = api.param_serialize("GET", "/metrics", auth_settings=["BearerToken"])
+    response = api.call_api(method, url, header_params=headers, body=body)
+    response.read()
+    totals: Counter[str] = Counter()
+    pattern = re.compile(r"^apiserver_request_total\{([^}]*)\} (\S+)$")
+    for line in response.data.decode().splitlines():
+        match = pattern.match(line)
+        if not match:
+            continue
+        labels = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        if labels.get("verb") in WRITES:
+            resource = labels.get("resource", "")
+            if labels.get("subresource"):
+                resource += "/" + labels["subresource"]
+            totals[resource] += float(match.group(2))
+    return totals
+
+
+def events_since(core: client.CoreV1Api, namespace: str, since: float) -> Counter[str]:
+    """The namespace's Events last seen after ``since`` (epoch seconds), by reporting component and
+    reason (an Event's count included: a repeat is a write too)."""
+    counts: Counter[str] = Counter()
+    for event in core.list_namespaced_event(namespace).items:
+        when = event.last_timestamp or event.event_time or event.metadata.creation_timestamp
+        if when is not None and when.timestamp() >= since:
+            who = event.reporting_component or (event.source.component if event.source else "") or "?"
+            counts[f"{who} {event.reason}"] += event.count or 1
+    return counts
+
+
+def per_crash(counts: Counter[str], crashes: int) -> str:
+    shown = [f"{key} {value / crashes:.2f}" for key, value in counts.most_common() if value > 0]
+    return ", ".join(shown) or "none"
+
 
 def main() -> int:
-    count = int(sys.argv[1]) if len(sys.argv) > 1 else 100
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("count", nargs="?", type=int, default=100)
+    parser.add_argument("--injectors", type=int, default=8, help="threads writing the crashes")
+    args = parser.parse_args()
+    count = args.count
     if not KUBECONFIG.exists():
         print(
             f"no cluster: {KUBECONFIG} is missing (run `LOADLINE_FLEET_SCALE=10 make cluster-up`)",
@@ -42,7 +106,10 @@ def main() -> int:
     core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
     namespace = f"oombench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
-    operator = start_operator(namespace, "operator-oombench.log", remediation_max_actions_per_day="10")
+    metrics_port = free_port()
+    metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
+    settings = {"remediation_max_actions_per_day": "10", "metrics_port": str(metrics_port)}
+    operator = start_operator(namespace, "operator-oombench.log", **settings)
     crashed: dict[str, float] = {}
     decided: dict[str, float] = {}
     rolled: dict[str, float] = {}
@@ -106,19 +173,26 @@ def main() -> int:
         time.sleep(1)
         termination = termination_for("oomkilled")
         api = client.ApiClient()
-        start = time.monotonic()
-        for pod in running:
+        own_before, writes_before = own_requests(metrics_url), apiserver_writes()
+
+        def crash(pod: Any) -> None:
             raw: dict[str, Any] = api.sanitize_for_serialization(pod)
             status = crashed_status(raw, raw["spec"]["containers"][0]["name"], termination)
             body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
             core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
             crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.monotonic()
+
+        start, wall_start = time.monotonic(), time.time()
+        with ThreadPoolExecutor(args.injectors) as pool:
+            list(pool.map(crash, running))
         injected = time.monotonic() - start
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and (len(decided) < len(crashed) or len(rolled) < len(crashed)):
             time.sleep(0.5)
         stop.set()
-        print(f"{len(crashed)} crashes injected in {injected:.2f} s")
+        own = own_requests(metrics_url) - own_before
+        writes = apiserver_writes() - writes_before
+        print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads)")
         print(
             f"handled: {len(decided)} of {len(crashed)} decided, {len(rolled)} of {len(crashed)} rolled "
             "(within 120 s of the last crash)"
@@ -135,6 +209,11 @@ def main() -> int:
                 [rolled[n] - crashed[n] for n in rolled],
             )
         )
+        crashes = max(1, len(crashed))
+        print(f"loadline's own requests per crash: {per_crash(own, crashes)}")
+        print(f"API server writes per crash (everyone's, by resource): {per_crash(writes, crashes)}")
+        events = events_since(core, namespace, wall_start)
+        print(f"Events per crash (by who, reason): {per_crash(events, crashes)}")
     finally:
         stop_operator(operator)
         core.delete_namespace(namespace)
