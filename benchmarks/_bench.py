@@ -8,6 +8,7 @@ import statistics
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
 KUBECONFIG = Path(os.environ.get("LOADLINE_KUBECONFIG", REPO / ".e2e" / "kubeconfig"))
@@ -77,6 +78,31 @@ def own_requests(metrics_url: str) -> Counter[str]:
             if sample.name == "loadline_api_requests_total":
                 totals[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
     return totals
+
+
+def changed_paths(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """Where two versions of an InferenceModel differ: spec, each status field (conditions by type),
+    each annotation, label and finalizer; metadata the API server keeps (resourceVersion,
+    managedFields) is not a cause."""
+    paths = []
+    if before.get("spec") != after.get("spec"):
+        paths.append("spec")
+    old_meta, new_meta = before.get("metadata") or {}, after.get("metadata") or {}
+    for field in ("annotations", "labels"):
+        old, new = old_meta.get(field) or {}, new_meta.get(field) or {}
+        paths += [f"metadata.{field}[{k}]" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+    if old_meta.get("finalizers") != new_meta.get("finalizers"):
+        paths.append("metadata.finalizers")
+    old_status, new_status = before.get("status") or {}, after.get("status") or {}
+    for key in sorted(set(old_status) | set(new_status)):
+        if key == "conditions":
+            old_c = {c.get("type"): c for c in old_status.get(key) or []}
+            new_c = {c.get("type"): c for c in new_status.get(key) or []}
+            paths += [f"status.conditions[{t}]" for t in sorted(set(old_c) | set(new_c), key=str)
+                      if old_c.get(t) != new_c.get(t)]  # fmt: skip
+        elif old_status.get(key) != new_status.get(key):
+            paths.append(f"status.{key}")
+    return paths or ["(nothing but server metadata)"]
 
 
 def stop_operator(proc: subprocess.Popen[bytes]) -> None:

@@ -49,7 +49,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from _bench import chat_model, own_requests, percentile
+from _bench import changed_paths, chat_model, own_requests, percentile
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, uninstall
 from kube import E2E_DIR, REPO, Kubectl, kubectl_binary, wait_for
@@ -256,31 +256,6 @@ class WriteCounter:
         for proc in self.procs:
             proc.terminate()
         return dict(self.counts), dict(self.changed)
-
-
-def changed_paths(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
-    """Where two versions of an InferenceModel differ: spec, each status field (conditions by type),
-    each annotation, label and finalizer; metadata the API server keeps (resourceVersion,
-    managedFields) is not a cause."""
-    paths = []
-    if before.get("spec") != after.get("spec"):
-        paths.append("spec")
-    old_meta, new_meta = before.get("metadata") or {}, after.get("metadata") or {}
-    for field in ("annotations", "labels"):
-        old, new = old_meta.get(field) or {}, new_meta.get(field) or {}
-        paths += [f"metadata.{field}[{k}]" for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
-    if old_meta.get("finalizers") != new_meta.get("finalizers"):
-        paths.append("metadata.finalizers")
-    old_status, new_status = before.get("status") or {}, after.get("status") or {}
-    for key in sorted(set(old_status) | set(new_status)):
-        if key == "conditions":
-            old_c = {c.get("type"): c for c in old_status.get(key) or []}
-            new_c = {c.get("type"): c for c in new_status.get(key) or []}
-            paths += [f"status.conditions[{t}]" for t in sorted(set(old_c) | set(new_c), key=str)
-                      if old_c.get(t) != new_c.get(t)]  # fmt: skip
-        elif old_status.get(key) != new_status.get(key):
-            paths.append(f"status.{key}")
-    return paths or ["(nothing but server metadata)"]
 
 
 def rendered_children(models: list[dict[str, Any]]) -> list[dict[str, Any]]:

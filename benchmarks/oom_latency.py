@@ -35,6 +35,7 @@ from typing import Any
 from _bench import (
     KUBECONFIG,
     REPO,
+    changed_paths,
     chat_model,
     ensure_crds,
     free_port,
@@ -113,24 +114,25 @@ def main() -> int:
     crashed: dict[str, float] = {}
     decided: dict[str, float] = {}
     rolled: dict[str, float] = {}
+    model_writes: Counter[str] = Counter()  # after its crash, what each write to a model changed
     stop = threading.Event()
 
     def watch_models() -> None:
-        stream = watch.Watch()  # type: ignore[no-untyped-call]
         lister = custom.list_namespaced_custom_object
         group = ("loadline.dev", "v1alpha1", namespace, "inferencemodels")
-        for event in stream.stream(lister, *group, timeout_seconds=600):
+        last: dict[str, dict[str, Any]] = {}
+        for event in watch_until_stopped(lister, *group):
             obj = event["object"]
             name = obj["metadata"]["name"]
+            if name in crashed and name in last and event["type"] == "MODIFIED":
+                model_writes[" + ".join(changed_paths(last[name], obj))] += 1
+            last[name] = obj
             remediation = (obj.get("status") or {}).get("remediation") or {}
             if name in crashed and name not in decided and remediation.get("handledCrashes"):
                 decided[name] = time.monotonic()
-            if stop.is_set():
-                stream.stop()  # type: ignore[no-untyped-call]
 
     def watch_deployments() -> None:
-        stream = watch.Watch()  # type: ignore[no-untyped-call]
-        for event in stream.stream(apps.list_namespaced_deployment, namespace, timeout_seconds=600):
+        for event in watch_until_stopped(apps.list_namespaced_deployment, namespace):
             dep = event["object"]
             name = dep.metadata.name
             limits = dep.spec.template.spec.containers[0].resources.limits or {}
@@ -140,8 +142,18 @@ def main() -> int:
                 and limits.get("memory") not in {None, baseline.get(name)}
             ):
                 rolled[name] = time.monotonic()
-            if stop.is_set():
-                stream.stop()  # type: ignore[no-untyped-call]
+
+    def watch_until_stopped(lister: Any, *args: Any) -> Any:
+        """The events of a watch, watched again whenever the API server ends one, until ``stop``."""
+        while not stop.is_set():
+            stream = watch.Watch()  # type: ignore[no-untyped-call]
+            try:
+                for event in stream.stream(lister, *args, timeout_seconds=30):
+                    yield event
+                    if stop.is_set():
+                        stream.stop()  # type: ignore[no-untyped-call]
+            except Exception as exc:  # a dropped connection: watch again (it lists first)
+                print(f"watch ended ({type(exc).__name__}: {exc}); watching again", file=sys.stderr)
 
     baseline: dict[str, str] = {}
     try:
@@ -179,8 +191,10 @@ def main() -> int:
             raw: dict[str, Any] = api.sanitize_for_serialization(pod)
             status = crashed_status(raw, raw["spec"]["containers"][0]["name"], termination)
             body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
-            core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
+            # From the moment the write is sent (no model had a crash or a raised limit before), so
+            # a decision the watch shows before the write's answer still counts.
             crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.monotonic()
+            core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
 
         start, wall_start = time.monotonic(), time.time()
         with ThreadPoolExecutor(args.injectors) as pool:
@@ -212,11 +226,18 @@ def main() -> int:
         crashes = max(1, len(crashed))
         print(f"loadline's own requests per crash: {per_crash(own, crashes)}")
         print(f"API server writes per crash (everyone's, by resource): {per_crash(writes, crashes)}")
+        print(f"InferenceModel writes per crash (by what changed): {per_crash(model_writes, crashes)}")
         events = events_since(core, namespace, wall_start)
         print(f"Events per crash (by who, reason): {per_crash(events, crashes)}")
     finally:
         stop_operator(operator)
         core.delete_namespace(namespace)
+        # Gone before this returns: the namespace controller's deletions would land in the next run.
+        deadline = time.monotonic() + 300
+        while time.monotonic() < deadline and namespace in {
+            ns.metadata.name for ns in core.list_namespace().items
+        }:
+            time.sleep(2)
     return 0
 
 

@@ -143,6 +143,23 @@ def _pod(name: str, created: str, ready: bool = True, deleting: bool = False) ->
     return {"metadata": meta, "status": {"conditions": [cond]}}
 
 
+@pytest.mark.parametrize(
+    ("previous", "nodes", "listed"),
+    [
+        (None, 2, False),  # a new model: nothing of another layout exists
+        ({"nodesPerReplica": 1, "memory": {"total": 20}}, 1, False),  # a remediation's raised memory
+        ({"nodesPerReplica": 2}, 4, False),  # still a LeaderWorkerSet
+        ({"nodesPerReplica": 1}, 2, True),  # Deployment -> LeaderWorkerSet
+        ({"nodesPerReplica": 2}, 1, True),  # LeaderWorkerSet -> Deployment
+        ({}, 2, True),  # a plan written before nodesPerReplica existed was one node
+    ],
+)
+def test_children_are_listed_for_removal_only_when_the_layout_changes(
+    previous: dict[str, Any] | None, nodes: int, listed: bool
+) -> None:
+    assert _build.layout_changed(previous, nodes) is listed
+
+
 def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants() -> None:
     owner = {"uid": "u1", "controller": True}
     existing = [

@@ -255,6 +255,26 @@ def test_a_single_replica_surges_a_second_pod_when_a_gpu_is_free(cluster: dict[s
     assert cluster["scaled"] == [] and cluster["evicted"] == ["chat-a"]
 
 
+def test_a_running_remediation_roll_out_reads_its_workload_and_not_its_pods(
+    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The workload controller rolls a remediation's pods: each tick asks only whether it is done (a
+    LIST of the pods per tick was one request per crashed model in a burst)."""
+    listed: list[Any] = []
+    monkeypatch.setattr(_kube, "list_objects", lambda *a, **k: listed.append(a) or cluster["pods"])
+    rolled = {"metadata": {"generation": 2}, "spec": {"replicas": 2},
+              "status": {"observedGeneration": 2, "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2}}  # fmt: skip
+    monkeypatch.setattr(_kube, "get", lambda *a: rolled)
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    running = {"action": "remediation", "state": "Running", "startedAt": iso(start), "trigger": "crashLoop"}
+    patch = tend(model(running))
+    assert patch.status["maintenance"]["state"] == "Done" and cluster["events"] == ["RestartDone"]
+    assert listed == []
+    # a plain restart is carried out pod by pod: it reads them
+    tend(model({**running, "action": "restart"}))
+    assert listed == [("v1", "Pod", "team-a")]
+
+
 def test_max_concurrent_makes_a_due_restart_wait_for_the_slot(cluster: dict[str, Any]) -> None:
     policy = parse_fleet_policy({
         "apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy", "metadata": {"name": "one-at-a-time"},

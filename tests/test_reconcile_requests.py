@@ -70,10 +70,15 @@ def test_a_new_model_and_a_resync_list_no_child_kinds(fake: FakeKube) -> None:
     assert not [c for c in fake.calls if c[0] == "list"]
 
 
-def test_a_replan_lists_every_child_kind_for_leftovers(fake: FakeKube) -> None:
+def test_only_a_replan_across_layouts_lists_every_child_kind_for_leftovers(fake: FakeKube) -> None:
     status = run(body())
+    resized = copy.deepcopy(status)
+    resized["plan"]["gpu"] = "A100-80GBx2"  # another GPU, still one node per replica: a Deployment
+    fake.calls.clear()
+    run(body(resized))
+    assert not [c for c in fake.calls if c[0] == "list"]
     moved = copy.deepcopy(status)
-    moved["plan"]["gpu"] = "A100-80GBx2"  # as if planned on another layout before
+    moved["plan"]["nodesPerReplica"] = 2  # as if a LeaderWorkerSet served it before
     fake.calls.clear()
     run(body(moved))
     listed = {kind for verb, kind in fake.calls if verb == "list"}

@@ -466,6 +466,17 @@ def maintenance_patch(previous: Mapping[str, Any] | None, record: MaintenanceRec
     return {**wire, **cleared}
 
 
+def layout_changed(previous_plan: Mapping[str, Any] | None, nodes_per_replica: int) -> bool:
+    """Whether a re-plan moves the model between layouts: one node per replica is a Deployment, several
+    a LeaderWorkerSet (with a name of its own). Only such a move can leave children of the old layout
+    behind, so only then are the model's children listed to find them (four LISTs, one per child kind:
+    most re-plans, such as a remediation's raised memory, keep the layout)."""
+    if previous_plan is None:
+        return False  # a new model has no children of another layout
+    before = int(previous_plan.get("nodesPerReplica", 1) or 1)
+    return (before > 1) != (nodes_per_replica > 1)
+
+
 def stale_children(
     existing: Iterable[Mapping[str, Any]], wanted: Iterable[tuple[str, str]], owner_uid: str
 ) -> list[tuple[str, str, str]]:

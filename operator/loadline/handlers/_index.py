@@ -85,6 +85,22 @@ def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+def model_entry(body: Mapping[str, Any]) -> dict[str, Any]:
+    """An InferenceModel as the handlers of its children's events read it without asking the API
+    server: its identity and resourceVersion (a write guarded by it gets 409 when the entry is stale,
+    and the handler reads the model then), labels and generation, spec and status."""
+    meta = body.get("metadata") or {}
+    kept = {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion", "generation")}
+    kept["labels"] = dict(meta.get("labels") or {})
+    return {
+        "apiVersion": body.get("apiVersion"),
+        "kind": body.get("kind"),
+        "metadata": kept,
+        "spec": dict(body.get("spec") or {}),
+        "status": dict(body.get("status") or {}),
+    }
+
+
 def view(
     nodes: Mapping[str, Any], pods: Mapping[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:

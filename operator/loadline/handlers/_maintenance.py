@@ -225,10 +225,13 @@ def tend(
     namespace, name = meta["namespace"], meta["name"]
     key = f"{namespace}/{name}"
     now = datetime.now(UTC)
-    pods = _kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}")
     if record.state == "Running" and record.started_at is not None:
+        # A remediation roll-out is the workload controller's to carry out (it reads the workload, not
+        # the pods): no LIST of the pods for it, at one per tick per crashed model in a burst.
+        pods = [] if record.action == "remediation" else _model_pods(namespace, name)
         _carry_out(body, patch, record, pods, settings, fleet, logger, now)
         return
+    pods = _model_pods(namespace, name)
 
     governing = select_policies(
         fleet.policies,
@@ -282,6 +285,10 @@ def tend(
             logger.info("restart of %s: %s", key, decision.reason)
         return
     _start(body, patch, decision, pods, settings, fleet, logger, now)
+
+
+def _model_pods(namespace: str, name: str) -> list[dict[str, Any]]:
+    return _kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}")
 
 
 def _start(

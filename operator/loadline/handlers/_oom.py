@@ -105,31 +105,64 @@ NODE_EVENTS_NAMESPACE = "default"
 """Where the kubelet and the kernel monitor record a Node's Events (client-go puts an Event about a
 cluster-scoped object in ``default``); the chart grants listing Events there and nowhere else."""
 
+NODE_OOM_REASONS = ("OOMKilling", "SystemOOM")
 
-def _node_oom_events(node: str) -> int:
-    """How many OOM kills the node's kernel reported. Listed in :data:`NODE_EVENTS_NAMESPACE` only: a
-    LIST across all namespaces is refused under the chart's namespaced RBAC, and makes the API server
-    filter every Event of the cluster for each crash."""
+#: How long after a container ended its node's OOM Event may be recorded and still count for it.
+NODE_OOM_SLACK = timedelta(seconds=30)
+
+#: The nodes' OOM Events, one read shared by the crashes of a burst: each crash takes a read begun
+#: after it was seen (what it would have listed alone), and the crashes seen during one read share the
+#: next, instead of a LIST per crash.
+NODE_OOMS: _kube.RecentReads[str, dict[str, list[datetime]]] = _kube.RecentReads(max_age=5.0)
+
+
+def _read_node_ooms() -> dict[str, list[datetime]]:
+    """When each node's kernel reported an OOM kill, from the Events in :data:`NODE_EVENTS_NAMESPACE`
+    (a LIST per reason, selected server-side: a LIST across all namespaces is refused under the
+    chart's namespaced RBAC, and every other Node Event stays on the server)."""
+    seen: dict[str, list[datetime]] = {}
+    for reason in NODE_OOM_REASONS:
+        events = _kube.list_objects(
+            "v1", "Event", NODE_EVENTS_NAMESPACE, field_selector=f"involvedObject.kind=Node,reason={reason}"
+        )
+        for event in events:
+            node = (event.get("involvedObject") or {}).get("name")
+            stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
+            when = _timestamp(stamp)
+            if node and when is not None:
+                seen.setdefault(str(node), []).append(when)
+    return seen
+
+
+def _node_oom_events(node: str, term: Mapping[str, Any], seen_at: float) -> int:
+    """How many OOM kills the node's kernel reported while the container ran (from its start to
+    :data:`NODE_OOM_SLACK` after its end; an Event without those times of the container counts)."""
     if not node:
         return 0
     try:
-        events = _kube.list_objects(
-            "v1", "Event", NODE_EVENTS_NAMESPACE,
-            field_selector=f"involvedObject.kind=Node,involvedObject.name={node}",
-        )  # fmt: skip
+        kills = NODE_OOMS.get("", _read_node_ooms, not_before=seen_at).get(node, [])
     except ApiException:
         return 0
-    return sum(1 for e in events if e.get("reason") in {"OOMKilling", "SystemOOM"})
+    started, finished = _timestamp(term.get("startedAt")), _timestamp(term.get("finishedAt"))
+    return sum(
+        1
+        for when in kills
+        if (started is None or when >= started) and (finished is None or when <= finished + NODE_OOM_SLACK)
+    )
 
 
-def _finished_at(term: Mapping[str, Any]) -> float | None:
-    text = term.get("finishedAt")
+def _timestamp(text: Any) -> datetime | None:
     if not text:
         return None
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
     except ValueError:
         return None
+
+
+def _finished_at(term: Mapping[str, Any]) -> float | None:
+    when = _timestamp(term.get("finishedAt"))
+    return None if when is None else when.timestamp()
 
 
 # Crash ids this process has already handled (bounded; see loadline.oom.SeenCrashes).
@@ -151,7 +184,10 @@ def on_pod_event(
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
     policies: list[FleetPolicy] | None = None,
+    known: Mapping[str, Any] | None = None,
 ) -> None:
+    """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
+    it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
@@ -163,7 +199,7 @@ def on_pod_event(
         if (
             cid is not None
             and cid not in SEEN
-            and _handle_crash(pod, status, cid, namespace, str(name), logger, settings, policies or [])
+            and _handle_crash(pod, status, cid, namespace, str(name), logger, settings, policies or [], known)
         ):
             SEEN.add(cid)
 
@@ -177,9 +213,13 @@ def _handle_crash(
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
     policies: list[FleetPolicy],
+    known: Mapping[str, Any] | None = None,
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
     The remediation limits are the governing FleetPolicies', else the operator's environment.
+
+    The first attempt decides on ``known`` (the model as the index last saw it), when it is the
+    model this pod belongs to: at fleet scale a GET per crash was one request in ten of a crash's.
 
     A 409 means the InferenceModel changed since it was read: read it again and decide again from the
     fresh object. After :data:`CONFLICT_RETRIES` conflicts in a row the crash is *not* marked seen, so
@@ -197,13 +237,18 @@ def _handle_crash(
             fetched[key] = read(*args, **kwargs)
         return fetched[key]
 
+    seen_at = NODE_OOMS.now()
     pod_name = str(pod["metadata"]["name"])
     term = terminated_state(status) or {}
     container = str(status.get("name", ""))
     # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
     needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
     for attempt in range(CONFLICT_RETRIES):
-        parent = _kube.get(API_VERSION, KIND, namespace, name)
+        parent = (
+            dict(known)
+            if attempt == 0 and known is not None and known.get("metadata", {}).get("resourceVersion")
+            else _kube.get(API_VERSION, KIND, namespace, name)
+        )
         if parent is None:
             return True
         owner_uids = {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
@@ -211,9 +256,11 @@ def _handle_crash(
         if cid in state.handled_crashes:
             return True
         log_tail = once("tail", _previous_log, namespace, pod_name, container) if needs_log else ""
+        # A kill the kubelet did not see as OOMKilled (the kernel took a process other than the
+        # container's first, such as vLLM's engine core) shows in the node's OOM Events.
         node_events = (
-            once("node", _node_oom_events, pod.get("spec", {}).get("nodeName", ""))
-            if term.get("reason") == "OOMKilled"
+            once("node", _node_oom_events, pod.get("spec", {}).get("nodeName", ""), term, seen_at)
+            if term.get("reason") != "OOMKilled"
             else 0
         )
         incident_dict = build_incident(pod, status, parent, log_tail=log_tail, node_oom_events=node_events)

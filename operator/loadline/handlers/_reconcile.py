@@ -320,10 +320,9 @@ def reconcile(
         _fail(body, patch, reason="MissingAPI", message=message, phase="Pending")
         raise kopf.TemporaryError(message, delay=max(settings.retry_delay_seconds, 60))
 
-    # Children of another layout can be left only by a re-plan (a new model has none): listing every
-    # child kind of the model on each reconcile cost four requests per model at creation and resume.
-    previous_plan = (body.get("status") or {}).get("plan")
-    replanned = previous_plan is not None and previous_plan != _build.plan_status(plan.summary())
+    # Children of another layout are left only by a re-plan across layouts: listing every child kind
+    # of the model on each reconcile cost four requests per model at creation, resume and remediation.
+    relaid = _build.layout_changed((body.get("status") or {}).get("plan"), plan.chosen.nodes)
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
@@ -336,7 +335,7 @@ def reconcile(
                 changed_children.append(f"{child['kind']}/{child['metadata']['name']}")
             if child["kind"] in {"Deployment", "LeaderWorkerSet"}:
                 applied_workload = result
-        if replanned:
+        if relaid:
             removed = _remove_stale_children(namespace, name, meta["uid"], manifests)
     except ApiException as exc:
         # Refused by the API server (an admission policy, a quota, a conflict) or not reachable: the

@@ -7,6 +7,7 @@ replica, so admission never waits for a hand-over (``loadline run`` starts both,
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from typing import Any
 
@@ -212,14 +213,13 @@ def maintenance(
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def owned_models(
-    namespace: str | None, name: str, meta: kopf.Meta, status: kopf.Status, **_: Any
+    body: kopf.Body, namespace: str | None, name: str, meta: kopf.Meta, **_: Any
 ) -> dict[str, dict[str, Any]] | None:
-    """This replica's models as last seen (identity, resourceVersion, status): its pods' events are
-    handled here and no one else's, and a child's event is judged without reading the model."""
+    """This replica's models as last seen (:func:`_index.model_entry`): its pods' events are handled
+    here and no one else's, and a child's event or a crash is judged without reading the model."""
     if not _shards.owns_uid(meta.get("uid")):
         return None
-    kept = {k: meta.get(k) for k in ("name", "namespace", "uid", "resourceVersion")}
-    return {f"{namespace}/{name}": {"metadata": kept, "status": dict(status)}}
+    return {f"{namespace}/{name}": _index.model_entry(body)}
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -245,15 +245,31 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None
     if not _shards.owns_key(model, kwargs["owned_models"]):
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
-    await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies)
+    known = next(iter(kwargs["owned_models"].get(model, ())), None)
+    await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies, known)
 
 
-@kopf.on.delete(GROUP, VERSION, PLURAL, optional=True, when=_owned)
-def forget(namespace: str | None, name: str, **_: Any) -> None:
-    """A deleted model's metric series and capacity reservation go with it (optional: no finalizer
-    holds the deletion)."""
-    _metrics.forget(namespace or "", name)
-    _reconcile.forget_planned(namespace or "", name)
+@kopf.on.event(GROUP, VERSION, PLURAL)
+async def model_event(type: str | None, namespace: str | None, name: str, **_: Any) -> None:
+    """A deleted model's metric series and capacity reservation go with it, on its DELETED watch event
+    (no I/O: on the event loop). Not a deletion handler: that needs a finalizer on every model, and an
+    optional one ran only while a timer's finalizer happened to be there (a Ready model's reservation
+    outlived it, holding GPUs that no pod used)."""
+    if type == "DELETED":
+        _metrics.forget(namespace or "", name)
+        _reconcile.forget_planned(namespace or "", name)
+
+
+def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
+    """kopf puts a finalizer on every object one of its timers matches and takes it off when none does
+    (its timers are declared ``requires_finalizer=True``; kopf issue #1074): two writes per model each
+    time it starts deploying or a roll-out is pending, and models that cannot be deleted while the
+    operator is down. loadline's timers keep nothing that deletion must clean up (kopf stops them on the
+    DELETED event; a tick racing a deletion gets 404, which kopf logs), so none holds a finalizer."""
+    spawning = registry._spawning
+    spawning._handlers = [
+        dataclasses.replace(handler, requires_finalizer=False) for handler in spawning.get_all_handlers()
+    ]
 
 
 # --- admission, on every replica (the ADMISSION registry) ---
@@ -308,3 +324,7 @@ def validate_inference_model(body: kopf.Body, warnings: list[str], **kwargs: Any
                   registry=ADMISSION)  # fmt: skip
 def validate_fleet_policy(body: kopf.Body, **_: Any) -> None:
     _admission.validate_policy(body)
+
+
+# After every registration above: the timers are all declared by now.
+_timers_without_finalizers(kopf.get_default_registry())

@@ -165,7 +165,11 @@ def build_incident(
         },
     }
     if node_oom_events and incident["reason"] != "OOMKilled":
-        incident["log_tail"] = (incident["log_tail"] + "\nnode reported OOMKilling for this pod").strip()
+        # The kernel's own words ("oom-kill"), which the host-allocation signal reads: it killed a
+        # process of the node while this container ran, not the container's first process (that is
+        # OOMKilled), e.g. vLLM's engine core, after which the server exits with an error.
+        line = f"node's kernel reported {node_oom_events} oom-kill(s) while this container ran (OOMKilling)"
+        incident["log_tail"] = (incident["log_tail"] + "\n" + line).strip()
     cleaned: dict[str, Any] = _drop_none(incident)
     return cleaned
 
