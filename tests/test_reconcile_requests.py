@@ -4,6 +4,7 @@ applied; the child kinds are listed, to find a former layout's leftovers, only a
 from __future__ import annotations
 
 import copy
+import json
 import logging
 from typing import Any
 
@@ -161,6 +162,31 @@ def test_an_apply_changed_the_object_when_its_managers_time_is_the_answers(
     stamp: str, date: str, changed: bool
 ) -> None:
     assert _kube.applied_now(applied(stamp), "loadline", date) is changed
+
+
+def test_a_version_written_by_another_since_our_apply_is_no_change_of_ours(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A PodDisruptionBudget's status is written by the disruption controller whenever its pods change:
+    the next apply answers with a new resourceVersion, yet changed nothing ("Applied" must not name it)."""
+
+    class Answer:
+        def __init__(self, version: str, stamp: str, date: str) -> None:
+            self.data = json.dumps({"metadata": {"resourceVersion": version, **applied(stamp)["metadata"]}})
+            self.headers = {"Date": date}
+
+    answers: list[Answer] = []
+    resource = type("Resource", (), {"server_side_apply": lambda self, **_: answers.pop(0)})()
+    monkeypatch.setattr(_kube, "_resource", lambda api_version, kind: resource)
+    pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat-pdb-test"}}
+    answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:08:15 GMT"))  # created
+    assert _kube.apply(pdb, "loadline")[1] is True
+    answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:09:00 GMT"))  # a resync
+    assert _kube.apply(pdb, "loadline")[1] is False
+    answers.append(Answer("7", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:10:00 GMT"))  # status since
+    assert _kube.apply(pdb, "loadline")[1] is False
+    answers.append(Answer("8", "2026-11-23T21:11:00Z", "Mon, 23 Nov 2026 21:11:00 GMT"))  # a new spec
+    assert _kube.apply(pdb, "loadline")[1] is True
 
 
 def test_an_unreadable_answer_counts_as_changed() -> None:

@@ -211,8 +211,10 @@ def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, An
         _applied_versions[key] = version
         while len(_applied_versions) > _APPLIED_VERSIONS_MAX:
             _applied_versions.popitem(last=False)
-    if before is not None:  # applied by this process before: the resourceVersion says it exactly
-        return result, before != version
+    if before == version:  # applied by this process before, and nobody wrote it since
+        return result, False
+    # Another version: this apply's, or another writer's since ours (a PodDisruptionBudget's status,
+    # written by the disruption controller whenever its pods change): only the apply's own time says.
     return result, applied_now(result, field_manager, response.headers.get("Date"))
 
 
