@@ -276,6 +276,8 @@ def test_a_pod_no_node_can_take_is_reported_with_the_schedulers_words(
 
     obj = wait_for(reported, timeout=60, what="the unschedulable pod in the Ready condition")
     assert obj["status"]["phase"] == "Deploying"
+    # Its readiness timer runs, yet nothing holds its deletion (kopf's timers ask for a finalizer).
+    assert not obj["metadata"].get("finalizers")
     ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
     assert "Insufficient memory" in ready["message"]
     events = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[
