@@ -149,6 +149,7 @@ def test_the_identity_is_refused_what_it_does_not_need(operator: ChartOperator, 
         ("update", "inferencemodels.loadline.dev", "-n", "default"),
         ("update", "leases/other-lease", "-n", OPERATOR_NAMESPACE),
         ("get", "leases/loadline", "-n", "kube-system"),
+        ("list", "events", "-n", "default"),  # it posts Events; it reads none
     ]
     allowed = [
         ("create", "pods", "--subresource=eviction", "-n", "default"),

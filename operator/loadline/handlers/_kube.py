@@ -88,24 +88,13 @@ class RecentReads(Generic[K, V]):
         self._locks: dict[K, threading.Lock] = {}
         self._answers: dict[K, tuple[float, V]] = {}
 
-    def now(self) -> float:
-        """This reader's clock (what ``not_before`` is given in)."""
-        return self._clock()
-
-    def get(self, key: K, read: Callable[[], V], not_before: float | None = None) -> V:
-        """The answer of ``read()`` for ``key``, read again only when the last is older than max_age or,
-        given ``not_before`` (this reader's clock), began before it: a caller that must see what was
-        written up to a moment (a crash's evidence) takes only a read begun after it, yet the callers
-        of a burst that ask during one read still share the next."""
+    def get(self, key: K, read: Callable[[], V]) -> V:
+        """The answer of ``read()`` for ``key``, read again only when the last is older than max_age."""
         with self._guard:
             lock = self._locks.setdefault(key, threading.Lock())
         with lock:
             taken = self._answers.get(key)
-            if (
-                taken is None
-                or self._clock() - taken[0] > self.max_age
-                or (not_before is not None and taken[0] < not_before)
-            ):
+            if taken is None or self._clock() - taken[0] > self.max_age:
                 started = self._clock()
                 taken = (started, read())
                 self._answers[key] = taken

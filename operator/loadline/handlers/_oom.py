@@ -101,56 +101,6 @@ def _previous_log_head(namespace: str, pod: str, container: str) -> tuple[str, b
     return text, len(text.encode("utf-8", "replace")) < LOG_HEAD_BYTES
 
 
-NODE_EVENTS_NAMESPACE = "default"
-"""Where the kubelet and the kernel monitor record a Node's Events (client-go puts an Event about a
-cluster-scoped object in ``default``); the chart grants listing Events there and nowhere else."""
-
-NODE_OOM_REASONS = ("OOMKilling", "SystemOOM")
-
-#: How long after a container ended its node's OOM Event may be recorded and still count for it.
-NODE_OOM_SLACK = timedelta(seconds=30)
-
-#: The nodes' OOM Events, one read shared by the crashes of a burst: each crash takes a read begun
-#: after it was seen (what it would have listed alone), and the crashes seen during one read share the
-#: next, instead of a LIST per crash.
-NODE_OOMS: _kube.RecentReads[str, dict[str, list[datetime]]] = _kube.RecentReads(max_age=5.0)
-
-
-def _read_node_ooms() -> dict[str, list[datetime]]:
-    """When each node's kernel reported an OOM kill, from the Events in :data:`NODE_EVENTS_NAMESPACE`
-    (a LIST per reason, selected server-side: a LIST across all namespaces is refused under the
-    chart's namespaced RBAC, and every other Node Event stays on the server)."""
-    seen: dict[str, list[datetime]] = {}
-    for reason in NODE_OOM_REASONS:
-        events = _kube.list_objects(
-            "v1", "Event", NODE_EVENTS_NAMESPACE, field_selector=f"involvedObject.kind=Node,reason={reason}"
-        )
-        for event in events:
-            node = (event.get("involvedObject") or {}).get("name")
-            stamp = event.get("lastTimestamp") or event.get("eventTime") or event.get("firstTimestamp")
-            when = _timestamp(stamp)
-            if node and when is not None:
-                seen.setdefault(str(node), []).append(when)
-    return seen
-
-
-def _node_oom_events(node: str, term: Mapping[str, Any], seen_at: float) -> int:
-    """How many OOM kills the node's kernel reported while the container ran (from its start to
-    :data:`NODE_OOM_SLACK` after its end; an Event without those times of the container counts)."""
-    if not node:
-        return 0
-    try:
-        kills = NODE_OOMS.get("", _read_node_ooms, not_before=seen_at).get(node, [])
-    except ApiException:
-        return 0
-    started, finished = _timestamp(term.get("startedAt")), _timestamp(term.get("finishedAt"))
-    return sum(
-        1
-        for when in kills
-        if (started is None or when >= started) and (finished is None or when <= finished + NODE_OOM_SLACK)
-    )
-
-
 def _timestamp(text: Any) -> datetime | None:
     if not text:
         return None
@@ -225,7 +175,7 @@ def _handle_crash(
     fresh object. After :data:`CONFLICT_RETRIES` conflicts in a row the crash is *not* marked seen, so
     the next event of the pod brings it back: no crash is ever dropped.
 
-    What the decision reads besides the model (the container's log, the node's OOM events, Prometheus)
+    What the decision reads besides the model (the container's log, Prometheus)
     is read once, not per attempt: only the model is read again, so the window between its read and
     the write is a decision's CPU time, and a writer that keeps changing the model (a GitOps tool
     annotating it) does not win every round.
@@ -237,7 +187,6 @@ def _handle_crash(
             fetched[key] = read(*args, **kwargs)
         return fetched[key]
 
-    seen_at = NODE_OOMS.now()
     pod_name = str(pod["metadata"]["name"])
     term = terminated_state(status) or {}
     container = str(status.get("name", ""))
@@ -256,14 +205,7 @@ def _handle_crash(
         if cid in state.handled_crashes:
             return True
         log_tail = once("tail", _previous_log, namespace, pod_name, container) if needs_log else ""
-        # A kill the kubelet did not see as OOMKilled (the kernel took a process other than the
-        # container's first, such as vLLM's engine core) shows in the node's OOM Events.
-        node_events = (
-            once("node", _node_oom_events, pod.get("spec", {}).get("nodeName", ""), term, seen_at)
-            if term.get("reason") != "OOMKilled"
-            else 0
-        )
-        incident_dict = build_incident(pod, status, parent, log_tail=log_tail, node_oom_events=node_events)
+        incident_dict = build_incident(pod, status, parent, log_tail=log_tail)
         if incident_dict is None:
             return True
         if not incident_dict.get("ever_ready"):

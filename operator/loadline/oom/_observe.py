@@ -112,7 +112,6 @@ def build_incident(
     model: Mapping[str, Any],
     *,
     log_tail: str = "",
-    node_oom_events: int = 0,
 ) -> dict[str, Any] | None:
     """INCIDENT.json for the container's last termination, or None when it has not terminated."""
     term = terminated_state(container_status)
@@ -164,12 +163,6 @@ def build_incident(
             "quantization_allowed": False,
         },
     }
-    if node_oom_events and incident["reason"] != "OOMKilled":
-        # The kernel's own words ("oom-kill"), which the host-allocation signal reads: it killed a
-        # process of the node while this container ran, not the container's first process (that is
-        # OOMKilled), e.g. vLLM's engine core, after which the server exits with an error.
-        line = f"node's kernel reported {node_oom_events} oom-kill(s) while this container ran (OOMKilling)"
-        incident["log_tail"] = (incident["log_tail"] + "\n" + line).strip()
     cleaned: dict[str, Any] = _drop_none(incident)
     return cleaned
 
