@@ -249,15 +249,19 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None
     await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies, known)
 
 
-@kopf.on.event(GROUP, VERSION, PLURAL)
-async def model_event(type: str | None, namespace: str | None, name: str, **_: Any) -> None:
+def _deleted(type: str | None, **_: Any) -> bool:
+    return type == "DELETED"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)
+async def model_deleted(namespace: str | None, name: str, **_: Any) -> None:
     """A deleted model's metric series and capacity reservation go with it, on its DELETED watch event
-    (no I/O: on the event loop). Not a deletion handler: that needs a finalizer on every model, and an
-    optional one ran only while a timer's finalizer happened to be there (a Ready model's reservation
-    outlived it, holding GPUs that no pod used)."""
-    if type == "DELETED":
-        _metrics.forget(namespace or "", name)
-        _reconcile.forget_planned(namespace or "", name)
+    (no I/O: on the event loop; ``when`` keeps kopf from calling, and logging, it for other events).
+    Not a deletion handler: that needs a finalizer on every model, and an optional one ran only while a
+    timer's finalizer happened to be there (a Ready model's reservation outlived it, holding GPUs that
+    no pod used)."""
+    _metrics.forget(namespace or "", name)
+    _reconcile.forget_planned(namespace or "", name)
 
 
 def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
