@@ -215,7 +215,9 @@ class WriteCounter:
         for kind in self.KINDS:
             proc = subprocess.Popen(
                 [*kubectl_args(), "get", kind, "-n", namespace, "--watch-only", "--output-watch-events",
-                 "-o", "jsonpath={.type} {.object.kind}{\"\\n\"}"],
+                 # An Event also says who reported it and why (the other kinds print nothing there).
+                 "-o", "jsonpath={.type} {.object.kind} "
+                 "{.object.source.component}/{.object.reason}{\"\\n\"}"],
                 stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
             )  # fmt: skip
             self.procs.append(proc)
@@ -228,8 +230,9 @@ class WriteCounter:
         assert proc.stdout is not None
         for line in proc.stdout:
             parts = line.split()
-            if len(parts) == 2:
-                self._count(f"{parts[1]} {parts[0]}")
+            if len(parts) >= 2:
+                why = f" {parts[2]}" if len(parts) > 2 and parts[2] != "/" else ""
+                self._count(f"{parts[1]} {parts[0]}{why}")
 
     def _read_models(self, proc: subprocess.Popen[str]) -> None:
         """kubectl's ``-o json`` watch prints one indented JSON document per event."""
