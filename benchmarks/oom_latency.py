@@ -144,11 +144,13 @@ def main() -> int:
                 rolled[name] = time.monotonic()
 
     def watch_until_stopped(lister: Any, *args: Any) -> Any:
-        """The events of a watch, watched again whenever the API server ends one, until ``stop``."""
+        """The events of a watch until ``stop``. Without a timeout the client watches on from the last
+        resourceVersion when the API server ends a watch (a new LIST, which a watch with a timeout
+        makes, would show a fleet's changes late, as ADDED); it lists again only after an error."""
         while not stop.is_set():
             stream = watch.Watch()  # type: ignore[no-untyped-call]
             try:
-                for event in stream.stream(lister, *args, timeout_seconds=30):
+                for event in stream.stream(lister, *args):
                     yield event
                     if stop.is_set():
                         stream.stop()  # type: ignore[no-untyped-call]

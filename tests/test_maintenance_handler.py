@@ -275,6 +275,36 @@ def test_a_running_remediation_roll_out_reads_its_workload_and_not_its_pods(
     assert listed == [("v1", "Pod", "team-a")]
 
 
+def test_a_remediation_roll_out_still_rolling_in_the_deployments_events_costs_no_read(
+    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each tick of a roll-out asked the API server for the Deployment (1.5 GETs per crash in a burst of
+    1,000); its watch events already say it is still rolling. Done is confirmed by a GET, as the last
+    event may predate the remediation's template."""
+
+    def deployment(generation: int, observed: int, updated: int) -> dict[str, Any]:
+        return {"metadata": {"name": "chat", "namespace": "team-a", "generation": generation},
+                "spec": {"replicas": 2},
+                "status": {"observedGeneration": observed, "replicas": 2, "updatedReplicas": updated,
+                           "availableReplicas": 2}}  # fmt: skip
+
+    reads: list[Any] = []
+    stored = [deployment(2, 2, 1)]
+    monkeypatch.setattr(_kube, "get", lambda *a: reads.append(a) or stored[0])
+    start = datetime.now(UTC) - timedelta(minutes=1)
+    running = {"action": "remediation", "state": "Running", "startedAt": iso(start), "trigger": "crashLoop"}
+    try:
+        _reconcile.note_workload(deployment(2, 2, 1))  # the watch: one of two pods updated
+        assert "maintenance" not in tend(model(running)).status and reads == []
+        _reconcile.note_workload(deployment(1, 1, 2))  # an event from before the new template
+        assert "maintenance" not in tend(model(running)).status and len(reads) == 1  # the GET says no
+        stored[0] = deployment(2, 2, 2)
+        _reconcile.note_workload(stored[0])
+        assert tend(model(running)).status["maintenance"]["state"] == "Done" and len(reads) == 2
+    finally:
+        _reconcile.note_workload(deployment(2, 2, 2), deleted=True)
+
+
 def test_max_concurrent_makes_a_due_restart_wait_for_the_slot(cluster: dict[str, Any]) -> None:
     policy = parse_fleet_policy({
         "apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy", "metadata": {"name": "one-at-a-time"},

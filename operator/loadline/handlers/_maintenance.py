@@ -341,8 +341,7 @@ def _carry_out(
         if remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
             return
-        workload = _kube.get(api_version, kind, namespace, workload_name)
-        if _build.rollout_complete(workload):
+        if _rollout_complete(api_version, kind, namespace, workload_name):
             _finish(body, patch, record, now, logger)
         return
     if multi_node:  # a group restarts with its leader (the LeaderWorkerSet recreates the group)
@@ -368,6 +367,16 @@ def _carry_out(
         return
     _reconcile._event(body, warning=step.downtime, reason="Restarting", message=step.reason[:1000])
     logger.info("restart of %s/%s: %s", namespace, name, step.reason)
+
+
+def _rollout_complete(api_version: str, kind: str, namespace: str, name: str) -> bool:
+    """Whether the workload rolled out its current template. A Deployment that its last watch event
+    shows still rolling is taken at its word (no request each tick of a roll-out); a GET confirms
+    what the event shows done, since that event may predate the remediation's new template."""
+    seen = _reconcile.seen_workload(namespace, name) if kind == "Deployment" else None
+    if seen is not None and not _build.rollout_complete(seen):
+        return False
+    return _build.rollout_complete(_kube.get(api_version, kind, namespace, name))
 
 
 def _scale(api_version: str, kind: str, namespace: str, name: str, replicas: int | None) -> None:
