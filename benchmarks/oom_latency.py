@@ -85,6 +85,28 @@ def events_since(core: client.CoreV1Api, namespace: str, since: float) -> Counte
     return counts
 
 
+def lane_waits(metrics_url: str) -> Counter[str]:
+    """``loadline_lane_wait_seconds`` so far: per lane, its calls (``<lane> n``) and seconds waited for a
+    thread (``<lane> s``)."""
+    import urllib.request
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    totals: Counter[str] = Counter()
+    try:
+        with urllib.request.urlopen(metrics_url, timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return totals
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "loadline_lane_wait_seconds_count":
+                totals[f"{sample.labels['lane']} n"] += sample.value
+            elif sample.name == "loadline_lane_wait_seconds_sum":
+                totals[f"{sample.labels['lane']} s"] += sample.value
+    return totals
+
+
 def per_crash(counts: Counter[str], crashes: int) -> str:
     shown = [f"{key} {value / crashes:.2f}" for key, value in counts.most_common() if value > 0]
     return ", ".join(shown) or "none"
@@ -188,6 +210,7 @@ def main() -> int:
         termination = termination_for("oomkilled")
         api = client.ApiClient()
         own_before, writes_before = own_requests(metrics_url), apiserver_writes()
+        waits_before = lane_waits(metrics_url)
 
         def crash(pod: Any) -> None:
             raw: dict[str, Any] = api.sanitize_for_serialization(pod)
@@ -207,6 +230,7 @@ def main() -> int:
             time.sleep(0.5)
         stop.set()
         own = own_requests(metrics_url) - own_before
+        waits = lane_waits(metrics_url) - waits_before
         writes = apiserver_writes() - writes_before
         print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads)")
         print(
@@ -226,6 +250,14 @@ def main() -> int:
             )
         )
         crashes = max(1, len(crashed))
+        print(
+            "waited for a thread of its lane, mean per call: "
+            + ", ".join(
+                f"{lane} {waits[f'{lane} s'] / waits[f'{lane} n']:.2f} s (n={waits[f'{lane} n']:.0f})"
+                for lane in ("crashes", "models", "checks")
+                if waits[f"{lane} n"]
+            )
+        )
         print(f"loadline's own requests per crash: {per_crash(own, crashes)}")
         print(f"API server writes per crash (everyone's, by resource): {per_crash(writes, crashes)}")
         print(f"InferenceModel writes per crash (by what changed): {per_crash(model_writes, crashes)}")
