@@ -60,23 +60,27 @@ def free_port() -> int:
         return port
 
 
-def own_requests(metrics_url: str) -> Counter[str]:
-    """loadline's own API requests so far (``loadline_api_requests_total`` at ``metrics_url``), by
-    "verb resource"; empty when the process does not answer."""
+def samples(metrics_url: str) -> list[Any]:
+    """Every sample a loadline process exposes at ``metrics_url`` now; none when it does not answer."""
     import urllib.request
 
     from prometheus_client.parser import text_string_to_metric_families
 
-    totals: Counter[str] = Counter()
     try:
         with urllib.request.urlopen(metrics_url, timeout=10) as response:
             text = response.read().decode()
     except OSError:
-        return totals
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "loadline_api_requests_total":
-                totals[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
+        return []
+    return [sample for family in text_string_to_metric_families(text) for sample in family.samples]
+
+
+def own_requests(metrics_url: str) -> Counter[str]:
+    """loadline's own API requests so far (``loadline_api_requests_total`` at ``metrics_url``), by
+    "verb resource"."""
+    totals: Counter[str] = Counter()
+    for sample in samples(metrics_url):
+        if sample.name == "loadline_api_requests_total":
+            totals[f"{sample.labels['verb']} {sample.labels['resource']}"] += sample.value
     return totals
 
 

@@ -40,6 +40,7 @@ from _bench import (
     ensure_crds,
     free_port,
     own_requests,
+    samples,
     start_operator,
     stop_operator,
     summary,
@@ -88,22 +89,12 @@ def events_since(core: client.CoreV1Api, namespace: str, since: float) -> Counte
 def lane_waits(metrics_url: str) -> Counter[str]:
     """``loadline_lane_wait_seconds`` so far: per lane, its calls (``<lane> n``) and seconds waited for a
     thread (``<lane> s``)."""
-    import urllib.request
-
-    from prometheus_client.parser import text_string_to_metric_families
-
     totals: Counter[str] = Counter()
-    try:
-        with urllib.request.urlopen(metrics_url, timeout=10) as response:
-            text = response.read().decode()
-    except OSError:
-        return totals
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == "loadline_lane_wait_seconds_count":
-                totals[f"{sample.labels['lane']} n"] += sample.value
-            elif sample.name == "loadline_lane_wait_seconds_sum":
-                totals[f"{sample.labels['lane']} s"] += sample.value
+    for sample in samples(metrics_url):
+        if sample.name == "loadline_lane_wait_seconds_count":
+            totals[f"{sample.labels['lane']} n"] += sample.value
+        elif sample.name == "loadline_lane_wait_seconds_sum":
+            totals[f"{sample.labels['lane']} s"] += sample.value
     return totals
 
 
