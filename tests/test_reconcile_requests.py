@@ -12,7 +12,7 @@ import kopf
 import pytest
 import yaml
 
-from loadline.handlers import _kube, _reconcile
+from loadline.handlers import _index, _kube, _reconcile
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from tests.test_capacity import node
@@ -128,13 +128,14 @@ def test_a_childs_event_is_judged_on_the_index_and_read_only_after_a_conflict(
     parent = FakeParent(status)
     monkeypatch.setattr(_kube, "get", parent.get)
     monkeypatch.setattr(_kube, "patch_status", parent.patch_status)
-    known = {"metadata": {**parent.model["metadata"], "resourceVersion": index_version}, "status": status}
+    known = _index.model_entry(parent.model)
+    known["metadata"]["resourceVersion"] = index_version
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
     assert parent.calls == expected
     assert parent.model["status"]["phase"] == "Ready"
     # Nothing changed since: the next event of the same child costs no request.
     parent.calls.clear()
-    known = {"metadata": parent.model["metadata"], "status": parent.model["status"]}
+    known = _index.model_entry(parent.model)
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
     assert parent.calls == []
 

@@ -101,18 +101,14 @@ def _previous_log_head(namespace: str, pod: str, container: str) -> tuple[str, b
     return text, len(text.encode("utf-8", "replace")) < LOG_HEAD_BYTES
 
 
-def _timestamp(text: Any) -> datetime | None:
+def _finished_at(term: Mapping[str, Any]) -> float | None:
+    text = term.get("finishedAt")
     if not text:
         return None
     try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-def _finished_at(term: Mapping[str, Any]) -> float | None:
-    when = _timestamp(term.get("finishedAt"))
-    return None if when is None else when.timestamp()
 
 
 # Crash ids this process has already handled (bounded; see loadline.oom.SeenCrashes).

@@ -469,9 +469,9 @@ def on_workload_event(
 ) -> None:
     """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status.
 
-    ``known``: the parent as the operator's index last saw it (metadata with its resourceVersion, and
-    status). Decided on that first, so most events cost no request (nothing changed) or one (the
-    status patch); a patch against a stale resourceVersion gets 409 and the parent is read again."""
+    ``known``: the parent as the operator's index last saw it (:func:`_index.model_entry`). Decided on
+    that first, so most events cost no request (nothing changed) or one (the status patch); a patch
+    against a stale resourceVersion gets 409 and the parent is read again."""
     meta = body.get("metadata", {})
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
@@ -479,7 +479,7 @@ def on_workload_event(
     ready, message = _build.readiness_from_workload(dict(body))
     for attempt in range(_kube.CONFLICT_RETRIES):
         parent = (
-            {"apiVersion": API_VERSION, "kind": KIND, **known}
+            dict(known)
             if attempt == 0 and known is not None
             else _kube.get(API_VERSION, KIND, meta.get("namespace"), owners[0]["name"])
         )
