@@ -4,8 +4,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from loadline.api import parse_inference_model
 from loadline.handlers import _reconcile
-from loadline.sizing import free_gpus_by_type, reserve
+from loadline.render import render_manifests
+from loadline.sizing import free_gpus_by_type, plan_inference_model, reserve, workload_demand
+from tests.conftest import inference_model
 
 
 def node(
@@ -89,3 +92,59 @@ def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the
         assert _reconcile._free_gpus("m2", "ns", (nodes, bound)) == {"L4": [1, 1], "L40S": [4]}
     finally:
         _reconcile._PLANNED.clear()
+
+
+# --- capacity shared between operator replicas (sharding): the Deployments every replica sees ---
+
+
+def rendered_deployment(name: str, gpu_type: str, replicas: int) -> dict[str, Any]:
+    """The Deployment loadline renders for a model planned on ``gpu_type``, as its watch event shows it."""
+    obj = parse_inference_model(
+        inference_model(gpu={"types": [gpu_type]}, replicas=replicas, maxModelLen=8192, concurrency=1)
+        | {"metadata": {"name": name, "namespace": "ns"}}
+    )
+    manifests = render_manifests(obj, plan_inference_model(obj.spec))
+    return next(m for m in manifests if m["kind"] == "Deployment")
+
+
+def test_a_deployment_says_which_gpus_its_pods_ask_for() -> None:
+    assert workload_demand(rendered_deployment("chat", "L4", 3)) == ("L4", 1, 3)
+    assert workload_demand(rendered_deployment("chat", "L40S", 1)) == ("L40S", 1, 1)
+    cpu_only = rendered_deployment("chat", "L4", 1)
+    for container in cpu_only["spec"]["template"]["spec"]["containers"]:
+        container["resources"] = {}
+    assert workload_demand(cpu_only) is None
+    # Pods that may land on two products reserve on neither: where they go is the scheduler's pick.
+    either = rendered_deployment("chat", "L4", 1)
+    terms = either["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]
+    terms["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"][0]["matchExpressions"][0][
+        "values"
+    ] = ["NVIDIA-L4", "NVIDIA-L40S"]
+    assert workload_demand(either) is None
+
+
+def test_models_planned_by_another_replica_hold_their_gpus_from_their_deployments() -> None:
+    """Two replicas plan models of their own shards at once: each replica's plans are in its own memory,
+    but the Deployments are watched by both. Before, a model of the other shard held no GPU until its
+    pods were bound, so both replicas could plan onto the last free L4 (e2e test_sharding saw it)."""
+    nodes = [node("l4-a", "NVIDIA-L4", 2), node("l40s", "NVIDIA-L40S", 4)]
+    try:
+        for other in ("m0", "m1"):  # the other replica's models: only their Deployments are seen here
+            _reconcile.note_demand(rendered_deployment(other, "L4", 1))
+        assert _reconcile._free_gpus("mine", "ns", (nodes, [])) == {"L4": [0], "L40S": [4]}
+        # A bound pod ends its model's reservation (the index counts the pod instead).
+        bound = [
+            pod("l4-a", 1)
+            | {"metadata": {"namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}
+        ]
+        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
+        # The Deployment's watch event wins over a stale note of this replica's (its shard moved on).
+        _reconcile._PLANNED["ns/m1"] = ("L40S", 1, 4)
+        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
+        _reconcile.note_demand(rendered_deployment("m1", "L4", 1), deleted=True)
+        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [0]}
+        _reconcile.forget_planned("ns", "m1")  # the model's DELETED (on its own shard's replica)
+        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [4]}
+    finally:
+        _reconcile._PLANNED.clear()
+        _reconcile._DEMANDS.clear()

@@ -52,6 +52,7 @@ from loadline.sizing import (
     free_gpus_by_type,
     plan_inference_model,
     reserve,
+    workload_demand,
 )
 
 
@@ -144,19 +145,46 @@ def note_planned(namespace: str, name: str, plan: Plan, replicas: int) -> None:
 
 
 def forget_planned(namespace: str, name: str) -> None:
+    """A deleted model's reservations go, its Deployment's too (in case its DELETED was not seen)."""
     with _PLANNED_LOCK:
         _PLANNED.pop(f"{namespace}/{name}", None)
+        _DEMANDS.pop(f"{namespace}/{name}", None)
+
+
+#: What each loadline Deployment of the cluster asks the scheduler for, from its watch events
+#: (sizing.workload_demand), keyed ``namespace/model``: every replica watches every loadline Deployment,
+#: so the models of the other shards hold their GPUs here. Taken over :data:`_PLANNED` where both
+#: know a model: the Deployment is the API server's word, while this process's note of a model whose
+#: shard moved to another replica is never updated again.
+_DEMANDS: dict[str, tuple[str, int, int]] = {}
+
+
+def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
+    """Keep (or, when ``deleted``, forget) what a loadline Deployment asks for, whoever planned it."""
+    meta = body.get("metadata") or {}
+    model = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    if not model:
+        return
+    key = f"{meta.get('namespace')}/{model}"
+    demand = None if deleted else workload_demand(body)
+    with _PLANNED_LOCK:
+        if demand is None:
+            _DEMANDS.pop(key, None)
+        else:
+            _DEMANDS[key] = demand
 
 
 def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[tuple[str, int, int]]:
-    """The reservations of the other models' pods that the scheduler has not bound yet."""
+    """The reservations of the other models' pods that the scheduler has not bound yet: those of the
+    loadline Deployments seen (every shard's) and of the plans this process applied (a LeaderWorkerSet's,
+    and a Deployment's until its first watch event comes)."""
     bound: Counter[str] = Counter()
     for pod in pods:
         meta = pod.get("metadata") or {}
         if (pod.get("spec") or {}).get("nodeName"):
             bound[f"{meta.get('namespace')}/{(meta.get('labels') or {}).get(INSTANCE_LABEL)}"] += 1
     with _PLANNED_LOCK:
-        planned = list(_PLANNED.items())
+        planned = list({**_PLANNED, **_DEMANDS}.items())
     return [(gpu, per_pod, count - bound[key]) for key, (gpu, per_pod, count) in planned
             if key != leave_out and count > bound[key]]  # fmt: skip
 

@@ -224,6 +224,8 @@ def owned_models(
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
 def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **kwargs: Any) -> None:
+    # Every shard's Deployments hold their GPUs in this replica's plans (capacity shared between shards).
+    _reconcile.note_demand(body, deleted=type == "DELETED")
     if type == "DELETED":
         _reconcile.note_workload(body, deleted=True)
         return

@@ -5,7 +5,7 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
-from loadline.sizing._capacity import cluster_shapes, free_gpus_by_type, reserve
+from loadline.sizing._capacity import cluster_shapes, free_gpus_by_type, reserve, workload_demand
 from loadline.sizing._compat import check_compatibility, compat_table
 from loadline.sizing._data import (
     CatalogModel,
@@ -84,4 +84,5 @@ __all__ = [
     "resolve_quantization",
     "shapes_for",
     "tune",
+    "workload_demand",
 ]

@@ -128,6 +128,38 @@ def cluster_shapes(nodes: Iterable[Mapping[str, Any]]) -> ClusterShapes | None:
     return build_cluster_shapes(seen)
 
 
+def _required_products(pod_spec: Mapping[str, Any]) -> list[str]:
+    """The GPU products a pod template's required node affinity admits (``nvidia.com/gpu.product In``)."""
+    affinity = ((pod_spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ) or {}
+    products: list[str] = []
+    for term in affinity.get("nodeSelectorTerms") or []:
+        for rule in term.get("matchExpressions") or []:
+            if rule.get("key") == PRODUCT_LABEL and rule.get("operator") == "In":
+                products.extend(str(v) for v in rule.get("values") or [])
+    selector = (pod_spec.get("nodeSelector") or {}).get(PRODUCT_LABEL)
+    return [str(selector)] if selector else products
+
+
+def workload_demand(workload: Mapping[str, Any]) -> tuple[str, int, int] | None:
+    """What a Deployment asks the scheduler for, as a :func:`reserve` entry: ``(GPU type, GPUs per pod,
+    pods)``, from its pod template's GPU request and the one GPU product its node affinity admits.
+    None when it asks for no GPU, or for several products (where its pods land is the scheduler's pick).
+
+    Why from the Deployment: it is what every operator replica sees (the API server's view, not one
+    process's memory), so a model planned by another replica, or by this one before a restart, holds
+    its GPUs in the next plan from the moment its Deployment exists, not only once its pods are bound."""
+    spec = workload.get("spec") or {}
+    pod_spec = (spec.get("template") or {}).get("spec") or {}
+    per_pod = _pod_gpu_request({"spec": pod_spec})
+    products = {name for name in map(_catalog_name, _required_products(pod_spec)) if name}
+    if per_pod < 1 or len(products) != 1:
+        return None
+    replicas = spec.get("replicas")
+    return products.pop(), per_pod, 1 if replicas is None else _quantity(replicas)
+
+
 def reserve(
     free: Mapping[str, Sequence[int]], reservations: Iterable[tuple[str, int, int]]
 ) -> dict[str, list[int]]:
