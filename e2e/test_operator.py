@@ -57,8 +57,10 @@ def test_example_reaches_ready_on_the_planned_gpu(
     events = kubectl.json(
         "get", "events", "-n", namespace, "--field-selector", f"involvedObject.name={name}"
     )["items"]
-    reasons = {e["reason"] for e in events if e["involvedObject"]["kind"] == "InferenceModel"}
-    assert {"Planned", "Applied"} <= reasons
+    said = {e["reason"]: e["message"] for e in events if e["involvedObject"]["kind"] == "InferenceModel"}
+    # One Event for the decision: the plan and the children it put there.
+    assert f"applied Service/{name}" in said["Planned"], said
+    assert "Applied" not in said, said
 
 
 def test_spec_change_rolls_out_a_new_plan(operator: ChartOperator, kubectl: Kubectl, namespace: str) -> None:

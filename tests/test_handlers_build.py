@@ -111,6 +111,21 @@ def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_faile
     assert build_readiness_status(failed, ready=True, message="", now=T0) is None
 
 
+def test_a_readiness_change_is_an_event_unless_loadlines_own_restart_rolls_the_pods() -> None:
+    ready = deployed({}, True, T0)
+    going = build_readiness_status(ready, ready=False, message="0/1 replicas available", now=T2)
+    assert going is not None
+    assert _build.readiness_event_reason(ready, going) == "Progressing"
+    back = build_readiness_status({**ready, **going}, ready=True, message="1/1 replicas available", now=T2)
+    assert back is not None and _build.readiness_event_reason({**ready, **going}, back) == "Ready"
+    # A condition's message changing within a phase is no Event.
+    assert _build.readiness_event_reason(ready, {**going, "phase": "Ready"}) is None
+    # While loadline restarts the model (RestartStarted posted, RestartDone to come): no Event.
+    rolling = {**ready, "maintenance": {"state": "Running"}}
+    assert _build.readiness_event_reason(rolling, going) is None
+    assert _build.readiness_event_reason({**rolling, **going}, back) is None
+
+
 def test_children_are_owned_for_garbage_collection() -> None:
     owner = build_owner_reference(BODY)
     assert owner == {"apiVersion": "loadline.dev/v1alpha1", "kind": "InferenceModel", "name": "chat",

@@ -86,6 +86,22 @@ def test_only_a_replan_across_layouts_lists_every_child_kind_for_leftovers(fake:
     assert {"Deployment", "LeaderWorkerSet", "Service"} <= listed
 
 
+def test_a_new_plan_is_one_event_naming_what_it_applied(
+    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Events are writes too: a plan and its children are one decision, so one Event (a remediation's
+    re-plan posted Planned and Applied, two of a crash's seven Events); a re-apply under the same plan
+    (a child put back) is Applied alone."""
+    said: list[tuple[str, str]] = []
+    monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append((k["reason"], k["message"])))
+    status = run(body())
+    assert [reason for reason, _ in said] == ["Planned"]
+    assert said[0][1].startswith("L4x1 per replica") and "applied Deployment/chat, Service/chat" in said[0][1]
+    said.clear()
+    run(body(status))  # the same plan; the fake answers every apply as a change (a child put back)
+    assert [reason for reason, _ in said] == ["Applied"]
+
+
 class FakeParent:
     """get/patch_status of one InferenceModel with a resourceVersion guard (409 when stale)."""
 

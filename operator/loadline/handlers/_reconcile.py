@@ -416,14 +416,20 @@ def reconcile(
     if changes:
         patch.status.update(changes)
     report_compliance(body, previous, status)
+    applied = "applied " + ", ".join(changed_children) if changed_children else ""
+    if changed_children:
+        logger.info("%s", applied)
+    # One Event per decision: a new plan names the children it changed (a remediation's re-plan was two
+    # Events, Planned and Applied, a third of what a crash cost the API server in Events); "Applied"
+    # alone is a re-apply under the same plan (a child repaired).
     if previous.get("plan") != status["plan"]:
-        _event(body, warning=False, reason="Planned", message=message)
+        said = f"{message}; {applied}" if applied else message
+        _event(body, warning=False, reason="Planned", message=said[:1000])
         if plan.fallback_from:
             fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
             _event(body, warning=True, reason="GPUFallback", message=fallback)
-    if changed_children:
-        _event(body, warning=False, reason="Applied", message="applied " + ", ".join(changed_children))
-        logger.info("applied %s", ", ".join(changed_children))
+    elif changed_children:
+        _event(body, warning=False, reason="Applied", message=applied)
 
 
 def report_compliance(
@@ -534,8 +540,10 @@ def on_workload_event(
     else:
         raise kopf.TemporaryError("the InferenceModel kept changing; retrying its readiness", delay=1)
     if changes.get("phase") != (parent.get("status") or {}).get("phase"):
-        _event(parent, warning=False, reason="Ready" if ready else "Progressing", message=message)
         logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
+    reason = _build.readiness_event_reason(parent.get("status") or {}, changes)
+    if reason:
+        _event(parent, warning=False, reason=reason, message=message)
 
 
 def check_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
