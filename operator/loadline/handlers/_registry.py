@@ -42,6 +42,17 @@ WEBHOOK_PATHS = {
 """Handler ids, which are also the webhook URL paths the chart's webhook configurations call."""
 
 
+CONSISTENCY_TIMEOUT_SECONDS = 30.0
+"""How long kopf waits for the watch event of its own patch before it treats an older event as current.
+
+kopf's default is 5 s. Past it, kopf runs the change handlers on the object as it was before its own
+patch: the diff against the last-handled configuration is the one it just handled, so reconcile runs
+again (applies every child, patches status: measured at 100 crashes at once, one in three models
+reconciled twice, 8.7 s apart, when the watch was that far behind). Waiting longer costs nothing when
+the event comes (the wait ends on it); it delays a change made meanwhile only when the event never comes
+(a watch that re-lists past it), by this long at most."""
+
+
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = SETTINGS.prefix
@@ -50,6 +61,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=prefix, key="last-handled-configuration"
     )
+    settings.persistence.consistency_timeout = CONSISTENCY_TIMEOUT_SECONDS
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
     select_watches(settings)
