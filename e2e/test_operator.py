@@ -59,7 +59,7 @@ def test_example_reaches_ready_on_the_planned_gpu(
     )["items"]
     said = {e["reason"]: e["message"] for e in events if e["involvedObject"]["kind"] == "InferenceModel"}
     # One Event for the decision: the plan and the children it put there.
-    assert f"applied Service/{name}" in said["Planned"], said
+    assert "; applied " in said["Planned"] and f"Service/{name}" in said["Planned"], said
     assert "Applied" not in said, said
 
 
