@@ -122,6 +122,24 @@ def test_nodes_of_one_unknown_type_take_the_smallest_allocatable_seen() -> None:
     assert shape.memory_gib == pytest.approx(40) and shape.vcpus == 8  # every node of it takes the pod
 
 
+def test_shapes_follow_a_nodes_change_at_once() -> None:
+    """The shapes are computed once per set of node figures (every plan at fleet scale reads 2,000
+    nodes): a node resized, added or gone is still seen by the next plan."""
+    nodes = [
+        node("a", "NVIDIA-L4", "custom", 1, "60Gi", "16"),
+        node("b", "NVIDIA-L4", "custom", 1, "60Gi", "16"),
+    ]
+    first = cluster_shapes(entries(*nodes))
+    assert first is not None and cluster_shapes(entries(*nodes)) == first
+    nodes[1]["status"]["allocatable"]["memory"] = "40Gi"
+    resized = cluster_shapes(entries(*nodes))
+    assert resized is not None and (resized.shapes("L4") or ())[0].memory_gib == pytest.approx(40)
+    added = cluster_shapes(entries(*nodes, node("c", "NVIDIA-L40S", "custom-l40s", 4, "200Gi", "48")))
+    assert added is not None and added.shapes("L40S")
+    gone = cluster_shapes(entries(nodes[0]))  # the smaller node gone: 60 GiB again
+    assert gone is not None and (gone.shapes("L4") or ())[0].memory_gib == pytest.approx(60)
+
+
 def test_a_cluster_without_gpu_nodes_tells_nothing() -> None:
     assert cluster_shapes(entries(node("cpu", "unknown-gpu", "m5.large", 0, "8Gi", "2"))) is None
     assert cluster_shapes([]) is None

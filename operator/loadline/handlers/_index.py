@@ -104,7 +104,6 @@ def model_entry(body: Mapping[str, Any]) -> dict[str, Any]:
 def view(
     nodes: Mapping[str, Any], pods: Mapping[str, Any]
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(nodes, pods) as lists from two kopf indexes (key → collection of entries)."""
-    return [dict(v) for store in nodes.values() for v in store], [
-        dict(v) for store in pods.values() for v in store
-    ]
+    """(nodes, pods) as lists from two kopf indexes (key → collection of entries). The entries
+    themselves, not copies: every reader only reads them, and a plan reads every GPU node and pod."""
+    return [v for store in nodes.values() for v in store], [v for store in pods.values() for v in store]
