@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,3 +46,13 @@ def inference_model(**spec: Any) -> dict[str, Any]:
         "metadata": {"name": "chat", "namespace": "team-a"},
         "spec": body,
     }
+
+
+@pytest.fixture(autouse=True)
+def _fresh_operator_memory() -> Iterator[None]:
+    """Each test starts as a fresh operator process would: no children applied before."""
+    from loadline.handlers import _reconcile
+
+    yield
+    with _reconcile._APPLIED_LOCK:
+        _reconcile._APPLIED.clear()

@@ -102,6 +102,30 @@ def test_a_new_plan_is_one_event_naming_what_it_applied(
     assert [reason for reason, _ in said] == ["Applied"]
 
 
+def test_a_replan_in_the_same_generation_applies_only_what_changed(fake: FakeKube) -> None:
+    """An out-of-memory remediation re-plans without a spec change: the workload is applied (its
+    template changed), the Service and PodDisruptionBudget are not applied again (two of a crash's
+    requests at 1,000 crashes). A spec change (a new generation) applies every child again, which
+    also puts back one deleted or edited by hand; so does a new operator process."""
+    status = run(body())
+    fake.calls.clear()
+    run(body(status))  # a remediation: same generation, the plan's memory raised
+    assert [kind for verb, kind in fake.calls if verb == "apply"] == ["Deployment"]
+    changed = body(status)
+    changed["metadata"]["generation"] = 2
+    fake.calls.clear()
+    run(changed)
+    assert [kind for verb, kind in fake.calls if verb == "apply"] == [
+        "Deployment",
+        "Service",
+        "PodDisruptionBudget",
+    ]
+    _reconcile.forget_applied("team-a", "chat")  # as a new process (or the model's deletion) would
+    fake.calls.clear()
+    run(changed)
+    assert len([kind for verb, kind in fake.calls if verb == "apply"]) == 3
+
+
 class FakeParent:
     """get/patch_status of one InferenceModel with a resourceVersion guard (409 when stale)."""
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import hashlib
 import json
 import logging
 import threading
@@ -293,6 +294,47 @@ def model_inputs(body: Mapping[str, Any], settings: OperatorSettings) -> ModelIn
     return ModelInputs(obj, state, config, _hub_config(obj, namespace, settings))
 
 
+#: What this process last applied of each model's children, for the model's uid and generation:
+#: ``(namespace, name)`` → (uid, generation, {``kind/name``: fingerprint of the manifest}).
+_APPLIED: dict[tuple[str, str], tuple[str, int | None, dict[str, str]]] = {}
+_APPLIED_LOCK = threading.Lock()
+
+
+def _fingerprint(child: Mapping[str, Any]) -> str:
+    return hashlib.blake2b(json.dumps(child, sort_keys=True).encode(), digest_size=16).hexdigest()
+
+
+def _applied_already(meta: Mapping[str, Any], child: Mapping[str, Any], fingerprint: str) -> bool:
+    """Whether this process applied ``child`` exactly so for this generation of the model already.
+
+    A re-plan within one generation (an out-of-memory remediation; kopf re-running a reconcile)
+    changes the workload, not its Service or PodDisruptionBudget: applying those again was two of a
+    crash's requests at 1,000 crashes. A new generation (someone changed the spec) or a new process
+    (a restart, a shard handed over) applies every child again, which also puts back one deleted or
+    edited by hand. The workload is always applied: its answer is the model's readiness."""
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    with _APPLIED_LOCK:
+        known = _APPLIED.get(key)
+    if known is None or known[0] != meta.get("uid") or known[1] != meta.get("generation"):
+        return False
+    return known[2].get(f"{child['kind']}/{child['metadata']['name']}") == fingerprint
+
+
+def _note_applied(meta: Mapping[str, Any], child: Mapping[str, Any], fingerprint: str) -> None:
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    uid, generation = str(meta.get("uid")), meta.get("generation")
+    with _APPLIED_LOCK:
+        known = _APPLIED.get(key)
+        children = known[2] if known is not None and known[:2] == (uid, generation) else {}
+        children[f"{child['kind']}/{child['metadata']['name']}"] = fingerprint
+        _APPLIED[key] = (uid, generation, children)
+
+
+def forget_applied(namespace: str, name: str) -> None:
+    with _APPLIED_LOCK:
+        _APPLIED.pop((namespace, name), None)
+
+
 def reconcile(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -358,10 +400,15 @@ def reconcile(
     try:
         for manifest in manifests:
             child = _build.with_owner(manifest, owner, namespace)
+            workload = child["kind"] in {"Deployment", "LeaderWorkerSet"}
+            fingerprint = _fingerprint(child)
+            if not workload and _applied_already(meta, child, fingerprint):
+                continue
             result, changed = _kube.apply(child, settings.field_manager)
+            _note_applied(meta, child, fingerprint)
             if changed:
                 changed_children.append(f"{child['kind']}/{child['metadata']['name']}")
-            if child["kind"] in {"Deployment", "LeaderWorkerSet"}:
+            if workload:
                 applied_workload = result
         if relaid:
             removed = _remove_stale_children(namespace, name, meta["uid"], manifests)

@@ -276,6 +276,7 @@ async def model_deleted(namespace: str | None, name: str, **_: Any) -> None:
     no pod used)."""
     _metrics.forget(namespace or "", name)
     _reconcile.forget_planned(namespace or "", name)
+    _reconcile.forget_applied(namespace or "", name)
 
 
 def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
