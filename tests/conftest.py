@@ -50,9 +50,12 @@ def inference_model(**spec: Any) -> dict[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _fresh_operator_memory() -> Iterator[None]:
-    """Each test starts as a fresh operator process would: no children applied before."""
+    """Each test starts as a fresh operator process would: nothing applied, planned or seen before."""
     from loadline.handlers import _reconcile
 
     yield
     with _reconcile._APPLIED_LOCK:
         _reconcile._APPLIED.clear()
+    with _reconcile._PLANNED_LOCK:
+        _reconcile._PLANNED.clear()
+        _reconcile._DEMANDS.clear()

@@ -77,21 +77,18 @@ def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the
     """Eight models planned on L4 (one GPU each), none bound yet: the ninth sees no free L4 and falls
     back, where without the reservations it would see all 8 L4 free and be Pending for good."""
     nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4), node("l40s", "NVIDIA-L40S", 4)]
-    try:
-        for i in range(8):
-            _reconcile._PLANNED[f"ns/m{i}"] = ("L4", 1, 1)
-        free = _reconcile._free_gpus("m8", "ns", (nodes, []))
-        assert free == {"L4": [0, 0], "L40S": [4]}
-        # Once the scheduler binds a model's pod, the index counts it and its reservation ends.
-        bound = [pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "m0"}) | {"metadata": {
-            "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}]  # fmt: skip
-        assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [0, 0], "L40S": [4]}
-        _reconcile.forget_planned("ns", "m1")  # a deleted model frees its reservation
-        assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [1, 0], "L40S": [4]}
-        # A model's own reservation is not held against its own re-plan.
-        assert _reconcile._free_gpus("m2", "ns", (nodes, bound)) == {"L4": [1, 1], "L40S": [4]}
-    finally:
-        _reconcile._PLANNED.clear()
+    for i in range(8):
+        _reconcile._PLANNED[f"ns/m{i}"] = ("L4", 1, 1)
+    free = _reconcile._free_gpus("m8", "ns", (nodes, []))
+    assert free == {"L4": [0, 0], "L40S": [4]}
+    # Once the scheduler binds a model's pod, the index counts it and its reservation ends.
+    bound = [pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "m0"}) | {"metadata": {
+        "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}]  # fmt: skip
+    assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [0, 0], "L40S": [4]}
+    _reconcile.forget_planned("ns", "m1")  # a deleted model frees its reservation
+    assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [1, 0], "L40S": [4]}
+    # A model's own reservation is not held against its own re-plan.
+    assert _reconcile._free_gpus("m2", "ns", (nodes, bound)) == {"L4": [1, 1], "L40S": [4]}
 
 
 # --- capacity shared between operator replicas (sharding): the Deployments every replica sees ---
@@ -128,23 +125,18 @@ def test_models_planned_by_another_replica_hold_their_gpus_from_their_deployment
     but the Deployments are watched by both. Before, a model of the other shard held no GPU until its
     pods were bound, so both replicas could plan onto the last free L4 (e2e test_sharding saw it)."""
     nodes = [node("l4-a", "NVIDIA-L4", 2), node("l40s", "NVIDIA-L40S", 4)]
-    try:
-        for other in ("m0", "m1"):  # the other replica's models: only their Deployments are seen here
-            _reconcile.note_demand(rendered_deployment(other, "L4", 1))
-        assert _reconcile._free_gpus("mine", "ns", (nodes, [])) == {"L4": [0], "L40S": [4]}
-        # A bound pod ends its model's reservation (the index counts the pod instead).
-        bound = [
-            pod("l4-a", 1)
-            | {"metadata": {"namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}
-        ]
-        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
-        # The Deployment's watch event wins over a stale note of this replica's (its shard moved on).
-        _reconcile._PLANNED["ns/m1"] = ("L40S", 1, 4)
-        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
-        _reconcile.note_demand(rendered_deployment("m1", "L4", 1), deleted=True)
-        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [0]}
-        _reconcile.forget_planned("ns", "m1")  # the model's DELETED (on its own shard's replica)
-        assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [4]}
-    finally:
-        _reconcile._PLANNED.clear()
-        _reconcile._DEMANDS.clear()
+    for other in ("m0", "m1"):  # the other replica's models: only their Deployments are seen here
+        _reconcile.note_demand(rendered_deployment(other, "L4", 1))
+    assert _reconcile._free_gpus("mine", "ns", (nodes, [])) == {"L4": [0], "L40S": [4]}
+    # A bound pod ends its model's reservation (the index counts the pod instead).
+    bound = [
+        pod("l4-a", 1) | {"metadata": {"namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}
+    ]
+    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
+    # The Deployment's watch event wins over a stale note of this replica's (its shard moved on).
+    _reconcile._PLANNED["ns/m1"] = ("L40S", 1, 4)
+    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
+    _reconcile.note_demand(rendered_deployment("m1", "L4", 1), deleted=True)
+    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [0]}
+    _reconcile.forget_planned("ns", "m1")  # the model's DELETED (on its own shard's replica)
+    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [4]}

@@ -23,16 +23,13 @@ def test_no_handler_of_the_operator_asks_kopf_for_a_finalizer() -> None:
 
 def test_a_deleted_model_frees_its_capacity_reservation_on_its_watch_event() -> None:
     """A reservation outliving its model holds GPUs no pod uses: later models would see them taken."""
-    try:
-        _reconcile._PLANNED["ns/gone"] = ("L4", 1, 1)
-        _reconcile._PLANNED["ns/kept"] = ("L4", 1, 1)
-        handler = next(
-            h for h in kopf.get_default_registry()._watching.get_all_handlers() if h.id == "model_deleted"
-        )
-        assert handler.when is not None
-        assert not handler.when(type="MODIFIED") and not handler.when(type="ADDED")  # not even called
-        assert handler.when(type="DELETED")
-        asyncio.run(_registry.model_deleted(namespace="ns", name="gone"))
-        assert set(_reconcile._PLANNED) == {"ns/kept"}
-    finally:
-        _reconcile._PLANNED.clear()
+    _reconcile._PLANNED["ns/gone"] = ("L4", 1, 1)
+    _reconcile._PLANNED["ns/kept"] = ("L4", 1, 1)
+    handler = next(
+        h for h in kopf.get_default_registry()._watching.get_all_handlers() if h.id == "model_deleted"
+    )
+    assert handler.when is not None
+    assert not handler.when(type="MODIFIED") and not handler.when(type="ADDED")  # not even called
+    assert handler.when(type="DELETED")
+    asyncio.run(_registry.model_deleted(namespace="ns", name="gone"))
+    assert set(_reconcile._PLANNED) == {"ns/kept"}

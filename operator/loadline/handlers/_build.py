@@ -204,6 +204,11 @@ def build_readiness_status(
     return _status_patch(phase=new_phase, conditions=conditions)
 
 
+def restart_running(status: Mapping[str, Any]) -> bool:
+    """Whether loadline's own restart of the model is rolling its pods (``status.maintenance.state``)."""
+    return bool((status.get("maintenance") or {}).get("state") == "Running")
+
+
 def readiness_event_reason(previous: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
     """The Event a readiness change is worth: ``Ready`` or ``Progressing`` when the phase moves, none
     while loadline's own restart rolls the pods (``status.maintenance.state`` Running): its
@@ -212,7 +217,7 @@ def readiness_event_reason(previous: Mapping[str, Any], changes: Mapping[str, An
     phase = changes.get("phase")
     if phase is None or phase == previous.get("phase"):
         return None
-    if (previous.get("maintenance") or {}).get("state") == "Running":
+    if restart_running(previous):
         return None
     return "Ready" if phase == "Ready" else "Progressing"
 

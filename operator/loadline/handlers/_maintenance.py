@@ -102,7 +102,7 @@ class FleetView:
 
 def restarting_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
     """The index entry of a model whose restart runs (holds its policies' slots), else None."""
-    if ((body.get("status") or {}).get("maintenance") or {}).get("state") != "Running":
+    if not _build.restart_running(body.get("status") or {}):
         return None
     meta = body["metadata"]
     return {"namespace": meta["namespace"], "labels": dict(meta.get("labels") or {})}
