@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -169,3 +170,50 @@ def test_printer_columns(kubectl: Kubectl, crd: str, namespace: str) -> None:
     # The short name and category work too.
     assert "cols" in kubectl("get", "lim", "-n", namespace)
     assert "cols" in kubectl("get", "loadline", "-n", namespace)
+
+
+def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_changed(
+    kubectl: Kubectl, crd: str, namespace: str
+) -> None:
+    """The operator's status writes (a crash's decision, a child's readiness) are JSON patches that test
+    the fields the decision read (``_kube.build_tested_status_patch``): the real API server must apply
+    one whatever else changed meanwhile, take an absent field tested as null as still absent, and
+    refuse one (HTTP 422) whose tested field another hand changed, writing nothing of it."""
+    from loadline.handlers._kube import build_tested_status_patch
+    from loadline.handlers._reconcile import READINESS_READS
+
+    code, err = create(kubectl, namespace, minimal_model("tested"))
+    assert code == 0, err
+    ready = {"type": "Ready", "status": "False", "reason": "Progressing", "message": "rolling out",
+             "lastTransitionTime": "2026-11-26T22:00:00Z"}  # fmt: skip
+
+    def write(ops_or_merge: Any, kind: str) -> subprocess.CompletedProcess[str]:
+        args = ("patch", "inferencemodel", "tested", "-n", namespace, "--subresource=status", "--type", kind)
+        return kubectl.run(*args, "-p", json.dumps(ops_or_merge), check=False)
+
+    assert write({"status": {"phase": "Deploying", "conditions": [ready]}}, "merge").returncode == 0
+    read = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)
+    # Another hand writes a field readiness does not read: the readiness write still lands, beside it.
+    assert write({"status": {"message": "another hand"}}, "merge").returncode == 0
+    became_ready = build_tested_status_patch(
+        read, {"phase": "Ready"}, (*READINESS_READS, "/status/remediation")
+    )
+    landed = write(became_ready, "json")
+    assert landed.returncode == 0, landed.stderr
+    status = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)["status"]
+    assert status["phase"] == "Ready" and status["message"] == "another hand"
+    # A field it read changed since (the phase): refused with 422, nothing of it written.
+    stale = build_tested_status_patch(read, {"phase": "Deploying", "message": "stale"}, READINESS_READS)
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    loaded = config.new_client_from_config(config_file=str(kubectl.kubeconfig))  # type: ignore[no-untyped-call]
+    api = client.CustomObjectsApi(loaded)
+    with pytest.raises(ApiException) as refused:
+        api.patch_namespaced_custom_object_status(
+            "loadline.dev", "v1alpha1", namespace, "inferencemodels", "tested", stale,
+            _content_type="application/json-patch+json",
+        )  # fmt: skip
+    assert refused.value.status == 422  # what _kube.patch_status_tested raises Changed for
+    status = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)["status"]
+    assert status["phase"] == "Ready" and status["message"] == "another hand"

@@ -127,7 +127,10 @@ def test_a_replan_in_the_same_generation_applies_only_what_changed(fake: FakeKub
 
 
 class FakeParent:
-    """get/patch_status of one InferenceModel with a resourceVersion guard (409 when stale)."""
+    """get and the status writes of one InferenceModel, as the API server answers them: a merge patch
+    guarded by resourceVersion (409 when stale), and a JSON patch whose ``test`` ops are checked
+    against the stored model (422, :class:`_kube.Changed`, when one fails; a missing field tests as
+    null, as kube-apiserver 1.36 does)."""
 
     def __init__(self, status: dict[str, Any]) -> None:
         self.model = body(status)
@@ -138,6 +141,10 @@ class FakeParent:
         self.calls.append("get")
         return copy.deepcopy(self.model)
 
+    def _written(self) -> dict[str, Any]:
+        self.model["metadata"]["resourceVersion"] = str(int(self.model["metadata"]["resourceVersion"]) + 1)
+        return copy.deepcopy(self.model)
+
     def patch_status(self, obj: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
         self.calls.append("patch")
         if obj["metadata"]["resourceVersion"] != self.model["metadata"]["resourceVersion"]:
@@ -145,8 +152,23 @@ class FakeParent:
 
             raise ApiException(status=409, reason="Conflict")
         self.model["status"] = {**self.model["status"], **changes}
-        self.model["metadata"]["resourceVersion"] = str(int(self.model["metadata"]["resourceVersion"]) + 1)
-        return copy.deepcopy(self.model)
+        return self._written()
+
+    def patch_status_tested(
+        self, obj: dict[str, Any], changes: dict[str, Any], tested: tuple[str, ...]
+    ) -> dict[str, Any]:
+        self.calls.append("patch")
+        ops = _kube.build_tested_status_patch(obj, changes, tested)
+        if any(op["op"] == "test" and _kube.value_at(self.model, op["path"]) != op["value"] for op in ops):
+            raise _kube.Changed("changed")
+        for op in ops:
+            if op["op"] == "add":
+                *parents, last = op["path"].split("/")[1:]
+                node = self.model
+                for part in parents:
+                    node = node[part]
+                node[last] = copy.deepcopy(op["value"])
+        return self._written()
 
 
 def available_deployment(model: dict[str, Any]) -> dict[str, Any]:
@@ -160,19 +182,41 @@ def available_deployment(model: dict[str, Any]) -> dict[str, Any]:
     return dep
 
 
-@pytest.mark.parametrize(("index_version", "expected"), [("7", ["patch"]), ("6", ["patch", "get", "patch"])])
-def test_a_childs_event_is_judged_on_the_index_and_read_only_after_a_conflict(
-    fake: FakeKube, monkeypatch: pytest.MonkeyPatch, index_version: str, expected: list[str]
+POLICY_CONDITION = {
+    "type": "PolicyCompliant", "status": "True", "reason": "Compliant", "message": "no FleetPolicy",
+    "lastTransitionTime": "2026-11-26T22:00:00Z",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("since_indexed", "expected"),
+    [
+        ({}, ["patch"]),
+        # A crash's incident written since the index saw the model: not what readiness reads.
+        ({"incidents": [{"loop": "chat/vllm", "count": 1}]}, ["patch"]),
+        # A condition another hand added since: refused, read again, decided again, and kept.
+        ({"conditions": [POLICY_CONDITION]}, ["patch", "get", "patch"]),
+    ],
+)
+def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_read_changed(
+    fake: FakeKube,
+    monkeypatch: pytest.MonkeyPatch,
+    since_indexed: dict[str, Any],
+    expected: list[str],
 ) -> None:
     status = run(body())  # Deploying, as reconcile leaves a new model
     parent = FakeParent(status)
     monkeypatch.setattr(_kube, "get", parent.get)
-    monkeypatch.setattr(_kube, "patch_status", parent.patch_status)
+    monkeypatch.setattr(_kube, "patch_status_tested", parent.patch_status_tested)
     known = _index.model_entry(parent.model)
-    known["metadata"]["resourceVersion"] = index_version
+    for key, value in since_indexed.items():  # written after the index saw the model
+        parent.model["status"][key] = [*(parent.model["status"].get(key) or []), *value]
+        parent.model["metadata"]["resourceVersion"] = "8"
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
     assert parent.calls == expected
     assert parent.model["status"]["phase"] == "Ready"
+    for key, value in since_indexed.items():  # what the other hand wrote is still there
+        assert all(item in parent.model["status"][key] for item in value)
     # Nothing changed since: the next event of the same child costs no request.
     parent.calls.clear()
     known = _index.model_entry(parent.model)

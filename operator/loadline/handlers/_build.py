@@ -476,10 +476,15 @@ def rollout_complete(workload: Mapping[str, Any] | None) -> bool:
     )
 
 
+def maintenance_value(record: MaintenanceRecord) -> dict[str, Any]:
+    """``status.maintenance`` as a whole value (what a JSON patch's ``add`` writes)."""
+    return _wire(record_to_status(record))
+
+
 def maintenance_patch(previous: Mapping[str, Any] | None, record: MaintenanceRecord) -> dict[str, Any]:
     """``status.maintenance`` as a merge patch: the record's fields, and an explicit null for each field
     the previous one had and this one clears (a merge patch keeps what it does not mention)."""
-    wire = _wire(record_to_status(record))
+    wire = maintenance_value(record)
     cleared = {key: None for key in (previous or {}) if key not in wire}
     return {**wire, **cleared}
 

@@ -258,21 +258,20 @@ def _handle_crash(
         if action is not None:
             previous = (parent.get("status") or {}).get("maintenance")
             record = _maintenance.pending_record(record_from_status(previous), action, urgent, now)
-            changes["maintenance"] = _build.maintenance_patch(previous, record)
+            changes["maintenance"] = _build.maintenance_value(record)
         try:
-            _kube.patch_status(parent, changes)
-        except ApiException as exc:
-            if exc.status == 409:
-                logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-                continue
-            raise
+            _kube.patch_status_tested(parent, changes, _crash_reads(changes))
+        except _kube.Changed:
+            logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+            continue
+        if decision.apply:
+            # Reconcile applies it (kopf's update handler, with its retries): one path changes children.
+            # Written before the Events, which nothing waits for: the roll-out starts on this write.
+            _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
         _report(parent, pod, container, diagnosis, decision, owner_uids)
         if action is not None:
             _maintenance.report_pending(parent, changes["maintenance"])
-        if decision.apply:
-            # Reconcile applies it (kopf's update handler, with its retries): one path changes children.
-            _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
         finished = _finished_at(term)
         if finished is not None:
             _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
@@ -281,6 +280,24 @@ def _handle_crash(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
     return False
+
+
+#: What a crash's decision reads of its model, tested when it writes (:func:`_kube.patch_status_tested`):
+#: its spec (by generation: the remediation mode and limits), plan, remediation state, incidents and
+#: maintenance record. A readiness change or kopf's bookkeeping written meanwhile does not refuse it.
+CRASH_READS = (
+    "/metadata/generation",
+    "/status/plan",
+    "/status/remediation",
+    "/status/incidents",
+    "/status/maintenance",
+)
+
+
+def _crash_reads(changes: Mapping[str, Any]) -> tuple[str, ...]:
+    """:data:`CRASH_READS`, and the phase and message when the decision writes them (a model that needs
+    a person turns Degraded: not over a phase another hand wrote meanwhile)."""
+    return CRASH_READS + tuple(f"/status/{key}" for key in ("phase", "message") if key in changes)
 
 
 def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,

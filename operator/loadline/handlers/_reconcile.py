@@ -545,14 +545,20 @@ def seen_workload(namespace: str, name: str) -> dict[str, Any] | None:
         return _seen_workloads.get((namespace, name))
 
 
+#: What a readiness decision reads of its model (:func:`_build.build_readiness_status`), tested when it
+#: writes: a crash's incident, a plan or an annotation written meanwhile does not refuse it.
+READINESS_READS = ("/status/phase", "/status/conditions", "/status/observedGeneration")
+
+
 def on_workload_event(
     body: kopf.Body, logger: logging.Logger | kopf.Logger, known: Mapping[str, Any] | None = None
 ) -> None:
     """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status.
 
     ``known``: the parent as the operator's index last saw it (:func:`_index.model_entry`). Decided on
-    that first, so most events cost no request (nothing changed) or one (the status patch); a patch
-    against a stale resourceVersion gets 409 and the parent is read again."""
+    that first, so most events cost no request (nothing changed) or one (the status patch); the patch
+    is refused only when what the decision read (:data:`READINESS_READS`) changed meanwhile, and the
+    parent is read again then."""
     meta = body.get("metadata", {})
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
@@ -572,13 +578,11 @@ def on_workload_event(
         if changes is None:
             return
         try:
-            _kube.patch_status(parent, changes)
+            _kube.patch_status_tested(parent, changes, READINESS_READS)
             break
-        except ApiException as exc:
-            if exc.status != 409:
-                raise
-            # The InferenceModel changed between our read and write (reconcile, an OOM decision):
-            # read it again and decide again, rather than dropping the workload's news.
+        except _kube.Changed:
+            # What readiness is decided on changed between our read and write (reconcile wrote a
+            # phase): read it again and decide again, rather than dropping the workload's news.
             logger.info(
                 "%s/%s changed meanwhile; deciding its readiness again",
                 meta.get("namespace"),
