@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -175,45 +174,62 @@ def test_printer_columns(kubectl: Kubectl, crd: str, namespace: str) -> None:
 def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_changed(
     kubectl: Kubectl, crd: str, namespace: str
 ) -> None:
-    """The operator's status writes (a crash's decision, a child's readiness) are JSON patches that test
-    the fields the decision read (``_kube.build_tested_status_patch``): the real API server must apply
-    one whatever else changed meanwhile, take an absent field tested as null as still absent, and
-    refuse one (HTTP 422) whose tested field another hand changed, writing nothing of it."""
-    from loadline.handlers._kube import build_tested_status_patch
-    from loadline.handlers._reconcile import READINESS_READS
-
-    code, err = create(kubectl, namespace, minimal_model("tested"))
-    assert code == 0, err
-    ready = {"type": "Ready", "status": "False", "reason": "Progressing", "message": "rolling out",
-             "lastTransitionTime": "2026-11-26T22:00:00Z"}  # fmt: skip
-
-    def write(ops_or_merge: Any, kind: str) -> subprocess.CompletedProcess[str]:
-        args = ("patch", "inferencemodel", "tested", "-n", namespace, "--subresource=status", "--type", kind)
-        return kubectl.run(*args, "-p", json.dumps(ops_or_merge), check=False)
-
-    assert write({"status": {"phase": "Deploying", "conditions": [ready]}}, "merge").returncode == 0
-    read = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)
-    # Another hand writes a field readiness does not read: the readiness write still lands, beside it.
-    assert write({"status": {"message": "another hand"}}, "merge").returncode == 0
-    became_ready = build_tested_status_patch(
-        read, {"phase": "Ready"}, (*READINESS_READS, "/status/remediation")
-    )
-    landed = write(became_ready, "json")
-    assert landed.returncode == 0, landed.stderr
-    status = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)["status"]
-    assert status["phase"] == "Ready" and status["message"] == "another hand"
-    # A field it read changed since (the phase): refused with 422, nothing of it written.
-    stale = build_tested_status_patch(read, {"phase": "Deploying", "message": "stale"}, READINESS_READS)
+    """A child's readiness is written as a JSON patch that tests what the decision read
+    (``_build.build_readiness_patch``, ``_kube.build_tested_status_patch``): the real API server must
+    apply it whatever else changed meanwhile, leave the other hand's write in place, and refuse it
+    (HTTP 422, what ``_kube.patch_status_tested`` raises ``Changed`` for) once a tested field changed.
+    And why only plain scalars are tested: the server compares a test's strings as the bytes its own
+    encoder wrote, so an equal string with "<" in it does not match."""
     from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
+    from loadline.handlers._build import build_readiness_patch, build_readiness_status
+    from loadline.handlers._kube import build_tested_status_patch
+
+    code, err = create(kubectl, namespace, minimal_model("tested"))
+    assert code == 0, err
+    stamp = "2026-11-26T22:00:00Z"
+    progressing = {"type": "Ready", "status": "False", "reason": "Progressing", "message": "rolling out",
+                   "lastTransitionTime": stamp, "observedGeneration": 1}  # fmt: skip
+    risk = {"type": "OOMRisk", "status": "Unknown", "reason": "InsufficientData", "lastTransitionTime": stamp,
+            "message": "Theil–Sen over 25 bins: 0.40 < 1.645"}  # fmt: skip
     loaded = config.new_client_from_config(config_file=str(kubectl.kubeconfig))  # type: ignore[no-untyped-call]
     api = client.CustomObjectsApi(loaded)
-    with pytest.raises(ApiException) as refused:
-        api.patch_namespaced_custom_object_status(
-            "loadline.dev", "v1alpha1", namespace, "inferencemodels", "tested", stale,
+
+    def write(ops: Any) -> Any:
+        return api.patch_namespaced_custom_object_status(
+            "loadline.dev", "v1alpha1", namespace, "inferencemodels", "tested", ops,
             _content_type="application/json-patch+json",
         )  # fmt: skip
-    assert refused.value.status == 422  # what _kube.patch_status_tested raises Changed for
+
+    def merge(status: dict[str, Any]) -> None:
+        args = ("patch", "inferencemodel", "tested", "-n", namespace, "--subresource=status", "--type=merge")
+        kubectl(*args, "-p", json.dumps({"status": status}))
+
+    merge({"phase": "Deploying", "observedGeneration": 1, "conditions": [progressing, risk]})
+    read = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)
+    changes = build_readiness_status(read["status"], ready=True, message="1/1 replicas available", now=stamp)
+    assert changes is not None
+    ops = build_tested_status_patch(read, *build_readiness_patch(read["status"], changes))
+    assert ops is not None
+    # Another hand writes what readiness does not read (a message, another condition's text): it lands.
+    merge(
+        {
+            "message": "cheaper shapes rejected: 16 GiB < 22 GiB",
+            "conditions": [progressing, {**risk, "message": "x"}],
+        }
+    )
+    write(ops)
     status = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)["status"]
-    assert status["phase"] == "Ready" and status["message"] == "another hand"
+    assert status["phase"] == "Ready" and status["message"].startswith("cheaper shapes")
+    assert [c["message"] for c in status["conditions"]] == ["1/1 replicas available", "x"]
+    # The phase changed since it was read: refused, nothing of it written.
+    merge({"phase": "Failed"})
+    with pytest.raises(ApiException) as refused:
+        write(ops)
+    assert refused.value.status == 422
+    assert kubectl.json("get", "inferencemodel", "tested", "-n", namespace)["status"]["phase"] == "Failed"
+    # An equal string with "<": the server's bytes (Go escapes it) never match a client's.
+    with pytest.raises(ApiException) as unequal:
+        write([{"op": "test", "path": "/status/message", "value": status["message"]}])
+    assert unequal.value.status == 422

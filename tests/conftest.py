@@ -59,3 +59,5 @@ def _fresh_operator_memory() -> Iterator[None]:
     with _reconcile._PLANNED_LOCK:
         _reconcile._PLANNED.clear()
         _reconcile._DEMANDS.clear()
+    with _reconcile._ROLLED_OUT_LOCK:
+        _reconcile._ROLLED_OUT.clear()

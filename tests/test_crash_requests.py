@@ -1,6 +1,5 @@
 """What one crash costs the API server: the OOM handler decides on the model as the operator's index last
-saw it (no GET), writes the decision once, and reads the model again only when what the decision read
-of it changed since (its remediation state, incidents, plan, maintenance record or spec)."""
+saw it (no GET), writes the decision once, and reads the model only when that entry was stale (409)."""
 
 from __future__ import annotations
 
@@ -10,7 +9,7 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.handlers import _index, _kube, _oom
+from loadline.handlers import _index, _kube, _oom, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from tests.test_oom_operator_side import pod
 from tests.test_reconcile_requests import FakeParent
@@ -20,12 +19,11 @@ LOG = logging.getLogger("test")
 
 @pytest.fixture
 def parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
-    """The Ready model on a stand-in API server (every request recorded, a status patch whose tested
-    fields changed refused); the annotation that asks for the roll-out is recorded too, Events and log
-    reads not."""
+    """The Ready model on a stand-in API server (every request recorded, a stale status patch refused
+    with 409); the annotation that asks for the roll-out is recorded too, Events and log reads not."""
     model = FakeParent({"phase": "Ready"})
     monkeypatch.setattr(_kube, "get", model.get)
-    monkeypatch.setattr(_kube, "patch_status_tested", model.patch_status_tested)
+    monkeypatch.setattr(_kube, "patch_status", model.patch_status)
     monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: model.calls.append("annotate"))
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
@@ -50,28 +48,35 @@ def test_a_crash_is_decided_on_the_indexed_model_without_reading_it(parent: Fake
     assert parent.calls == ["patch", "annotate"] and decided(parent)
 
 
-def test_a_readiness_change_since_the_index_saw_the_model_costs_no_read(parent: FakeParent) -> None:
-    """The crash's own roll-out moves the model's phase and conditions while its decision is made: no
-    reason to refuse a decision that never read them."""
+def test_a_stale_indexed_model_is_read_again_and_the_crash_still_decided(parent: FakeParent) -> None:
     known = _index.model_entry(parent.model)
-    parent.model["status"]["phase"] = "Deploying"
-    parent.model["metadata"]["resourceVersion"] = "8"
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
-    assert parent.calls == ["patch", "annotate"] and decided(parent)
-    assert parent.model["status"]["phase"] == "Deploying"  # not written back to what the index showed
-
-
-def test_a_crash_recorded_since_the_index_saw_the_model_is_read_again_and_kept(parent: FakeParent) -> None:
-    """Another crash of the model was decided meanwhile (its remediation state moved): this decision is
-    refused, made again on the model as it is, and both crashes stay recorded (one budget, not two)."""
-    known = _index.model_entry(parent.model)
-    parent.model["status"]["remediation"] = {"handledCrashes": ["another-crash"]}
-    parent.model["metadata"]["resourceVersion"] = "8"
+    known["metadata"]["resourceVersion"] = "6"  # the model changed since the index saw it
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)
-    assert parent.model["status"]["remediation"]["handledCrashes"][0] == "another-crash"
 
 
 def test_without_an_indexed_model_the_crash_reads_it(parent: FakeParent) -> None:
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], None)  # type: ignore[arg-type]
     assert parent.calls == ["get", "patch", "annotate"] and decided(parent)
+
+
+def test_a_remediation_is_rolled_out_from_the_decisions_write_before_the_annotation(
+    parent: FakeParent,
+) -> None:
+    """The roll-out is handed the model as the decision's write answered it (the remediation in its
+    status), ahead of the annotation whose watch event reconcile waits for; reconcile is told to pass
+    over versions of the model older than it."""
+    handed: list[dict[str, Any]] = []
+
+    def roll_out(model: dict[str, Any]) -> None:
+        parent.calls.append("roll_out")
+        handed.append(model)
+
+    known = _index.model_entry(parent.model)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
+    assert parent.calls == ["patch", "roll_out", "annotate"]
+    crash = handed[0]["status"]["remediation"]["handledCrashes"][-1]
+    assert handed[0]["status"]["remediation"]["overrides"]  # what the roll-out plans with
+    assert _reconcile.predates_roll_out(parent.model)  # no annotation yet (the stand-in records it only)
+    parent.model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: crash}
+    assert not _reconcile.predates_roll_out(parent.model)

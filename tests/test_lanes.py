@@ -74,6 +74,7 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     monkeypatch.setattr(_oom, "on_pod_event", lambda *a, **k: seen.append(threading.current_thread().name))
     monkeypatch.setattr(_reconcile, "reconcile", lambda *a, **k: seen.append(threading.current_thread().name))
+    monkeypatch.setattr(_reconcile, "roll_out", lambda *a, **k: seen.append(threading.current_thread().name))
     return seen
 
 
@@ -87,7 +88,15 @@ def _pod_event(body: dict[str, Any]) -> None:
         },
     }
     asyncio.run(
-        _registry.pod_event(body=body, logger=None, type="MODIFIED", owned_models={}, fleet_policies={})  # type: ignore[arg-type]
+        _registry.pod_event(  # type: ignore[arg-type]
+            body=body,
+            logger=None,
+            type="MODIFIED",
+            owned_models={},
+            fleet_policies={},
+            gpu_nodes={},
+            gpu_pods={},
+        )
     )
 
 
@@ -113,4 +122,11 @@ def test_a_reconcile_runs_on_the_models_lane(calls: list[str]) -> None:
             body=body, patch=kopf.Patch(), logger=None, fleet_policies={}, gpu_nodes={}, gpu_pods={}
         )
     )
+    assert len(calls) == 1 and calls[0].startswith("lane-models")
+
+
+def test_a_crashs_roll_out_runs_on_the_models_lane_without_holding_the_crash_thread(calls: list[str]) -> None:
+    model = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
+    submitted = _registry._roll_out_soon(None, {}, {}, model)  # type: ignore[arg-type]
+    submitted.result(timeout=10)
     assert len(calls) == 1 and calls[0].startswith("lane-models")

@@ -6,13 +6,15 @@ from __future__ import annotations
 import copy
 import json
 import logging
+import time
+from collections.abc import Callable
 from typing import Any
 
 import kopf
 import pytest
 import yaml
 
-from loadline.handlers import _index, _kube, _reconcile
+from loadline.handlers import _build, _index, _kube, _reconcile
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from tests.test_capacity import node
@@ -155,19 +157,32 @@ class FakeParent:
         return self._written()
 
     def patch_status_tested(
-        self, obj: dict[str, Any], changes: dict[str, Any], tested: tuple[str, ...]
+        self, obj: dict[str, Any], sets: dict[str, Any], tested: tuple[str, ...], changes: dict[str, Any]
     ) -> dict[str, Any]:
+        ops = _kube.build_tested_status_patch(obj, sets, tested)
+        if ops is None:  # a value the API server cannot test: the resourceVersion guard
+            from kubernetes.client.exceptions import ApiException
+
+            try:
+                return self.patch_status(obj, changes)
+            except ApiException:
+                raise _kube.Changed("changed") from None
         self.calls.append("patch")
-        ops = _kube.build_tested_status_patch(obj, changes, tested)
         if any(op["op"] == "test" and _kube.value_at(self.model, op["path"]) != op["value"] for op in ops):
             raise _kube.Changed("changed")
-        for op in ops:
-            if op["op"] == "add":
+        for op in ops:  # RFC 6902: "add" inserts into a list, "replace" replaces an element
+            if op["op"] in ("add", "replace"):
                 *parents, last = op["path"].split("/")[1:]
-                node = self.model
+                node: Any = self.model
                 for part in parents:
-                    node = node[part]
-                node[last] = copy.deepcopy(op["value"])
+                    node = node[int(part)] if isinstance(node, list) else node[part]
+                value = copy.deepcopy(op["value"])
+                if isinstance(node, list) and op["op"] == "add":
+                    node.insert(int(last), value)
+                elif isinstance(node, list):
+                    node[int(last)] = value
+                else:
+                    node[last] = value
         return self._written()
 
 
@@ -182,26 +197,45 @@ def available_deployment(model: dict[str, Any]) -> dict[str, Any]:
     return dep
 
 
-POLICY_CONDITION = {
-    "type": "PolicyCompliant", "status": "True", "reason": "Compliant", "message": "no FleetPolicy",
+RISK_CONDITION = {
+    "type": "OOMRisk", "status": "Unknown", "reason": "InsufficientData", "message": "Theil–Sen: 1 < 2",
     "lastTransitionTime": "2026-11-26T22:00:00Z",
 }  # fmt: skip
+
+
+def add_incident(status: dict[str, Any]) -> None:
+    status["incidents"] = [{"loop": "chat/vllm", "count": 1}]
+
+
+def add_condition(status: dict[str, Any]) -> None:
+    status["conditions"] = [*status["conditions"], RISK_CONDITION]
+
+
+def start_restart(status: dict[str, Any]) -> None:
+    status["maintenance"] = {"action": "restart", "state": "Running", "trigger": "window"}
+
+
+def replan(status: dict[str, Any]) -> None:
+    status["observedGeneration"] = 2
 
 
 @pytest.mark.parametrize(
     ("since_indexed", "expected"),
     [
-        ({}, ["patch"]),
-        # A crash's incident written since the index saw the model: not what readiness reads.
-        ({"incidents": [{"loop": "chat/vllm", "count": 1}]}, ["patch"]),
-        # A condition another hand added since: refused, read again, decided again, and kept.
-        ({"conditions": [POLICY_CONDITION]}, ["patch", "get", "patch"]),
+        (None, ["patch"]),
+        # Written since the index saw the model, by other hands, of what readiness does not read:
+        # the write lands at once, and leaves theirs in place.
+        (add_incident, ["patch"]),
+        (add_condition, ["patch"]),
+        # What it reads changed since: refused, read again, decided again.
+        (start_restart, ["patch", "get", "patch"]),
+        (replan, ["patch", "get", "patch"]),
     ],
 )
 def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_read_changed(
     fake: FakeKube,
     monkeypatch: pytest.MonkeyPatch,
-    since_indexed: dict[str, Any],
+    since_indexed: Callable[[dict[str, Any]], None] | None,
     expected: list[str],
 ) -> None:
     status = run(body())  # Deploying, as reconcile leaves a new model
@@ -209,19 +243,49 @@ def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_
     monkeypatch.setattr(_kube, "get", parent.get)
     monkeypatch.setattr(_kube, "patch_status_tested", parent.patch_status_tested)
     known = _index.model_entry(parent.model)
-    for key, value in since_indexed.items():  # written after the index saw the model
-        parent.model["status"][key] = [*(parent.model["status"].get(key) or []), *value]
+    if since_indexed is not None:
+        since_indexed(parent.model["status"])
         parent.model["metadata"]["resourceVersion"] = "8"
+    theirs = copy.deepcopy(parent.model["status"])
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
     assert parent.calls == expected
     assert parent.model["status"]["phase"] == "Ready"
-    for key, value in since_indexed.items():  # what the other hand wrote is still there
-        assert all(item in parent.model["status"][key] for item in value)
+    for key in ("incidents", "maintenance", "observedGeneration"):  # what the other hand wrote stays
+        assert parent.model["status"].get(key) == theirs.get(key)
+    assert [c for c in theirs["conditions"] if c["type"] != "Ready"] == [
+        c for c in parent.model["status"]["conditions"] if c["type"] != "Ready"
+    ]
     # Nothing changed since: the next event of the same child costs no request.
     parent.calls.clear()
     known = _index.model_entry(parent.model)
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
     assert parent.calls == []
+
+
+def test_a_readiness_write_without_a_ready_condition_to_replace_sets_the_list_guarded_as_a_whole() -> None:
+    """Conditions but no Ready one: the list is set whole, and a list cannot be tested, so the write is
+    guarded by resourceVersion; no conditions at all: set whole, tested as still absent."""
+    ready = {"type": "Ready", "status": "True", "reason": "Available", "message": "1/1 replicas available"}
+    previous = {"phase": "Deploying", "conditions": [RISK_CONDITION]}
+    sets, tested = _build.build_readiness_patch(
+        previous, {"phase": "Ready", "conditions": [RISK_CONDITION, ready]}
+    )
+    obj = {"metadata": {}, "status": previous}
+    assert (
+        sets["/status/conditions"][-1] == ready and _kube.build_tested_status_patch(obj, sets, tested) is None
+    )
+    sets, tested = _build.build_readiness_patch(
+        {"phase": "Deploying"}, {"phase": "Ready", "conditions": [ready]}
+    )
+    ops = _kube.build_tested_status_patch({"metadata": {}, "status": {"phase": "Deploying"}}, sets, tested)
+    assert ops is not None and {"op": "test", "path": "/status/conditions", "value": None} in ops
+
+
+def test_only_plain_scalars_are_tested() -> None:
+    """kube-apiserver compares a test's strings and numbers as the bytes its encoder wrote: a plan's
+    text with "<" (escaped by Go), a float, an object or a list never match what a client sends."""
+    assert all(_kube.testable(v) for v in (None, True, 3, "Ready", "2026-11-26T22:00:00Z", "a/b-1"))
+    assert not any(_kube.testable(v) for v in ("16 GiB < 22 GiB", "Theil–Sen", 0.9, {}, [], 'a"b'))
 
 
 # --- whether a server-side apply changed the object, without a GET (kube-apiserver's behaviour,
@@ -429,3 +493,97 @@ def test_a_workload_no_event_showed_yet_is_read(fake: FakeKube, looks: Readiness
     _reconcile.note_workload(deployment(0), deleted=True)  # deleted: read again
     looks.look(model, memo, 5)
     assert looks.calls == [("get", "Deployment")] * 2
+
+
+# --- a crash's remediation rolled out ahead of reconcile (_reconcile.roll_out) ---
+
+
+def remediated(status: dict[str, Any], memory_gib: int = 40) -> dict[str, Any]:
+    """The model as a crash's decision leaves it: its overrides raise the memory limit."""
+    model = body(copy.deepcopy(status))
+    model["status"]["remediation"] = {
+        "handledCrashes": ["c1"], "overrides": {"memoryGiB": memory_gib}, "observedGeneration": 1,
+    }  # fmt: skip
+    return model
+
+
+def workload_memory(fake: FakeKube, applied: list[dict[str, Any]]) -> str:
+    container = applied[-1]["spec"]["template"]["spec"]["containers"][0]
+    return str(container["resources"]["limits"]["memory"])
+
+
+def test_a_roll_out_applies_the_remediated_workload_only(
+    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    status = run(body())
+    applied: list[dict[str, Any]] = []
+    original = fake.apply
+    monkeypatch.setattr(_kube, "apply", lambda m, fm: (applied.append(m), original(m, fm))[1])
+    fake.calls.clear()
+    view = ([node("l4", "NVIDIA-L4", 4)], [])
+    assert _reconcile.roll_out(remediated(status), logging.getLogger("t"), OperatorSettings(), view)
+    assert fake.calls == [("apply", "Deployment")]
+    assert workload_memory(fake, applied) == "40Gi"
+
+
+def test_a_roll_out_leaves_a_move_between_layouts_and_a_failed_plan_to_reconcile(fake: FakeKube) -> None:
+    status = run(body())
+    fake.calls.clear()
+    view = ([node("l4", "NVIDIA-L4", 4)], [])
+    moved = remediated(status)
+    moved["status"]["plan"]["nodesPerReplica"] = 2  # a LeaderWorkerSet served it: reconcile removes it
+    assert not _reconcile.roll_out(moved, logging.getLogger("t"), OperatorSettings(), view)
+    impossible = remediated(status, memory_gib=4096)  # no node of the cluster has that much memory
+    assert not _reconcile.roll_out(impossible, logging.getLogger("t"), OperatorSettings(), view)
+    assert fake.calls == []
+
+
+def test_reconcile_passes_over_a_version_older_than_a_rolled_out_remediation(
+    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A version of the model written before the remediation was rolled out (a spec change whose event
+    comes now) would put the memory back and roll the pods twice: reconcile passes over it until the
+    version carrying the remediation's annotation comes, or the guard's time is up."""
+    status = run(body())
+    model = body(copy.deepcopy(status))
+    model["metadata"]["annotations"] = {}
+    _reconcile.expect_roll_out("team-a", "chat", "c1")
+    model["metadata"]["namespace"] = "team-a"
+    fake.calls.clear()
+    patch = kopf.Patch()
+    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), ([], []), [])
+    assert fake.calls == [] and not patch
+    now = time.monotonic()
+    monkeypatch.setattr(time, "monotonic", lambda: now + _reconcile.ROLL_OUT_GUARD_SECONDS + 1)
+    assert not _reconcile.predates_roll_out(model)  # the guard's time is up
+    _reconcile.expect_roll_out("team-a", "chat", "c1")
+    model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: "c1"}
+    assert not _reconcile.predates_roll_out(model)  # the remediation's own version: reconciled
+    model["metadata"]["annotations"] = {}
+    assert not _reconcile.predates_roll_out(model)  # and the guard ended with it
+
+
+def test_no_progressing_event_when_the_index_has_not_seen_loadlines_own_restart_yet(
+    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A crash's roll-out starts before the index shows the decision that started it (its maintenance
+    record Running): the readiness write, tested on that record, is refused, the model read again, and
+    the roll-out posts no Progressing Event (RestartStarted says it)."""
+    said: list[str] = []
+    monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
+    status = run(body())
+    status["phase"] = "Ready"
+    said.clear()  # the plan's own Event
+    parent = FakeParent(status)
+    monkeypatch.setattr(_kube, "get", parent.get)
+    monkeypatch.setattr(_kube, "patch_status_tested", parent.patch_status_tested)
+    known = _index.model_entry(parent.model)  # before the decision
+    parent.model["status"]["maintenance"] = {
+        "action": "remediation", "state": "Running", "startedAt": "2026-11-26T22:00:00Z", "trigger": "crashLoop",
+    }  # fmt: skip
+    parent.model["metadata"]["resourceVersion"] = "8"
+    rolling = available_deployment(parent.model)
+    rolling["status"].update(readyReplicas=0, availableReplicas=0, updatedReplicas=0)
+    _reconcile.on_workload_event(kopf.Body(rolling), logging.getLogger("t"), known)
+    assert parent.calls == ["patch", "get", "patch"]
+    assert parent.model["status"]["phase"] == "Deploying" and said == []

@@ -204,6 +204,39 @@ def build_readiness_status(
     return _status_patch(phase=new_phase, conditions=conditions)
 
 
+#: What identifies the Ready condition a readiness decision read (all plain scalars: see
+#: :func:`loadline.handlers._kube.testable`; its message is free text and not compared).
+_READY_IDENTITY = ("type", "status", "reason", "lastTransitionTime", "observedGeneration")
+
+
+def build_readiness_patch(
+    previous: Mapping[str, Any], changes: Mapping[str, Any]
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """A readiness change (:func:`build_readiness_status`) as JSON-patch sets into ``status`` and the
+    paths to test first: what the decision read, the phase, the observed generation, the maintenance
+    record's state (its Event depends on it: :func:`readiness_event_reason`) and the Ready condition
+    it replaces, in its place, so that a write of another field or condition meanwhile does not refuse
+    it and is not undone. Without a Ready condition to replace (or when other conditions would change)
+    the whole list is set and tested, which makes the write fall back to the resourceVersion guard."""
+    before = list(previous.get("conditions") or [])
+    after = list(changes.get("conditions") or [])
+    maintenance = previous.get("maintenance")
+    tested = ["/status/phase", "/status/observedGeneration"]
+    tested.append("/status/maintenance/state" if isinstance(maintenance, Mapping) else "/status/maintenance")
+    sets: dict[str, Any] = {"/status/phase": changes.get("phase", previous.get("phase"))}
+    index = next((i for i, c in enumerate(before) if c.get("type") == READY), None)
+    others_kept = [c for c in before if c.get("type") != READY] == [
+        c for c in after if c.get("type") != READY
+    ]
+    if index is None or not others_kept or len(before) != len(after):
+        sets["/status/conditions"] = after
+        tested.append("/status/conditions")  # a list: not testable, so guarded by resourceVersion
+        return sets, tuple(tested)
+    sets[f"/status/conditions/{index}"] = next(c for c in after if c.get("type") == READY)
+    tested += [f"/status/conditions/{index}/{key}" for key in _READY_IDENTITY]
+    return sets, tuple(tested)
+
+
 def restart_running(status: Mapping[str, Any]) -> bool:
     """Whether loadline's own restart of the model is rolling its pods (``status.maintenance.state``)."""
     return bool((status.get("maintenance") or {}).get("state") == "Running")
@@ -476,15 +509,10 @@ def rollout_complete(workload: Mapping[str, Any] | None) -> bool:
     )
 
 
-def maintenance_value(record: MaintenanceRecord) -> dict[str, Any]:
-    """``status.maintenance`` as a whole value (what a JSON patch's ``add`` writes)."""
-    return _wire(record_to_status(record))
-
-
 def maintenance_patch(previous: Mapping[str, Any] | None, record: MaintenanceRecord) -> dict[str, Any]:
     """``status.maintenance`` as a merge patch: the record's fields, and an explicit null for each field
     the previous one had and this one clears (a merge patch keeps what it does not mention)."""
-    wire = maintenance_value(record)
+    wire = _wire(record_to_status(record))
     cleared = {key: None for key in (previous or {}) if key not in wire}
     return {**wire, **cleared}
 

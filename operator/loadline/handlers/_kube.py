@@ -250,63 +250,85 @@ def _pointer(path: str) -> list[str]:
     return [part.replace("~1", "/").replace("~0", "~") for part in path.split("/")[1:]]
 
 
-def value_at(obj: Mapping[str, Any], path: str) -> Any:
-    """The value at a JSON pointer (``/status/phase``) of ``obj``; None when a part of it is absent."""
+def value_at(obj: Any, path: str) -> Any:
+    """The value at a JSON pointer (``/status/conditions/2/type``) of ``obj``; None when a part of it
+    is absent."""
     node: Any = obj
     for part in _pointer(path):
-        if not isinstance(node, Mapping) or part not in node:
+        if isinstance(node, Mapping) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
             return None
-        node = node[part]
     return node
 
 
+def testable(value: Any) -> bool:
+    """Whether kube-apiserver's ``test`` op compares ``value`` as JSON: null, a boolean, an integer, or
+    a plain ASCII string. It compares strings and numbers as the bytes Go's encoder wrote (json-patch
+    v4), which escapes ``<``, ``>`` and ``&`` and formats floats its own way: a test on a plan's text
+    ("... < 22 GiB the pod needs") never matches what a client sends, checked on the local control
+    plane. Objects, lists and floats are tested through such scalars of theirs, or not at all."""
+    if value is None or isinstance(value, bool | int):
+        return True
+    return (
+        isinstance(value, str) and value.isascii() and value.isprintable() and not set(value) & set('<>&"\\')
+    )
+
+
 def build_tested_status_patch(
-    obj: Mapping[str, Any], changes: Mapping[str, Any], tested: tuple[str, ...]
-) -> list[dict[str, Any]]:
-    """A JSON patch (RFC 6902) that sets each top-level ``status`` field of ``changes`` (whole values,
-    not merge patches: a None would be written as null), preceded by a ``test`` of every path of
-    ``tested`` against what ``obj`` holds there. The API server applies it atomically and refuses it
-    (422) when a tested field changed; a field ``obj`` lacks is tested as null, which the API server
-    takes as "still absent"."""
-    ops: list[dict[str, Any]] = [
-        {"op": "test", "path": path, "value": value_at(obj, path)} for path in tested
-    ]
-    if not isinstance(obj.get("status"), Mapping):
-        return [
-            *ops,
-            {"op": "test", "path": "/status", "value": None},
-            {"op": "add", "path": "/status", "value": dict(changes)},
-        ]
+    obj: Mapping[str, Any], sets: Mapping[str, Any], tested: tuple[str, ...]
+) -> list[dict[str, Any]] | None:
+    """A JSON patch (RFC 6902) that sets each JSON pointer of ``sets`` to its value, preceded by a
+    ``test`` of every path of ``tested`` against what ``obj`` holds there; None when one of those values
+    is not :func:`testable`. The API server applies it atomically and refuses it (422) when a tested
+    value changed; a path whose last part ``obj`` lacks is tested as null, which the API server takes as
+    "still absent" (a missing parent is refused, so test the parent then)."""
+    tests = [{"op": "test", "path": path, "value": value_at(obj, path)} for path in tested]
+    if not all(testable(test["value"]) for test in tests):
+        return None
     return [
-        *ops,
-        *({"op": "add", "path": f"/status/{key}", "value": value} for key, value in changes.items()),
+        *tests,
+        *({"op": _set_op(obj, path), "path": path, "value": value} for path, value in sets.items()),
     ]
+
+
+def _set_op(obj: Mapping[str, Any], path: str) -> str:
+    """ "replace" for an element of a list ("add" would insert one before it), else "add" (which sets an
+    object's member whether or not it is there)."""
+    parent = value_at(obj, path.rsplit("/", 1)[0])
+    return "replace" if isinstance(parent, list) else "add"
 
 
 def patch_status_tested(
-    obj: Mapping[str, Any], changes: Mapping[str, Any], tested: tuple[str, ...]
+    obj: Mapping[str, Any], sets: Mapping[str, Any], tested: tuple[str, ...], changes: Mapping[str, Any]
 ) -> dict[str, Any]:
-    """Write ``changes`` (top-level ``status`` fields, whole values) on condition that the fields the
-    decision read (``tested``, JSON pointers) still hold what ``obj`` shows, else raise
-    :class:`Changed`.
+    """Write ``sets`` (JSON pointers into ``status``) on condition that the values the decision read
+    (``tested``) still hold what ``obj`` shows, else raise :class:`Changed`. When a tested value is not
+    :func:`testable`, ``changes`` (the same write as a merge patch of ``status``) is written guarded by
+    the resourceVersion instead, a 409 raising :class:`Changed` likewise.
 
     Optimistic concurrency per field, where :func:`patch_status`'s resourceVersion guard is per object:
     at fleet scale a model is written by several hands at once (a crash's decision, its children's
-    readiness, kopf's reconcile, the maintenance timer), each on fields of its own, and a guard on the
-    whole object refused most of them (2.4 conflicts, each a refused PATCH and a GET, per crash at 100
-    crashes) though none had read what another wrote."""
+    readiness, kopf's reconcile, the maintenance timer), and a guard on the whole object refused most
+    of the readiness writes (2.4 conflicts per crash at 100 crashes, each a refused PATCH and a GET)
+    though none had read what another wrote."""
+    ops = build_tested_status_patch(obj, sets, tested)
     meta = obj["metadata"]
-    resource = _resource(obj["apiVersion"], obj["kind"])
     try:
-        result = resource.status.patch(
-            body=build_tested_status_patch(obj, changes, tested),
+        if ops is None:
+            return patch_status(obj, changes)
+        result = _resource(obj["apiVersion"], obj["kind"]).status.patch(
+            body=ops,
             name=meta["name"],
             namespace=meta.get("namespace"),
             content_type="application/json-patch+json",
             serialize=False,
         )
     except ApiException as exc:
-        if exc.status == 422:  # a "test" failed: what the decision read has changed
+        # 409: the resourceVersion moved (the fallback); 422: a "test" failed.
+        if exc.status in (409, 422):
             raise Changed(f"{meta.get('namespace')}/{meta['name']} changed since it was read") from None
         raise
     return _plain(result)

@@ -8,7 +8,8 @@ to a lane of their own: a bounded pool, so their concurrency is bounded too, and
 stands in. What needs no network (is a crash new, is a readiness check due) is decided on the event
 loop first, and only the work that reads or writes the cluster takes a thread.
 
-- :data:`MODELS`: reconciling an InferenceModel (create, update, resume).
+- :data:`MODELS`: reconciling an InferenceModel (create, update, resume), and rolling out a crash's
+  remediation (submitted by the crash's handler, which does not wait for it).
 - :data:`CRASHES`: handling a container crash (classify, remediate).
 - :data:`CHECKS`: a due readiness look of a Deploying model (its timer ticks on the event loop).
 - everything else: kopf's own pool.
@@ -21,10 +22,11 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import logging
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import ParamSpec, TypeVar
 
 from prometheus_client import Histogram
@@ -76,6 +78,26 @@ class Lane:
             return context.run(functools.partial(fn, *args, **kwargs))
 
         return await asyncio.get_running_loop().run_in_executor(self._executor(), call)
+
+    def submit(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> Future[object]:
+        """``fn(*args, **kwargs)`` on a thread of this lane, asked from any thread and not waited for
+        (a handler that must not hold its own lane's thread while the work runs); in the caller's
+        context, and an exception it raises is logged."""
+        context = contextvars.copy_context()
+        queued = time.monotonic()
+
+        def call() -> object:
+            LANE_WAIT.labels(self.name).observe(time.monotonic() - queued)
+            return context.run(functools.partial(fn, *args, **kwargs))
+
+        future = self._executor().submit(call)
+        future.add_done_callback(_log_failure)
+        return future
+
+
+def _log_failure(future: Future[object]) -> None:
+    if not future.cancelled() and future.exception() is not None:
+        logging.getLogger(__name__).error("lane work failed", exc_info=future.exception())
 
 
 MODELS = Lane("models", 16)

@@ -1,12 +1,15 @@
 """A vLLM pod's container terminated: detect an out-of-memory crash, classify it, decide.
 
-Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). This handler never
-changes children itself: it writes the incident, the crash id and the decision (new overrides, a
-restart request) to the InferenceModel's status in one guarded patch, then stamps
-:data:`REMEDIATION_ANNOTATION` on the object so that kopf runs the ordinary reconcile, the one path that
-applies children, with kopf's retries and back-off when the roll-out fails (no free GPUs, an API error).
-An operator that dies between the two writes loses nothing: reconcile runs on resume and applies the
-overrides from status; the crash id in status means no crash is acted on twice.
+Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). The handler writes the
+incident, the crash id and the decision (new overrides, a restart request) to the InferenceModel's
+status in one patch guarded by its resourceVersion; when the decision changes the children it
+rolls the workload out at once from the model that patch answered with (:func:`_reconcile.roll_out`:
+reconcile's own planning and rendering, the workload only, on the MODELS lane) and stamps
+:data:`REMEDIATION_ANNOTATION` on the object, so that kopf runs the ordinary reconcile after it: the
+path that writes the plan to status and every child, with kopf's retries and back-off when a roll-out
+fails (no free GPUs, an API error). An operator that dies between the writes loses nothing: reconcile
+runs on resume and applies the overrides from status; the crash id in status means no crash is acted
+on twice.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from kubernetes.client.exceptions import ApiException
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
 from loadline.handlers._index import INSTANCE_LABEL
+from loadline.handlers._reconcile import REMEDIATION_ANNOTATION
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import crash_urgency, record_from_status
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
@@ -32,9 +36,6 @@ from loadline.policy import combine, enforced, remediation_limits, select_polici
 from loadline.traffic import incident_metrics
 
 MAX_HANDLED = 50
-# Outside the "loadline.dev/" prefix on purpose: kopf leaves annotations of its own storage prefix out
-# of the diff it triggers update handlers on, and this one must trigger reconcile.
-REMEDIATION_ANNOTATION = "remediation.loadline.dev/crash"
 CONFLICT_RETRIES = _kube.CONFLICT_RETRIES
 
 
@@ -131,9 +132,13 @@ def on_pod_event(
     settings: OperatorSettings,
     policies: list[FleetPolicy] | None = None,
     known: Mapping[str, Any] | None = None,
+    roll_out: Callable[[dict[str, Any]], object] | None = None,
 ) -> None:
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
-    it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET."""
+    it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
+    ``roll_out``: given the model as the decision's write left it, applies its workload (the operator
+    passes :func:`loadline.handlers._reconcile.roll_out` on the MODELS lane); without it the roll-out
+    waits for reconcile."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
@@ -145,7 +150,9 @@ def on_pod_event(
         if (
             cid is not None
             and cid not in SEEN
-            and _handle_crash(pod, status, cid, namespace, str(name), logger, settings, policies or [], known)
+            and _handle_crash(
+                pod, status, cid, namespace, str(name), logger, settings, policies or [], known, roll_out
+            )
         ):
             SEEN.add(cid)
 
@@ -160,6 +167,7 @@ def _handle_crash(
     settings: OperatorSettings,
     policies: list[FleetPolicy],
     known: Mapping[str, Any] | None = None,
+    roll_out: Callable[[dict[str, Any]], object] | None = None,
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
     The remediation limits are the governing FleetPolicies', else the operator's environment.
@@ -258,16 +266,22 @@ def _handle_crash(
         if action is not None:
             previous = (parent.get("status") or {}).get("maintenance")
             record = _maintenance.pending_record(record_from_status(previous), action, urgent, now)
-            changes["maintenance"] = _build.maintenance_value(record)
+            changes["maintenance"] = _build.maintenance_patch(previous, record)
         try:
-            _kube.patch_status_tested(parent, changes, _crash_reads(changes))
-        except _kube.Changed:
-            logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
-            time.sleep(min(0.05 * 2**attempt, 1.0))
-            continue
+            written = _kube.patch_status(parent, changes)
+        except ApiException as exc:
+            if exc.status == 409:
+                logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
+                time.sleep(min(0.05 * 2**attempt, 1.0))
+                continue
+            raise
         if decision.apply:
-            # Reconcile applies it (kopf's update handler, with its retries): one path changes children.
-            # Written before the Events, which nothing waits for: the roll-out starts on this write.
+            if roll_out is not None:
+                # At once, from the model as this write left it; reconcile follows on the annotation
+                # (the plan in status, the other children, retries), and passes over older versions.
+                _reconcile.expect_roll_out(namespace, name, cid)
+                roll_out(written)
+            # Written before the Events, which nothing waits for.
             _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
         _report(parent, pod, container, diagnosis, decision, owner_uids)
         if action is not None:
@@ -280,24 +294,6 @@ def _handle_crash(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
     return False
-
-
-#: What a crash's decision reads of its model, tested when it writes (:func:`_kube.patch_status_tested`):
-#: its spec (by generation: the remediation mode and limits), plan, remediation state, incidents and
-#: maintenance record. A readiness change or kopf's bookkeeping written meanwhile does not refuse it.
-CRASH_READS = (
-    "/metadata/generation",
-    "/status/plan",
-    "/status/remediation",
-    "/status/incidents",
-    "/status/maintenance",
-)
-
-
-def _crash_reads(changes: Mapping[str, Any]) -> tuple[str, ...]:
-    """:data:`CRASH_READS`, and the phase and message when the decision writes them (a model that needs
-    a person turns Degraded: not over a phase another hand wrote meanwhile)."""
-    return CRASH_READS + tuple(f"/status/{key}" for key in ("phase", "message") if key in changes)
 
 
 def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,

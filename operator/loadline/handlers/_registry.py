@@ -8,7 +8,9 @@ replica, so admission never waits for a hand-over (``loadline run`` starts both,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
+from concurrent.futures import Future
 from typing import Any
 
 import kopf
@@ -260,7 +262,27 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     known = next(iter(kwargs["owned_models"].get(model, ())), None)
-    await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies, known)
+    roll_out = functools.partial(_roll_out_soon, logger, kwargs["gpu_nodes"], kwargs["gpu_pods"])
+    await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies, known, roll_out)
+
+
+def _roll_out_soon(
+    logger: kopf.Logger,
+    gpu_nodes: kopf.Index[str, dict[str, Any]],
+    gpu_pods: kopf.Index[str, dict[str, Any]],
+    model: dict[str, Any],
+) -> Future[object]:
+    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
+    return _lanes.MODELS.submit(_roll_out_model, model, logger, gpu_nodes, gpu_pods)
+
+
+def _roll_out_model(
+    model: dict[str, Any],
+    logger: kopf.Logger,
+    gpu_nodes: kopf.Index[str, dict[str, Any]],
+    gpu_pods: kopf.Index[str, dict[str, Any]],
+) -> None:
+    _reconcile.roll_out(model, logger, SETTINGS, _index.view(gpu_nodes, gpu_pods))
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
@@ -277,6 +299,7 @@ async def model_deleted(namespace: str | None, name: str, **_: Any) -> None:
     _metrics.forget(namespace or "", name)
     _reconcile.forget_planned(namespace or "", name)
     _reconcile.forget_applied(namespace or "", name)
+    _reconcile.forget_roll_out(namespace or "", name)
 
 
 def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
