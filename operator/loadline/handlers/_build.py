@@ -213,16 +213,15 @@ def build_readiness_patch(
     previous: Mapping[str, Any], changes: Mapping[str, Any]
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A readiness change (:func:`build_readiness_status`) as JSON-patch sets into ``status`` and the
-    paths to test first: what the decision read, the phase, the observed generation, the maintenance
-    record's state (its Event depends on it: :func:`readiness_event_reason`) and the Ready condition
-    it replaces, in its place, so that a write of another field or condition meanwhile does not refuse
-    it and is not undone. Without a Ready condition to replace (or when other conditions would change)
-    the whole list is set and tested, which makes the write fall back to the resourceVersion guard."""
+    paths to test first: what the decision read, the phase, the observed generation and the Ready
+    condition it replaces, in its place, so that a write of another field or condition meanwhile does
+    not refuse it and is not undone (whether loadline's own restart rolls the pods, which its Event
+    depends on, is read from the write's answer instead: :func:`readiness_event_reason`). Without a
+    Ready condition to replace (or when other conditions would change) the whole list is set and
+    tested, which makes the write fall back to the resourceVersion guard."""
     before = list(previous.get("conditions") or [])
     after = list(changes.get("conditions") or [])
-    maintenance = previous.get("maintenance")
     tested = ["/status/phase", "/status/observedGeneration"]
-    tested.append("/status/maintenance/state" if isinstance(maintenance, Mapping) else "/status/maintenance")
     sets: dict[str, Any] = {"/status/phase": changes.get("phase", previous.get("phase"))}
     index = next((i for i, c in enumerate(before) if c.get("type") == READY), None)
     others_kept = [c for c in before if c.get("type") != READY] == [
@@ -242,15 +241,18 @@ def restart_running(status: Mapping[str, Any]) -> bool:
     return bool((status.get("maintenance") or {}).get("state") == "Running")
 
 
-def readiness_event_reason(previous: Mapping[str, Any], changes: Mapping[str, Any]) -> str | None:
+def readiness_event_reason(
+    previous: Mapping[str, Any], changes: Mapping[str, Any], written: Mapping[str, Any] | None = None
+) -> str | None:
     """The Event a readiness change is worth: ``Ready`` or ``Progressing`` when the phase moves, none
-    while loadline's own restart rolls the pods (``status.maintenance.state`` Running): its
-    RestartStarted and RestartDone Events say it already, and a crash's roll-out posted both extra
-    (two of the seven Events a crash cost at 100 crashes, benchmarks/oom_latency.py)."""
+    while loadline's own restart rolls the pods (``status.maintenance.state`` Running in ``written``,
+    the status the write answered with, else in ``previous``): its RestartStarted and RestartDone
+    Events say it already, and a crash's roll-out posted both extra (two of the seven Events a crash
+    cost at 100 crashes, benchmarks/oom_latency.py)."""
     phase = changes.get("phase")
     if phase is None or phase == previous.get("phase"):
         return None
-    if restart_running(previous):
+    if restart_running(previous if written is None else written):
         return None
     return "Ready" if phase == "Ready" else "Progressing"
 

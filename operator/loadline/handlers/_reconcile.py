@@ -677,11 +677,11 @@ def on_workload_event(
             return
         try:
             sets, tested = _build.build_readiness_patch(parent.get("status") or {}, changes)
-            _kube.patch_status_tested(parent, sets, tested, changes)
+            written = _kube.patch_status_tested(parent, sets, tested, changes)
             break
         except _kube.Changed:
             # What readiness is decided on changed between our read and write (reconcile wrote a
-            # phase, a restart began): read it again and decide again, not drop the workload's news.
+            # phase): read it again and decide again, rather than dropping the workload's news.
             logger.info(
                 "%s/%s changed meanwhile; deciding its readiness again",
                 meta.get("namespace"),
@@ -691,7 +691,10 @@ def on_workload_event(
         raise kopf.TemporaryError("the InferenceModel kept changing; retrying its readiness", delay=1)
     if changes.get("phase") != (parent.get("status") or {}).get("phase"):
         logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
-    reason = _build.readiness_event_reason(parent.get("status") or {}, changes)
+    # Whether loadline's own restart rolls the pods, as the model was when written (a crash's roll-out
+    # starts before the index shows the decision that started it).
+    written_status = written.get("status") or {}
+    reason = _build.readiness_event_reason(parent.get("status") or {}, changes, written_status)
     if reason:
         _event(parent, warning=False, reason=reason, message=message)
 
