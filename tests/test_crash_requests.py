@@ -80,3 +80,20 @@ def test_a_remediation_is_rolled_out_from_the_decisions_write_before_the_annotat
     assert _reconcile.predates_roll_out(parent.model)  # no annotation yet (the stand-in records it only)
     parent.model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: crash}
     assert not _reconcile.predates_roll_out(parent.model)
+
+
+def test_when_the_annotation_fails_reconcile_does_not_wait_for_it(
+    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The roll-out went out but its annotation was refused: no version of the model will carry it, so
+    reconcile must not pass over the next one (a spec change would be counted handled and never applied)."""
+    from kubernetes.client.exceptions import ApiException
+
+    def refused(obj: Any, annotations: Any) -> None:
+        raise ApiException(status=500, reason="etcd timeout")
+
+    monkeypatch.setattr(_kube, "annotate", refused)
+    known = _index.model_entry(parent.model)
+    with pytest.raises(ApiException):
+        _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, lambda model: None)  # type: ignore[arg-type]
+    assert not _reconcile.predates_roll_out(parent.model)

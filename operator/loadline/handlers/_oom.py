@@ -282,7 +282,13 @@ def _handle_crash(
                 _reconcile.expect_roll_out(namespace, name, cid)
                 roll_out(written)
             # Written before the Events, which nothing waits for.
-            _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
+            try:
+                _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
+            except Exception:
+                # No version with the annotation will come: reconcile must not wait for one, or it
+                # would pass over a spec change written meanwhile (and kopf count it as handled).
+                _reconcile.forget_roll_out(namespace, name)
+                raise
         _report(parent, pod, container, diagnosis, decision, owner_uids)
         if action is not None:
             _maintenance.report_pending(parent, changes["maintenance"])
