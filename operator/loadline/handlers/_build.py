@@ -227,7 +227,7 @@ def build_readiness_patch(
     others_kept = [c for c in before if c.get("type") != READY] == [
         c for c in after if c.get("type") != READY
     ]
-    if index is None or not others_kept or len(before) != len(after):
+    if index is None or not others_kept:
         sets["/status/conditions"] = after
         tested.append("/status/conditions")  # a list: not testable, so guarded by resourceVersion
         return sets, tuple(tested)

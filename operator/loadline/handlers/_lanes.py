@@ -67,9 +67,10 @@ class Lane:
                 self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix=f"lane-{self.name}")
             return self._pool
 
-    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-        """``fn(*args, **kwargs)`` on a thread of this lane, in the caller's context (kopf's per-handler
-        context variables, such as its logger's object, go along, as for kopf's own sync handlers)."""
+    def _call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Callable[[], T]:
+        """``fn(*args, **kwargs)`` bound to the caller's context (kopf's per-handler context variables,
+        such as its logger's object, go along, as for kopf's own sync handlers), observing the time it
+        waits for a thread."""
         context = contextvars.copy_context()
         queued = time.monotonic()
 
@@ -77,20 +78,18 @@ class Lane:
             LANE_WAIT.labels(self.name).observe(time.monotonic() - queued)
             return context.run(functools.partial(fn, *args, **kwargs))
 
+        return call
+
+    async def run(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(*args, **kwargs)`` on a thread of this lane, in the caller's context."""
+        call = self._call(fn, *args, **kwargs)
         return await asyncio.get_running_loop().run_in_executor(self._executor(), call)
 
     def submit(self, fn: Callable[P, object], *args: P.args, **kwargs: P.kwargs) -> Future[object]:
         """``fn(*args, **kwargs)`` on a thread of this lane, asked from any thread and not waited for
         (a handler that must not hold its own lane's thread while the work runs); in the caller's
         context, and an exception it raises is logged."""
-        context = contextvars.copy_context()
-        queued = time.monotonic()
-
-        def call() -> object:
-            LANE_WAIT.labels(self.name).observe(time.monotonic() - queued)
-            return context.run(functools.partial(fn, *args, **kwargs))
-
-        future = self._executor().submit(call)
+        future = self._executor().submit(self._call(fn, *args, **kwargs))
         future.add_done_callback(_log_failure)
         return future
 
