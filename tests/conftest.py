@@ -61,3 +61,4 @@ def _fresh_operator_memory() -> Iterator[None]:
         _reconcile._DEMANDS.clear()
     with _reconcile._ROLLED_OUT_LOCK:
         _reconcile._ROLLED_OUT.clear()
+        _reconcile._ROLLED_WORKLOAD.clear()

@@ -60,40 +60,79 @@ def test_without_an_indexed_model_the_crash_reads_it(parent: FakeParent) -> None
     assert parent.calls == ["get", "patch", "annotate"] and decided(parent)
 
 
-def test_a_remediation_is_rolled_out_from_the_decisions_write_before_the_annotation(
+def test_a_remediation_is_handed_to_the_roll_out_and_the_crash_thread_writes_only_its_decision(
     parent: FakeParent,
 ) -> None:
     """The roll-out is handed the model as the decision's write answered it (the remediation in its
-    status), ahead of the annotation whose watch event reconcile waits for; reconcile is told to pass
-    over versions of the model older than it."""
-    handed: list[dict[str, Any]] = []
+    status) and the crash's id; the crash's thread writes nothing more (the annotation that asks
+    reconcile to follow is the roll-out's to write, after it), and reconcile is told to pass over
+    versions of the model older than the remediation."""
+    handed: list[tuple[dict[str, Any], str]] = []
 
-    def roll_out(model: dict[str, Any]) -> None:
+    def roll_out(model: dict[str, Any], crash: str) -> None:
         parent.calls.append("roll_out")
-        handed.append(model)
+        handed.append((model, crash))
 
     known = _index.model_entry(parent.model)
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
-    assert parent.calls == ["patch", "roll_out", "annotate"]
-    crash = handed[0]["status"]["remediation"]["handledCrashes"][-1]
-    assert handed[0]["status"]["remediation"]["overrides"]  # what the roll-out plans with
-    assert _reconcile.predates_roll_out(parent.model)  # no annotation yet (the stand-in records it only)
+    assert parent.calls == ["patch", "roll_out"]
+    model, crash = handed[0]
+    assert model["status"]["remediation"]["handledCrashes"][-1] == crash
+    assert model["status"]["remediation"]["overrides"]  # what the roll-out plans with
+    assert _reconcile.predates_roll_out(parent.model)  # no annotation yet
     parent.model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: crash}
     assert not _reconcile.predates_roll_out(parent.model)
 
 
-def test_when_the_annotation_fails_reconcile_does_not_wait_for_it(
+def test_a_refused_annotation_is_tried_again_and_then_ends_the_guard(
     parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The roll-out went out but its annotation was refused: no version of the model will carry it, so
-    reconcile must not pass over the next one (a spec change would be counted handled and never applied)."""
+    """The annotation that asks reconcile to follow a roll-out is written by nothing else (the crash is
+    decided, so its next event does nothing): a refusal is tried again; when it never lands, no version
+    will carry it, so reconcile must not pass over the next one (a spec change would be counted handled
+    and never applied)."""
     from kubernetes.client.exceptions import ApiException
 
-    def refused(obj: Any, annotations: Any) -> None:
-        raise ApiException(status=500, reason="etcd timeout")
+    answers: list[int | None] = [500, None]
 
-    monkeypatch.setattr(_kube, "annotate", refused)
-    known = _index.model_entry(parent.model)
-    with pytest.raises(ApiException):
-        _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, lambda model: None)  # type: ignore[arg-type]
-    assert not _reconcile.predates_roll_out(parent.model)
+    def annotate(obj: Any, annotations: Any) -> None:
+        status = answers.pop(0)
+        parent.calls.append(f"annotate {status or 200}")
+        if status is not None:
+            raise ApiException(status=status, reason="etcd timeout")
+
+    monkeypatch.setattr(_kube, "annotate", annotate)
+    monkeypatch.setattr(_reconcile, "ASK_PAUSE_SECONDS", 0.0)
+    _reconcile.expect_roll_out("team-a", "chat", "c1")
+    assert _reconcile.ask_reconcile(parent.model, "c1", LOG)
+    assert parent.calls == ["annotate 500", "annotate 200"]
+    assert _reconcile.predates_roll_out(parent.model)  # written: its version is still to come
+
+    answers[:] = [500] * _reconcile.ASK_ATTEMPTS
+    _reconcile.expect_roll_out("team-a", "chat", "c2")
+    assert not _reconcile.ask_reconcile(parent.model, "c2", LOG)
+    assert not answers and not _reconcile.predates_roll_out(parent.model)
+
+    answers[:] = [404]  # the model is gone: nothing to try again
+    _reconcile.expect_roll_out("team-a", "chat", "c3")
+    assert not _reconcile.ask_reconcile(parent.model, "c3", LOG)
+    assert not answers and not _reconcile.predates_roll_out(parent.model)
+
+
+def test_the_guard_lasts_until_the_annotation_is_written_and_its_time_runs_from_then(
+    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """At a burst of crashes the annotations wait in their lane behind the roll-outs: the guard must not
+    lapse while one waits (reconcile would undo the roll-out from an older version)."""
+    import time
+
+    clock = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    _reconcile.expect_roll_out("team-a", "chat", "c1")
+    clock[0] += 10 * _reconcile.ROLL_OUT_GUARD_SECONDS
+    assert _reconcile.predates_roll_out(parent.model)  # still waiting for its annotation
+    assert _reconcile.ask_reconcile(parent.model, "c1", LOG)
+    clock[0] += _reconcile.ROLL_OUT_GUARD_SECONDS - 1
+    assert _reconcile.predates_roll_out(parent.model)
+    clock[0] += 2
+    assert not _reconcile.predates_roll_out(parent.model)  # its version never came: someone rewrote it

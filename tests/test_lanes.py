@@ -125,8 +125,38 @@ def test_a_reconcile_runs_on_the_models_lane(calls: list[str]) -> None:
     assert len(calls) == 1 and calls[0].startswith("lane-models")
 
 
-def test_a_crashs_roll_out_runs_on_the_models_lane_without_holding_the_crash_thread(calls: list[str]) -> None:
+def _roll_out(monkeypatch: pytest.MonkeyPatch, rolled: bool) -> list[str]:
+    """Where a crash's roll-out and the annotation asking reconcile to follow it ran."""
+    ran: list[str] = []
+    done = threading.Event()
+
+    def roll_out(*args: Any, **kwargs: Any) -> bool:
+        ran.append(f"roll_out {threading.current_thread().name}")
+        return rolled
+
+    def ask(*args: Any, **kwargs: Any) -> bool:
+        ran.append(f"ask {threading.current_thread().name}")
+        done.set()
+        return True
+
+    monkeypatch.setattr(_reconcile, "roll_out", roll_out)
+    monkeypatch.setattr(_reconcile, "ask_reconcile", ask)
     model = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
-    submitted = _registry._roll_out_soon(None, {}, {}, model)  # type: ignore[arg-type]
-    submitted.result(timeout=10)
-    assert len(calls) == 1 and calls[0].startswith("lane-models")
+    _registry._roll_out_soon(None, {}, {}, model, "c1").result(timeout=10)  # type: ignore[arg-type]
+    assert done.wait(timeout=10)
+    return ran
+
+
+def test_a_crashs_roll_out_runs_on_the_models_lane_and_its_follow_up_on_its_own(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The roll-out users wait for takes a thread of the models lane; the annotation asking reconcile to
+    follow waits in the follow-ups lane, so a burst's follow-ups do not hold the roll-outs' threads."""
+    ran = _roll_out(monkeypatch, rolled=True)
+    assert [r.split(" lane-")[0] for r in ran] == ["roll_out", "ask"]
+    assert ran[0].startswith("roll_out lane-models") and ran[1].startswith("ask lane-follow-ups")
+
+
+def test_a_roll_out_left_to_reconcile_asks_for_it_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    ran = _roll_out(monkeypatch, rolled=False)  # the remediation moves the model between layouts
+    assert ran[0].startswith("roll_out lane-models") and ran[1].startswith("ask lane-models")

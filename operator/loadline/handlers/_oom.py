@@ -4,8 +4,9 @@ Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). T
 incident, the crash id and the decision (new overrides, a restart request) to the InferenceModel's
 status in one patch guarded by its resourceVersion; when the decision changes the children it
 rolls the workload out at once from the model that patch answered with (:func:`_reconcile.roll_out`:
-reconcile's own planning and rendering, the workload only, on the MODELS lane) and stamps
-:data:`REMEDIATION_ANNOTATION` on the object, so that kopf runs the ordinary reconcile after it: the
+reconcile's own planning and rendering, the workload only, on the MODELS lane) and then stamps
+:data:`REMEDIATION_ANNOTATION` on the object (on the FOLLOW_UPS lane; the crash's thread is free once
+its decision is written), so that kopf runs the ordinary reconcile after it: the
 path that writes the plan to status and every child, with kopf's retries and back-off when a roll-out
 fails (no free GPUs, an API error). An operator that dies between the writes loses nothing: reconcile
 runs on resume and applies the overrides from status; the crash id in status means no crash is acted
@@ -26,7 +27,6 @@ from kubernetes.client.exceptions import ApiException
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
 from loadline.handlers._index import INSTANCE_LABEL
-from loadline.handlers._reconcile import REMEDIATION_ANNOTATION
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import crash_urgency, record_from_status
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
@@ -132,13 +132,14 @@ def on_pod_event(
     settings: OperatorSettings,
     policies: list[FleetPolicy] | None = None,
     known: Mapping[str, Any] | None = None,
-    roll_out: Callable[[dict[str, Any]], object] | None = None,
+    roll_out: Callable[[dict[str, Any], str], object] | None = None,
 ) -> None:
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
     it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
-    ``roll_out``: given the model as the decision's write left it, applies its workload (the operator
-    passes :func:`loadline.handlers._reconcile.roll_out` on the MODELS lane); without it the roll-out
-    waits for reconcile."""
+    ``roll_out``: given the model as the decision's write left it and the crash's id, applies its
+    workload and then asks reconcile to follow (the operator passes :func:`_reconcile.roll_out` on the
+    MODELS lane, then :func:`_reconcile.ask_reconcile` on the FOLLOW_UPS lane), not waited for;
+    without it the crash's thread asks reconcile, and the roll-out waits for it."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
@@ -167,7 +168,7 @@ def _handle_crash(
     settings: OperatorSettings,
     policies: list[FleetPolicy],
     known: Mapping[str, Any] | None = None,
-    roll_out: Callable[[dict[str, Any]], object] | None = None,
+    roll_out: Callable[[dict[str, Any], str], object] | None = None,
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
     The remediation limits are the governing FleetPolicies', else the operator's environment.
@@ -277,18 +278,14 @@ def _handle_crash(
             raise
         if decision.apply:
             if roll_out is not None:
-                # At once, from the model as this write left it; reconcile follows on the annotation
-                # (the plan in status, the other children, retries), and passes over older versions.
+                # At once, from the model as this write left it, and not on this thread: the crash
+                # lane holds a crash for its decision only. The roll-out then asks reconcile to
+                # follow (the annotation: the plan in status, the other children, retries), which
+                # passes over older versions meanwhile.
                 _reconcile.expect_roll_out(namespace, name, cid)
-                roll_out(written)
-            # Written before the Events, which nothing waits for.
-            try:
-                _kube.annotate(parent, {REMEDIATION_ANNOTATION: cid})
-            except Exception:
-                # No version with the annotation will come: reconcile must not wait for one, or it
-                # would pass over a spec change written meanwhile (and kopf count it as handled).
-                _reconcile.forget_roll_out(namespace, name)
-                raise
+                roll_out(written, cid)
+            else:
+                _reconcile.ask_reconcile(parent, cid, logger)
         _report(parent, pod, container, diagnosis, decision, owner_uids)
         if action is not None:
             _maintenance.report_pending(parent, changes["maintenance"])

@@ -363,26 +363,84 @@ REMEDIATION_ANNOTATION = "remediation.loadline.dev/crash"
 #: written before it (its annotation's watch event normally follows within seconds; a version still
 #: without it after this long is not older than it: someone else rewrote the annotation).
 ROLL_OUT_GUARD_SECONDS = 60.0
-_ROLLED_OUT: dict[tuple[str, str], tuple[str, float]] = {}
+_ROLLED_OUT: dict[tuple[str, str], tuple[str, float | None]] = {}
+#: The workload a roll-out applied, per model: (the model's uid, the manifest's fingerprint, the apply's
+#: answer), taken by the reconcile that follows so it does not apply the same workload again.
+_ROLLED_WORKLOAD: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {}
 _ROLLED_OUT_LOCK = threading.Lock()
+#: Attempts at the annotation that asks reconcile to follow a roll-out, and the pause before the next.
+ASK_ATTEMPTS = 3
+ASK_PAUSE_SECONDS = 1.0
 
 
 def expect_roll_out(namespace: str, name: str, crash: str) -> None:
     """Note that this process is rolling out the remediation of ``crash`` itself, ahead of the
     annotation (``REMEDIATION_ANNOTATION``) that asks reconcile for it."""
     with _ROLLED_OUT_LOCK:
-        _ROLLED_OUT[(namespace, name)] = (crash, time.monotonic())
+        _ROLLED_OUT[(namespace, name)] = (crash, None)  # no expiry before the annotation is written
 
 
 def forget_roll_out(namespace: str, name: str) -> None:
     with _ROLLED_OUT_LOCK:
         _ROLLED_OUT.pop((namespace, name), None)
+        _ROLLED_WORKLOAD.pop((namespace, name), None)
+
+
+def ask_reconcile(body: Mapping[str, Any], crash: str, logger: logging.Logger | kopf.Logger) -> bool:
+    """Stamp ``crash`` as :data:`REMEDIATION_ANNOTATION` on the model, so that kopf runs reconcile on
+    it: the plan in status and every child, with kopf's retries. After a roll-out this is follow-up
+    work, off the crash's path (the operator runs it on the FOLLOW_UPS lane, whose few threads keep a
+    burst of crashes' follow-ups from crowding the API server while other crashes are rolled out).
+
+    A refused write is tried :data:`ASK_ATTEMPTS` times (a crash already decided is not decided
+    again, so nothing else would write it); when it never lands, or the model is gone, the roll-out's
+    guard ends (no version will carry the annotation, and reconcile must not pass over the next one).
+    The guard's time runs from the annotation's write, not from the roll-out: a backlog of follow-ups
+    does not let it lapse before the annotated version could arrive. True when it was written."""
+    meta = body["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    for attempt in range(ASK_ATTEMPTS):
+        try:
+            _kube.annotate(body, {REMEDIATION_ANNOTATION: crash})
+        except ApiException as exc:
+            if exc.status == 404 or attempt == ASK_ATTEMPTS - 1:
+                forget_roll_out(namespace, name)
+                logger.error(
+                    "%s/%s: the remediation of %s was not handed to reconcile (%s)",
+                    namespace, name, crash, _kube.api_error_text(exc),
+                )  # fmt: skip
+                return False
+            time.sleep(ASK_PAUSE_SECONDS * 2**attempt)
+            continue
+        except BaseException:
+            forget_roll_out(namespace, name)
+            raise
+        with _ROLLED_OUT_LOCK:
+            found = _ROLLED_OUT.get((namespace, name))
+            if found is not None and found[0] == crash:
+                _ROLLED_OUT[(namespace, name)] = (crash, time.monotonic())
+        return True
+    return False
+
+
+def _take_rolled_workload(meta: Mapping[str, Any], fingerprint: str) -> dict[str, Any] | None:
+    """The answer of the roll-out that applied exactly this workload for this model, once: the
+    reconcile that follows a remediation renders the same workload, and applying it again was a
+    request per crash for nothing. Any other reconcile (a different workload, a later one) applies it,
+    which also repairs one edited by hand."""
+    key = (str(meta.get("namespace")), str(meta.get("name")))
+    with _ROLLED_OUT_LOCK:
+        found = _ROLLED_WORKLOAD.pop(key, None)
+    if found is None or found[:2] != (meta.get("uid"), fingerprint):
+        return None
+    return found[2]
 
 
 def predates_roll_out(body: Mapping[str, Any]) -> bool:
     """Whether ``body`` is a version of the model older than a remediation this process rolled out:
-    one without that crash's annotation, within :data:`ROLL_OUT_GUARD_SECONDS`. Reconciling it would
-    put the memory back as it was, and roll the pods twice. A version carrying it ends the guard."""
+    one without that crash's annotation, until it is written and for :data:`ROLL_OUT_GUARD_SECONDS`
+    after. Reconciling it would put the memory back as it was, and roll the pods twice. A version
+    carrying it ends the guard."""
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     with _ROLLED_OUT_LOCK:
@@ -391,7 +449,7 @@ def predates_roll_out(body: Mapping[str, Any]) -> bool:
             return False
         crash, since = found
         if (meta.get("annotations") or {}).get(REMEDIATION_ANNOTATION) == crash or (
-            time.monotonic() - since > ROLL_OUT_GUARD_SECONDS
+            since is not None and time.monotonic() - since > ROLL_OUT_GUARD_SECONDS
         ):
             del _ROLLED_OUT[key]
             return False
@@ -427,11 +485,13 @@ def roll_out(
             continue
         child = _build.with_owner(manifest, owner, meta["namespace"])
         try:
-            _, changed = _kube.apply(child, settings.field_manager)
+            result, changed = _kube.apply(child, settings.field_manager)
         except ApiException as exc:
             logger.info("%s/%s: remediation left to reconcile (%s)", meta["namespace"], meta["name"],
                         _kube.api_error_text(exc))  # fmt: skip
             return False
+        with _ROLLED_OUT_LOCK:
+            _ROLLED_WORKLOAD[(meta["namespace"], meta["name"])] = (meta["uid"], _fingerprint(child), result)
         applied = True
         if changed:
             logger.info("rolled out %s/%s", child["kind"], child["metadata"]["name"])
@@ -506,6 +566,11 @@ def reconcile(
             workload = child["kind"] in {"Deployment", "LeaderWorkerSet"}
             fingerprint = _fingerprint(child)
             if not workload and _applied_already(meta, child, fingerprint):
+                continue
+            rolled = _take_rolled_workload(meta, fingerprint) if workload else None
+            if rolled is not None:
+                _note_applied(meta, child, fingerprint)
+                applied_workload = rolled
                 continue
             result, changed = _kube.apply(child, settings.field_manager)
             _note_applied(meta, child, fingerprint)

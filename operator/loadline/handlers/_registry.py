@@ -82,8 +82,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     _lanes.MODELS.resize(SETTINGS.max_workers)
     _lanes.CRASHES.resize(SETTINGS.max_workers)
     _lanes.CHECKS.resize(max(1, SETTINGS.max_workers // 4))
+    _lanes.FOLLOW_UPS.resize(max(1, SETTINGS.max_workers // 4))
     # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
-    _kube.set_pool_size(SETTINGS.max_workers * 2 + _lanes.CHECKS.workers + SETTINGS.max_workers + 4)
+    _kube.set_pool_size(SETTINGS.max_workers * 3 + _lanes.CHECKS.workers + _lanes.FOLLOW_UPS.workers + 4)
     _metrics.serve(SETTINGS.metrics_port)
 
 
@@ -271,18 +272,29 @@ def _roll_out_soon(
     gpu_nodes: kopf.Index[str, dict[str, Any]],
     gpu_pods: kopf.Index[str, dict[str, Any]],
     model: dict[str, Any],
+    crash: str,
 ) -> Future[object]:
     """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
-    return _lanes.MODELS.submit(_roll_out_model, model, logger, gpu_nodes, gpu_pods)
+    return _lanes.MODELS.submit(_roll_out_model, model, crash, logger, gpu_nodes, gpu_pods)
 
 
 def _roll_out_model(
     model: dict[str, Any],
+    crash: str,
     logger: kopf.Logger,
     gpu_nodes: kopf.Index[str, dict[str, Any]],
     gpu_pods: kopf.Index[str, dict[str, Any]],
 ) -> None:
-    _reconcile.roll_out(model, logger, SETTINGS, _index.view(gpu_nodes, gpu_pods))
+    """Roll out, then ask reconcile to follow: on the FOLLOW_UPS lane once the workload is out, at
+    once when the roll-out left it to reconcile (then reconcile *is* the roll-out)."""
+    rolled = False
+    try:
+        rolled = _reconcile.roll_out(model, logger, SETTINGS, _index.view(gpu_nodes, gpu_pods))
+    finally:
+        if rolled:
+            _lanes.FOLLOW_UPS.submit(_reconcile.ask_reconcile, model, crash, logger)
+        else:
+            _reconcile.ask_reconcile(model, crash, logger)
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
