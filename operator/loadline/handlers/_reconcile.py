@@ -312,7 +312,9 @@ def _applied_already(meta: Mapping[str, Any], child: Mapping[str, Any], fingerpr
     changes the workload, not its Service or PodDisruptionBudget: applying those again was two of a
     crash's requests at 1,000 crashes. A new generation (someone changed the spec) or a new process
     (a restart, a shard handed over) applies every child again, which also puts back one deleted or
-    edited by hand. The workload is always applied: its answer is the model's readiness."""
+    edited by hand. The workload is applied every time (its answer is the model's readiness), but by
+    the reconcile that follows its own roll-out, which takes the roll-out's answer
+    (:func:`_take_rolled_workload`)."""
     key = (str(meta.get("namespace")), str(meta.get("name")))
     with _APPLIED_LOCK:
         known = _APPLIED.get(key)
