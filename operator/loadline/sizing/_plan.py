@@ -29,7 +29,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
-from loadline.sizing._budget import GIB, EngineSettings, FixedTerms, MemoryBudget, ModelTerms
+from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
@@ -53,6 +53,7 @@ from loadline.sizing._shapes import (
 )
 from loadline.sizing._tune import (
     MAX_UTILIZATION,
+    Config,
     ladder_serves,
     serves_concurrencies,
     serves_lengths,
@@ -308,23 +309,34 @@ def _tp_options(arch_heads: int, kv_heads: int, node_gpus: int) -> list[int]:
     return options
 
 
-def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> tuple[int, bool]:
-    """GPUs of the largest allowed shape of ``gpu``, and whether any allowed shape has an RDMA fabric
-    (memoised as :func:`allowed_shapes` is; ``catalog_file``: the user catalog's path)."""
+def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> NodeFacts:
+    """:func:`_largest_node`, memoised as :func:`allowed_shapes` is (``catalog_file``: the user
+    catalog's path)."""
     key = (gpu.name, inputs.providers, inputs.cluster, catalog_file)
     return _NODE_GPUS.get(key, gpu, lambda: _largest_node(gpu, inputs))
 
 
-def _largest_node(gpu: GPUType, inputs: SpecInputs) -> tuple[int, bool]:
+#: GPUs of the largest allowed shape of a GPU type, whether any allowed shape has an RDMA fabric, whether
+#: it has an allowed shape at all, whether none of them is priced, and the lowest price per GPU-hour
+#: among the priced ones (0.0 when none is).
+NodeFacts = tuple[int, bool, bool, bool, float]
+
+
+def _largest_node(gpu: GPUType, inputs: SpecInputs) -> NodeFacts:
     allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
     if not allowed:
-        return gpu.max_gpus_per_node, gpu.multi_node
-    return max(s.gpus for s in allowed), any(s.fabric for s in allowed)
+        return gpu.max_gpus_per_node, gpu.multi_node, False, True, 0.0
+    prices = [s.price_per_hour / s.gpus for s in allowed if s.price_per_hour is not None]
+    return (
+        max(s.gpus for s in allowed),
+        any(s.fabric for s in allowed),
+        True,
+        not prices,
+        min(prices, default=0.0),
+    )
 
 
-_NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], tuple[int, bool]] = (
-    GuardedMemo(4096)
-)
+_NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], NodeFacts] = GuardedMemo(4096)
 
 
 @cache
@@ -459,12 +471,15 @@ def _placement(
     """The pod of a layout whose engine fits, and the node shape it takes (memoised: see
     :func:`_placements`)."""
     placements = _placements(inputs, catalog_file)
-    return _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)[0]
+    placed = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
+    return placed[1], placed[2]
 
 
-#: Per (GPU type name, tp, pp, nodes, weights per GPU): (GPU type, (placement, whether the pod takes a
-#: shape, the candidate's sort key)).
-Placements = dict[tuple[str, int, int, int, float], tuple[GPUType, tuple[Placement, bool, SortKey]]]
+#: Where a layout's pods go: (GPU type, the pod's request, the node shape it takes, whether it takes
+#: one, the candidate's sort key). Flat, and shared by every layout whose pods ask the same.
+Placed = tuple[GPUType, PodRequest, ShapeChoice, bool, SortKey]
+#: Per (GPU type name, tp, pp, nodes, weights per GPU): its :data:`Placed`.
+Placements = dict[tuple[str, int, int, int, float], Placed]
 
 
 def _placements(inputs: SpecInputs, catalog_file: str) -> Placements:
@@ -492,11 +507,11 @@ def _placed(
     nodes: int,
     weights_gib: float,
     catalog_file: str,
-) -> tuple[Placement, bool, SortKey]:
+) -> Placed:
     key = (gpu.name, tp, pp, nodes, weights_gib)
     found = placements.get(key)
     if found is not None and found[0] is gpu:
-        return found[1]
+        return found
     placed = _place(inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
     global _PLACED
     _PLACED += 1
@@ -504,14 +519,14 @@ def _placed(
         _PLACEMENTS.clear()
         _PLACED = 0
         placements.clear()
-    placements[key] = (gpu, placed)
+    placements[key] = placed
     return placed
 
 
 def _place(
     inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float, catalog_file: str
-) -> tuple[Placement, bool, SortKey]:
-    """The placement, whether the pod takes a shape, and the sort key of the candidate it makes."""
+) -> Placed:
+    """The pod, the shape it takes, whether it takes one, and the sort key of the candidate it makes."""
     pod = pod_request(
         weights_gib_per_gpu=weights_gib,
         gpus_per_pod=(tp * pp) // max(nodes, 1),
@@ -521,19 +536,26 @@ def _place(
         cpu_override=inputs.cpu_override,
     )
     # The shape depends on the pod's request (whole GiB and CPUs), not on the weights behind it: many
-    # models' pods ask the same, so the choice is memoised per request.
+    # models' pods ask the same, so the placement is memoised per request (its fields, which the garbage
+    # collector does not track in a key) and shared.
     request = (
         gpu.name,
-        pod,
+        pod.gpus,
+        pod.memory_gib,
+        pod.cpu,
+        pod.shm_gib,
         tp,
+        pp,
         nodes,
         inputs.providers,
         inputs.cluster,
         catalog_file,
     )
-    choice = _SHAPES.get(
-        request, gpu, lambda: choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
-    )
+    return _SHAPES.get(request, gpu, lambda: _new_placed(inputs, gpu, pod, tp, pp, nodes))
+
+
+def _new_placed(inputs: SpecInputs, gpu: GPUType, pod: PodRequest, tp: int, pp: int, nodes: int) -> Placed:
+    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
     shape, gpus = choice.shape, tp * pp
     # The placements are memoised per providers and cluster, on which verified_prices_first depends.
     unverified = (
@@ -542,13 +564,13 @@ def _place(
         and verified_prices_first(inputs.providers, inputs.cluster)
     )
     key = (not _priced(shape), unverified, _price(gpu, gpus, shape, choice.instances), gpus, nodes)
-    return (pod, choice), not choice.rejection, key
+    return gpu, pod, choice, not choice.rejection, key
 
 
 _PLACEMENTS: GuardedMemo[tuple[object, ...], Placements] = GuardedMemo(1024)
 _MAX_PLACED = 32768
 _PLACED = 0  # placements held by the dicts of _PLACEMENTS
-_SHAPES: GuardedMemo[tuple[object, ...], ShapeChoice] = GuardedMemo(8192)
+_SHAPES: GuardedMemo[tuple[object, ...], Placed] = GuardedMemo(8192)
 
 
 #: A layout of a GPU type: tp, pp, nodes, GPUs, and its sort key when rejected before a node shape.
@@ -564,6 +586,11 @@ class _TypePlan(NamedTuple):
     spans_nodes: bool
     layouts: tuple[tuple[int, int, int], ...]
     rows: tuple[LayoutRow, ...] = ()
+    # What :func:`_cheapest` bounds its candidates' prices with (:data:`NodeFacts`): whether any node
+    # shape is allowed (else no layout is placed), whether none is priced, the lowest price per GPU.
+    shaped: bool = False
+    unpriced: bool = True
+    per_gpu: float = 0.0
 
 
 def _type_plans(
@@ -627,9 +654,9 @@ def _plan_types(
                 f"{min_gpu_memory_gib:.2f} GiB per GPU"
             )
         if problem:
-            plans.append(_TypePlan(gpu, problem, 0, False, ()))
+            plans.append(_type_plan(gpu, problem, 0, False, ()))
             continue
-        node, fabric = _node_gpus(gpu, inputs, catalog_file)
+        node, fabric, shaped, unpriced, per_gpu = _node_gpus(gpu, inputs, catalog_file)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts_for(
             node or gpu.max_gpus_per_node,
@@ -641,8 +668,33 @@ def _plan_types(
         )
         if not layouts:
             problem = f"no layout within {max_gpus} GPUs divides the attention heads"
-        plans.append(_TypePlan(gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts)))
+        plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, unpriced, per_gpu))
     return tuple(plans)
+
+
+def _type_plan(
+    gpu: GPUType,
+    problem: str,
+    node: int,
+    spans_nodes: bool,
+    layouts: tuple[tuple[int, int, int], ...],
+    shaped: bool = False,
+    unpriced: bool = True,
+    per_gpu: float = 0.0,
+) -> _TypePlan:
+    """One :class:`_TypePlan`, shared by every entry of :func:`_type_plans` that has it (specs of many
+    models and settings treat a GPU type alike): fewer objects for the garbage collector to walk."""
+    key = (gpu.name, problem, node, spans_nodes, layouts, shaped, unpriced, per_gpu)
+    return _TYPE_PLAN.get(
+        key,
+        gpu,
+        lambda: _TypePlan(
+            gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts), shaped, unpriced, per_gpu
+        ),
+    )
+
+
+_TYPE_PLAN: GuardedMemo[tuple[object, ...], _TypePlan] = GuardedMemo(4096)
 
 
 def _rows(gpu: GPUType, layouts: tuple[tuple[int, int, int], ...]) -> tuple[LayoutRow, ...]:
@@ -694,66 +746,21 @@ def _verdicts(
     c.unverified_price, c.price_per_hour, c.gpus, c.nodes)``, ``unverified_last`` being
     :func:`verified_prices_first` of the spec's providers and cluster."""
     plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
-    length, concurrency = inputs.max_model_len, inputs.concurrency
-    pinned_seqs, pinned_tokens = inputs.max_num_seqs, inputs.max_num_batched_tokens
-    pinned_util, eager = inputs.gpu_memory_utilization, inputs.enforce_eager
     placements = _placements(inputs, catalog_file)
-    full_length: dict[int, int] = {}  # math.ceil(length / block size): FixedTerms._blocks_per_seq's
+    per_block = math.ceil(inputs.max_model_len / terms.block_size)
     out: list[Verdict] = []
     append = out.append
-    version = inputs.version
-    for gpu, problem, node, spans_nodes, _, rows in plans:
+    for gpu, problem, node, spans_nodes, _, rows, *_ in plans:
         if problem:
             append((gpu, 1, 1, 1, False, (False, False, _price(gpu, 1, None, 0), 1, 1), None, problem, ()))
             continue
-        # defaults(inputs, gpu)
-        memory = gpu.memory_gib
-        tier = version_defaults(version, gpu.name, memory)
-        seqs = pinned_seqs or (tier[0] if tier[0] >= concurrency else concurrency)
-        tokens = pinned_tokens or (tier[1] if tier[1] >= seqs else seqs)
-        base = (seqs, tokens, pinned_util or tier[2], eager)
-        # hopeless(): the most any tuning could give (gpu-memory-utilization 0.95, or the spec's).
-        room = memory * (MAX_UTILIZATION if pinned_util is None else base[2])
-        statics, weights, terms_of = _cells(terms, gpu, rows)
-        for index, (tp, pp, nodes, gpus, rejected_key) in enumerate(rows):
-            if gpus < min_gpus:
+        context = _context(inputs, gpu)
+        for row in rows:
+            if row[3] < min_gpus:
                 continue
-            # layout_serves(), vLLM's defaults first. When the weights and non-torch memory alone
-            # exceed the room, neither the defaults (which use less of the GPU, and activations
-            # besides) nor any rung serves: most layouts of a large model on a small GPU end there,
-            # before their budget terms are computed.
-            serves = False
-            if statics[index] < room:
-                fixed = terms_of[index]
-                if fixed is None:
-                    fixed = terms_of[index] = terms.layout(memory, tp, pp)
-                blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
-                if starts:  # fixed.serves(pool, length, concurrency), inlined
-                    if fixed.sliding_groups:
-                        blocks_per_seq = fixed._blocks_per_seq(length, tokens)
-                    else:
-                        bs = fixed.block_size
-                        per_block = full_length.get(bs)
-                        if per_block is None:
-                            per_block = full_length[bs] = math.ceil(length / bs)
-                        blocks_per_seq = fixed.full_groups * per_block
-                    held = blocks / blocks_per_seq if blocks_per_seq else 0.0
-                    serves = not held < 1.0 and held >= concurrency
-                if not serves:
-                    serves = ladder_serves(fixed, inputs, base, length, concurrency)
-            if not serves:
-                append((gpu, tp, pp, nodes, False, rejected_key, None, "", ()))
-                continue
-            weights_gib = weights[index]
-            found = placements.get((gpu.name, tp, pp, nodes, weights_gib))
-            if found is not None and found[0] is gpu:
-                placement, feasible, key = found[1]
-            else:
-                placement, feasible, key = _placed(
-                    placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file
-                )
-            append((gpu, tp, pp, nodes, feasible, key, placement, "", ()))
-            if feasible:
+            verdict = _judge(inputs, terms, placements, catalog_file, gpu, context, row, per_block)
+            append(verdict)
+            if verdict[4]:
                 break
         else:
             if multi_node and not spans_nodes and out and out[-1][1] * out[-1][2] == node:
@@ -767,29 +774,165 @@ def _verdicts(
 _BY_KEY = operator.itemgetter(5)
 
 
-Cells = tuple[tuple[float, ...], tuple[float, ...], list[FixedTerms | None]]
+#: What judging a GPU type's layouts for one spec needs once: vLLM's defaults on it (the tuning
+#: ladder's base), the room on one GPU (the most any tuning could give: gpu-memory-utilization 0.95, or
+#: the spec's) and the utilization of the ladder's last rung at most (0.95 or the defaults', or the
+#: spec's).
+Context = tuple[Config, float, float]
 
 
-def _cells(terms: ModelTerms, gpu: GPUType, rows: tuple[LayoutRow, ...]) -> Cells:
-    """Per layout of ``rows`` (a GPU type's, from :func:`_type_plans`): the weights and non-torch memory
-    on the busiest GPU (GiB, what :func:`~loadline.sizing._tune.hopeless` compares), the weights alone
-    (GiB, what the pod's request follows), and the layout's budget terms once a plan needs them. Keyed
-    by identity (the entry keeps the terms, the type and the rows); flat, to keep few objects for the
-    garbage collector to walk."""
-    key = (id(terms), id(gpu), id(rows))
-    found = _CELLS.peek(key, terms)
+def _context(inputs: SpecInputs, gpu: GPUType) -> Context:
+    """The :data:`Context` of ``gpu`` (``defaults(inputs, gpu)`` spelled out)."""
+    memory = gpu.memory_gib
+    tier = version_defaults(inputs.version, gpu.name, memory)
+    concurrency, pinned_util = inputs.concurrency, inputs.gpu_memory_utilization
+    seqs = inputs.max_num_seqs or (tier[0] if tier[0] >= concurrency else concurrency)
+    tokens = inputs.max_num_batched_tokens or (tier[1] if tier[1] >= seqs else seqs)
+    utilization = pinned_util or tier[2]
+    base = (seqs, tokens, utilization, inputs.enforce_eager)
+    if pinned_util is None:  # as ladder_serves
+        return base, memory * MAX_UTILIZATION, max(utilization, MAX_UTILIZATION)
+    return base, memory * utilization, utilization
+
+
+def _judge(
+    inputs: SpecInputs,
+    terms: ModelTerms,
+    placements: Placements,
+    catalog_file: str,
+    gpu: GPUType,
+    context: Context,
+    row: LayoutRow,
+    per_block: int,
+) -> Verdict:
+    """The verdict on one layout of a GPU type: whether the tuning ladder serves the spec on it
+    (:func:`layout_serves`) and, when it does, the node shape its pods take. ``per_block``: blocks of
+    one full-attention group a sequence of max-model-len takes (as :meth:`FixedTerms._blocks_per_seq`)."""
+    tp, pp, nodes, _, rejected_key = row
+    base, room, ceiling = context
+    weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(tp, pp)
+    # layout_serves(), with what rules a layout out cheapest first. When the weights and non-torch
+    # memory alone exceed the room (hopeless()), neither the defaults (which use less of the GPU, and
+    # activations besides) nor any rung serves: most layouts of a large model on a small GPU end there.
+    if not static < room:
+        return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    concurrency = inputs.concurrency
+    if not sliding_groups:
+        # FixedTerms.may_serve at the ladder's ceiling, before the layout's FixedTerms exist: when the
+        # most blocks any setting up to it gives hold too few sequences, neither the defaults (fewer
+        # blocks, by the same monotone steps) nor the ladder (ladder_serves asks the same) serve.
+        blocks = blocks_within(gpu.memory_gib * GIB, ceiling, weights, non_torch, block_bytes)
+        blocks_per_seq = full_groups * per_block
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        if held < 1.0 or not held >= concurrency:
+            return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
+    serves = False
+    if starts:  # fixed.serves(pool, length, concurrency), inlined
+        if sliding_groups:
+            blocks_per_seq = fixed._blocks_per_seq(inputs.max_model_len, tokens)
+        else:
+            blocks_per_seq = full_groups * per_block
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        serves = not held < 1.0 and held >= concurrency
+    if not serves and not ladder_serves(fixed, inputs, base, inputs.max_model_len, concurrency):
+        return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    weights_gib = weights / GIB
+    placed = placements.get((gpu.name, tp, pp, nodes, weights_gib))
+    if placed is None or placed[0] is not gpu:
+        placed = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
+    return (gpu, tp, pp, nodes, placed[3], placed[4], (placed[1], placed[2]), "", ())
+
+
+def _bound(plan: _TypePlan, gpus: int) -> tuple[bool, bool, float]:
+    """Below the sort key of any layout of ``plan``'s type on ``gpus`` GPUs or more (keys of equal
+    first three items sort after it, being longer): priced shapes first, then its whole instances cost
+    at least ``gpus`` times the type's lowest price per GPU (a pod's shape has at least its GPUs, and a
+    replica takes one instance per pod), less a margin for the rounding of the price."""
+    return (plan.unpriced, False, gpus * plan.per_gpu * (1 - 1e-9) - 1e-6)
+
+
+def _cheapest(
+    inputs: SpecInputs,
+    gpu_names: Sequence[str],
+    max_gpus: int,
+    multi_node: bool,
+    min_gpu_memory_gib: float,
+    catalog_file: str,
+    terms: ModelTerms,
+) -> Verdict | None:
+    """The first feasible verdict of :func:`_verdicts` (None when there is none), judging only the
+    layouts that might come before it: a plan needs the cheapest feasible layout, and the others only
+    when its candidates are read.
+
+    Branch and bound over the GPU types: each type's layouts are judged in :func:`_verdicts`'s order
+    (more GPUs each), from its first that leaves room for the weights, while their bound
+    (:func:`_bound`: the type's price floor on that many GPUs) is not above the best feasible key found
+    so far; the types are taken lowest first bound first, so once one's is above it, so are those left.
+    A type's judging ends at its first feasible layout, as in :func:`_verdicts`, and a tie of keys goes
+    to the type listed first, as the stable sort of :func:`_verdicts` gives it. As :func:`_verdicts`
+    with ``min_gpus`` 1 (see :func:`plan_inference_model`)."""
+    plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
+    pinned = inputs.gpu_memory_utilization
+    scans = _scans(terms, plans, MAX_UTILIZATION if pinned is None else pinned)
+    placements = _placements(inputs, catalog_file)
+    per_block = math.ceil(inputs.max_model_len / terms.block_size)
+    best: Verdict | None = None
+    best_order = 0
+    for order, first, bound in scans:
+        if best is not None and best[5] < bound:
+            break  # the types left are bounded higher still
+        plan = plans[order]
+        gpu, rows = plan.gpu, plan.rows
+        context = _context(inputs, gpu)
+        for index in range(first, len(rows)):
+            row = rows[index]
+            if index > first and best is not None and best[5] < _bound(plan, row[3]):
+                break
+            verdict = _judge(inputs, terms, placements, catalog_file, gpu, context, row, per_block)
+            if verdict[4]:
+                if best is None or verdict[5] < best[5] or (verdict[5] == best[5] and order < best_order):
+                    best, best_order = verdict, order
+                break
+    return best
+
+
+#: A GPU type :func:`_cheapest` judges: its order in the type plans, its first layout whose weights and
+#: non-torch memory leave room on a GPU (the layouts before it serve nothing), and that layout's bound
+#: (:func:`_bound`).
+Scan = tuple[int, int, tuple[bool, bool, float]]
+
+
+def _scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
+    """The types of ``plans`` that may place a layout (no problem, an allowed node shape, a layout that
+    leaves room at gpu-memory-utilization ``ceiling``), lowest bound first: the same for every spec of
+    a model, dtype and quantization that allows the same GPUs, so memoised. Keyed by identity; the
+    entry keeps the type plans (the terms are its guard). Plain numbers, which the garbage collector
+    stops tracking."""
+    key = (id(terms), id(plans), ceiling)
+    found = _SCANS.peek(key, terms)
     if found is None:
-        found = _CELLS.get(key, terms, lambda: (gpu, rows, _new_cells(terms, rows)))
-    return found[2]
+        found = _SCANS.get(key, terms, lambda: (plans, _new_scans(terms, plans, ceiling)))
+    return found[1]
 
 
-def _new_cells(terms: ModelTerms, rows: tuple[LayoutRow, ...]) -> Cells:
-    layouts = [terms.static_terms(tp, pp) for tp, pp, *_ in rows]
-    no_terms: list[FixedTerms | None] = [None] * len(rows)
-    return tuple(s[2] for s in layouts), tuple(s[0] / GIB for s in layouts), no_terms
+def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
+    scans: list[tuple[tuple[bool, bool, float], int, int]] = []
+    for order, plan in enumerate(plans):
+        # A type with no allowed node shape places no layout (choose_shape refuses them all).
+        if plan.problem or not plan.shaped:
+            continue
+        room = plan.gpu.memory_gib * ceiling  # as _context's
+        for index, (tp, pp, _, gpus, _) in enumerate(plan.rows):
+            if terms.static_terms(tp, pp)[2] < room:
+                scans.append((_bound(plan, gpus), order, index))
+                break
+    scans.sort(key=operator.itemgetter(0, 1))
+    return tuple((order, first, bound) for bound, order, first in scans)
 
 
-_CELLS: GuardedMemo[tuple[int, int, int], tuple[GPUType, object, Cells]] = GuardedMemo(16384)
+_SCANS: GuardedMemo[tuple[int, int, float], tuple[object, tuple[Scan, ...]]] = GuardedMemo(16384)
 
 
 def _materialize(
@@ -853,39 +996,45 @@ def plan_inference_model(
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
     terms = terms_for(inputs)
-    verdicts = _verdicts(
-        inputs,
-        names,
-        max_gpus,
-        spec.gpu.allow_multi_node,
-        min_gpus,
-        min_gpu_memory_gib,
-        catalog_file,
-        terms,
-    )
+    multi_node = spec.gpu.allow_multi_node
     evaluated: Evaluated = {}
 
     def materialize(verdict: Verdict) -> Candidate:
         return _materialize(verdict, inputs, catalog_file, evaluated, terms)
 
-    feasible_verdicts = [v for v in verdicts if v[4]]
-    if not feasible_verdicts:
-        candidates = [materialize(v) for v in verdicts]
-        fixes = refusal_fixes(spec, inputs, candidates)
-        fix_text = "; or ".join(f["text"] for f in fixes) or (
-            "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
-            "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
+    def all_verdicts() -> list[Verdict]:
+        return _verdicts(
+            inputs, names, max_gpus, multi_node, min_gpus, min_gpu_memory_gib, catalog_file, terms
         )
-        raise NoFeasiblePlanError(
-            f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
-            f"concurrency {inputs.concurrency} (fix: {fix_text})",
-            [f"{c.label}: {c.rejection}" for c in candidates],
-            fixes=[f["spec"] for f in fixes],
-        )
-    chosen = best = materialize(feasible_verdicts[0])
+
+    # Only the cheapest feasible layout is needed now (:func:`_cheapest`), unless the cluster's free
+    # GPUs may pass it over, or a remediation floor on GPUs skips layouts (where _verdicts' note on a
+    # GPU type that cannot span nodes may land on the type before it).
+    first = None
+    if free_gpus is None and min_gpus <= 1:
+        first = _cheapest(inputs, names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file, terms)
+    verdicts: list[Verdict] | None = None
+    if first is None:
+        verdicts = all_verdicts()
+        feasible_verdicts = [v for v in verdicts if v[4]]
+        if not feasible_verdicts:
+            candidates = [materialize(v) for v in verdicts]
+            fixes = refusal_fixes(spec, inputs, candidates)
+            fix_text = "; or ".join(f["text"] for f in fixes) or (
+                "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
+                "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
+            )
+            raise NoFeasiblePlanError(
+                f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
+                f"concurrency {inputs.concurrency} (fix: {fix_text})",
+                [f"{c.label}: {c.rejection}" for c in candidates],
+                fixes=[f["spec"] for f in fixes],
+            )
+        first = feasible_verdicts[0]
+    chosen = best = materialize(first)
     fallback_from = ""
-    if free_gpus is not None:
-        feasible = [best, *(materialize(v) for v in feasible_verdicts[1:])]
+    if free_gpus is not None and verdicts is not None:
+        feasible = [best, *(materialize(v) for v in verdicts if v[4] and v is not first)]
         placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
         if placeable and placeable[0] is not best:
             if not spec.gpu.allow_fallback:
@@ -904,7 +1053,7 @@ def plan_inference_model(
 
     def considered() -> tuple[Candidate, ...]:
         # The chosen verdict materializes to ``chosen`` itself (memoised in ``evaluated``).
-        candidates = (materialize(v) for v in verdicts)
+        candidates = (materialize(v) for v in (all_verdicts() if verdicts is None else verdicts))
         return tuple(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
@@ -1025,8 +1174,5 @@ def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: i
     building only that candidate: the rejected layouts of that list are never shown."""
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
     terms = terms_for(inputs)
-    verdicts = _verdicts(inputs, gpu_names, max_gpus, True, 1, 0.0, catalog_file, terms)
-    for verdict in verdicts:
-        if verdict[4]:
-            return _materialize(verdict, inputs, catalog_file, {}, terms)
-    return None
+    verdict = _cheapest(inputs, gpu_names, max_gpus, True, 0.0, catalog_file, terms)
+    return None if verdict is None else _materialize(verdict, inputs, catalog_file, {}, terms)
