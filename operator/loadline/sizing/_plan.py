@@ -309,6 +309,13 @@ def _tp_options(arch_heads: int, kv_heads: int, node_gpus: int) -> list[int]:
     return options
 
 
+@cache
+def _head_splits(heads: int, kv_heads: int) -> tuple[int, ...]:
+    """The tensor-parallel sizes the heads allow on a node of any size (:func:`_tp_options`'s, before the
+    node's GPUs bound them)."""
+    return tuple(_tp_options(heads, kv_heads, max(_TP_SIZES)))
+
+
 def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> NodeFacts:
     """:func:`_largest_node`, memoised as :func:`allowed_shapes` is (``catalog_file``: the user
     catalog's path)."""
@@ -604,7 +611,10 @@ def _type_plans(
     """Per GPU name: the type, its support problem (or the remediation floor's, or no layout), and its
     layouts. A pure function of the key's parts and the catalogs (the GPU catalog is the guard; the
     quantization table is held by identity and kept in the entry), the same for every spec of a fleet
-    that allows the same GPUs, so memoised."""
+    that allows the same GPUs, so memoised. The key holds of the spec only what the result depends on:
+    whether the dtype is bfloat16 and the KV cache fp8 (:func:`_unsupported`), the tensor-parallel sizes
+    the heads allow and the layers up to ``max_gpus`` (no layout has more pipeline stages than GPUs:
+    :func:`_layouts_for`), so that specs of many models share an entry."""
     arch = inputs.model.architecture
     methods = quantization_methods()
     key = (
@@ -612,12 +622,11 @@ def _type_plans(
         max_gpus,
         multi_node,
         min_gpu_memory_gib,
-        inputs.dtype,
+        inputs.dtype == "bfloat16",
         inputs.quantization,
-        inputs.kv_cache_dtype,
-        arch.num_attention_heads,
-        arch.num_kv_heads,
-        arch.num_layers,
+        inputs.kv_cache_dtype.startswith("fp8"),
+        _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        min(arch.num_layers, max_gpus),
         inputs.providers,
         inputs.cluster,
         catalog_file,
@@ -878,6 +887,8 @@ def _cheapest(
     scans = _scans(terms, plans, MAX_UTILIZATION if pinned is None else pinned)
     placements = _placements(inputs, catalog_file)
     per_block = math.ceil(inputs.max_model_len / terms.block_size)
+    concurrency = inputs.concurrency
+    static_terms = terms.static_terms
     best: Verdict | None = None
     best_order = 0
     for order, first, bound in scans:
@@ -886,10 +897,25 @@ def _cheapest(
         plan = plans[order]
         gpu, rows = plan.gpu, plan.rows
         context = _context(inputs, gpu)
+        _, room, ceiling = context
+        total = gpu.memory_gib * GIB
         for index in range(first, len(rows)):
             row = rows[index]
             if index > first and best is not None and best[5] < _bound(plan, row[3]):
                 break
+            # _judge's first two tests, inline: most layouts judged here end at them, and a rejected
+            # layout's verdict is not needed.
+            weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = static_terms(
+                row[0], row[1]
+            )
+            if not static < room:
+                continue
+            if not sliding_groups:
+                blocks_per_seq = full_groups * per_block
+                blocks = blocks_within(total, ceiling, weights, non_torch, block_bytes)
+                held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+                if held < 1.0 or not held >= concurrency:
+                    continue
             verdict = _judge(inputs, terms, placements, catalog_file, gpu, context, row, per_block)
             if verdict[4]:
                 if best is None or verdict[5] < best[5] or (verdict[5] == best[5] and order < best_order):

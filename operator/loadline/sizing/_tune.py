@@ -257,21 +257,21 @@ class _Layout:
     def materialize(self, config: Config) -> tuple[EngineSettings, MemoryBudget]:
         seqs, tokens, utilization, eager = config
         inputs = self.inputs
-        settings = EngineSettings(
-            dtype=inputs.dtype,
-            quantization=inputs.quantization,
-            kv_cache_dtype=inputs.kv_cache_dtype,
-            tensor_parallel_size=self.tp,
-            pipeline_parallel_size=self.pp,
-            gpu_memory_utilization=utilization,
-            max_model_len=self.length,
-            max_num_seqs=seqs,
-            max_num_batched_tokens=tokens,
-            enforce_eager=eager,
-            cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
-            block_size=self.block_size,
-            weight_bits=inputs.weight_bits,
-            weights_gib_total=inputs.weights_gib_total,
+        settings = EngineSettings(  # positionally: keywords cost twice as much in a hot path
+            inputs.dtype,
+            inputs.quantization,
+            inputs.kv_cache_dtype,
+            self.tp,  # tensor_parallel_size
+            self.pp,  # pipeline_parallel_size
+            utilization,  # gpu_memory_utilization
+            self.length,  # max_model_len
+            seqs,  # max_num_seqs
+            tokens,  # max_num_batched_tokens
+            eager,  # enforce_eager
+            inputs.cuda_graphs_counted,  # cuda_graph_in_kv_budget
+            self.block_size,
+            inputs.weight_bits,
+            inputs.weights_gib_total,
         )
         return settings, self.fixed.budget(self.length, seqs, tokens, utilization, eager)
 
@@ -374,21 +374,21 @@ def tuned(
     concurrency, length = inputs.concurrency, inputs.max_model_len
     seqs, tokens, utilization, eager = defaults(inputs, gpu)
     block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
-    settings = EngineSettings(
-        dtype=inputs.dtype,
-        quantization=inputs.quantization,
-        kv_cache_dtype=inputs.kv_cache_dtype,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        gpu_memory_utilization=utilization,
-        max_model_len=length,
-        max_num_seqs=seqs,
-        max_num_batched_tokens=tokens,
-        enforce_eager=eager,
-        cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
-        block_size=block_size,
-        weight_bits=inputs.weight_bits,
-        weights_gib_total=inputs.weights_gib_total,
+    settings = EngineSettings(  # positionally: keywords cost twice as much in a hot path
+        inputs.dtype,
+        inputs.quantization,
+        inputs.kv_cache_dtype,
+        tp,  # tensor_parallel_size
+        pp,  # pipeline_parallel_size
+        utilization,  # gpu_memory_utilization
+        length,  # max_model_len
+        seqs,  # max_num_seqs
+        tokens,  # max_num_batched_tokens
+        eager,  # enforce_eager
+        inputs.cuda_graphs_counted,  # cuda_graph_in_kv_budget
+        block_size,
+        inputs.weight_bits,
+        inputs.weights_gib_total,
     )
     fixed = terms.layout(gpu.memory_gib, tp, pp)
     budget = fixed.budget(length, seqs, tokens, utilization, eager)
