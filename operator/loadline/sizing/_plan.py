@@ -55,8 +55,10 @@ from loadline.sizing._tune import (
     MAX_UTILIZATION,
     Config,
     ladder_serves,
+    largest_int,
+    last_rung_serves,
+    longest_serving,
     serves_concurrencies,
-    serves_lengths,
     terms_for,
     tuned,
     version_defaults,
@@ -323,24 +325,16 @@ def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> NodeFacts
     return _NODE_GPUS.get(key, gpu, lambda: _largest_node(gpu, inputs))
 
 
-#: GPUs of the largest allowed shape of a GPU type, whether any allowed shape has an RDMA fabric, whether
-#: it has an allowed shape at all, whether none of them is priced, and the lowest price per GPU-hour
-#: among the priced ones (0.0 when none is).
-NodeFacts = tuple[int, bool, bool, bool, float]
+#: GPUs of the largest allowed shape of a GPU type, whether any allowed shape has an RDMA fabric, and
+#: whether it has an allowed shape at all.
+NodeFacts = tuple[int, bool, bool]
 
 
 def _largest_node(gpu: GPUType, inputs: SpecInputs) -> NodeFacts:
     allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
     if not allowed:
-        return gpu.max_gpus_per_node, gpu.multi_node, False, True, 0.0
-    prices = [s.price_per_hour / s.gpus for s in allowed if s.price_per_hour is not None]
-    return (
-        max(s.gpus for s in allowed),
-        any(s.fabric for s in allowed),
-        True,
-        not prices,
-        min(prices, default=0.0),
-    )
+        return gpu.max_gpus_per_node, gpu.multi_node, False
+    return max(s.gpus for s in allowed), any(s.fabric for s in allowed), True
 
 
 _NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], NodeFacts] = GuardedMemo(4096)
@@ -593,11 +587,10 @@ class _TypePlan(NamedTuple):
     spans_nodes: bool
     layouts: tuple[tuple[int, int, int], ...]
     rows: tuple[LayoutRow, ...] = ()
-    # What :func:`_cheapest` bounds its candidates' prices with (:data:`NodeFacts`): whether any node
-    # shape is allowed (else no layout is placed), whether none is priced, the lowest price per GPU.
+    # What :func:`_cheapest` bounds its candidates with: whether any node shape is allowed (else no
+    # layout is placed), and per layout of ``rows`` a bound below its sort key (:func:`_row_bounds`).
     shaped: bool = False
-    unpriced: bool = True
-    per_gpu: float = 0.0
+    bounds: tuple[Bound, ...] = ()
 
 
 def _type_plans(
@@ -665,7 +658,7 @@ def _plan_types(
         if problem:
             plans.append(_type_plan(gpu, problem, 0, False, ()))
             continue
-        node, fabric, shaped, unpriced, per_gpu = _node_gpus(gpu, inputs, catalog_file)
+        node, fabric, shaped = _node_gpus(gpu, inputs, catalog_file)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts_for(
             node or gpu.max_gpus_per_node,
@@ -677,7 +670,8 @@ def _plan_types(
         )
         if not layouts:
             problem = f"no layout within {max_gpus} GPUs divides the attention heads"
-        plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, unpriced, per_gpu))
+        bounds = _row_bounds(gpu, layouts, inputs, catalog_file)
+        plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, bounds))
     return tuple(plans)
 
 
@@ -688,19 +682,57 @@ def _type_plan(
     spans_nodes: bool,
     layouts: tuple[tuple[int, int, int], ...],
     shaped: bool = False,
-    unpriced: bool = True,
-    per_gpu: float = 0.0,
+    bounds: tuple[Bound, ...] = (),
 ) -> _TypePlan:
     """One :class:`_TypePlan`, shared by every entry of :func:`_type_plans` that has it (specs of many
     models and settings treat a GPU type alike): fewer objects for the garbage collector to walk."""
-    key = (gpu.name, problem, node, spans_nodes, layouts, shaped, unpriced, per_gpu)
+    key = (gpu.name, problem, node, spans_nodes, layouts, shaped, bounds)
     return _TYPE_PLAN.get(
         key,
         gpu,
-        lambda: _TypePlan(
-            gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts), shaped, unpriced, per_gpu
-        ),
+        lambda: _TypePlan(gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts), shaped, bounds),
     )
+
+
+#: Below the sort key of a feasible candidate (keys of equal first three items sort after it, being
+#: longer): whether it is unpriced, False, and a price below its own.
+Bound = tuple[bool, bool, float]
+#: Above every sort key: a layout no allowed node shape has the GPUs for (nor any layout after it).
+_UNPLACEABLE: Bound = (True, True, math.inf)
+
+
+def _row_bounds(
+    gpu: GPUType, layouts: tuple[tuple[int, int, int], ...], inputs: SpecInputs, catalog_file: str
+) -> tuple[Bound, ...]:
+    """Per layout, a bound below the sort key it has if feasible: its pods take shapes among the
+    allowed ones with at least their GPUs (and an RDMA fabric across nodes), one instance per pod
+    (:func:`choose_shape`), so its price is at least the cheapest of those times its nodes, and it is
+    unpriced only if all of those are; less a margin for the rounding of the price. A pod's host memory
+    and CPU only narrow the shapes further. Along a type's layouts (more GPUs per pod, more nodes) the
+    bound never falls. Memoised per type, layouts and allowed shapes."""
+    key = (gpu.name, layouts, inputs.providers, inputs.cluster, catalog_file)
+    return _ROW_BOUNDS.get(key, gpu, lambda: _new_row_bounds(gpu, layouts, inputs))
+
+
+def _new_row_bounds(
+    gpu: GPUType, layouts: tuple[tuple[int, int, int], ...], inputs: SpecInputs
+) -> tuple[Bound, ...]:
+    allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
+    bounds: list[Bound] = []
+    for tp, pp, nodes in layouts:
+        per_pod = max((tp * pp) // max(nodes, 1), 1)  # pod_request's GPUs
+        takers = [s for s in allowed if s.gpus >= per_pod and (nodes <= 1 or s.fabric)]
+        prices = [s.price_per_hour * nodes for s in takers if s.price_per_hour is not None]
+        if prices:
+            bounds.append((False, False, min(prices) * (1 - 1e-9) - 1e-6))
+        elif takers:
+            bounds.append((True, False, -1e-6))  # priced 0.0, after every priced key
+        else:
+            bounds.append(_UNPLACEABLE)
+    return tuple(bounds)
+
+
+_ROW_BOUNDS: GuardedMemo[tuple[object, ...], tuple[Bound, ...]] = GuardedMemo(4096)
 
 
 _TYPE_PLAN: GuardedMemo[tuple[object, ...], _TypePlan] = GuardedMemo(4096)
@@ -818,14 +850,13 @@ def _judge(
     (:func:`layout_serves`) and, when it does, the node shape its pods take. ``per_block``: blocks of
     one full-attention group a sequence of max-model-len takes (as :meth:`FixedTerms._blocks_per_seq`)."""
     tp, pp, nodes, _, rejected_key = row
-    base, room, ceiling = context
+    _, room, ceiling = context
     weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(tp, pp)
     # layout_serves(), with what rules a layout out cheapest first. When the weights and non-torch
     # memory alone exceed the room (hopeless()), neither the defaults (which use less of the GPU, and
     # activations besides) nor any rung serves: most layouts of a large model on a small GPU end there.
     if not static < room:
         return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
-    concurrency = inputs.concurrency
     if not sliding_groups:
         # FixedTerms.may_serve at the ladder's ceiling, before the layout's FixedTerms exist: when the
         # most blocks any setting up to it gives hold too few sequences, neither the defaults (fewer
@@ -833,8 +864,41 @@ def _judge(
         blocks = blocks_within(gpu.memory_gib * GIB, ceiling, weights, non_torch, block_bytes)
         blocks_per_seq = full_groups * per_block
         held = blocks / blocks_per_seq if blocks_per_seq else 0.0
-        if held < 1.0 or not held >= concurrency:
+        if held < 1.0 or not held >= inputs.concurrency:
             return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    return _settle(
+        inputs,
+        terms,
+        placements,
+        catalog_file,
+        gpu,
+        context[0],
+        row,
+        per_block,
+        weights,
+        full_groups,
+        sliding_groups,
+    )
+
+
+def _settle(
+    inputs: SpecInputs,
+    terms: ModelTerms,
+    placements: Placements,
+    catalog_file: str,
+    gpu: GPUType,
+    base: Config,
+    row: LayoutRow,
+    per_block: int,
+    weights: float,
+    full_groups: int,
+    sliding_groups: int,
+) -> Verdict:
+    """:func:`_judge` of a layout that passed its first two tests: vLLM's defaults, then the ladder's
+    last rung, then the node shape (``base``: vLLM's defaults; ``weights``, ``full_groups`` and
+    ``sliding_groups``: the layout's :meth:`ModelTerms.static_terms`)."""
+    tp, pp, nodes, _, rejected_key = row
+    concurrency = inputs.concurrency
     fixed = terms.layout(gpu.memory_gib, tp, pp)
     blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
     serves = False
@@ -845,21 +909,20 @@ def _judge(
             blocks_per_seq = full_groups * per_block
         held = blocks / blocks_per_seq if blocks_per_seq else 0.0
         serves = not held < 1.0 and held >= concurrency
-    if not serves and not ladder_serves(fixed, inputs, base, inputs.max_model_len, concurrency):
-        return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    if not serves:
+        # ladder_serves(); _judge's tests were hopeless() and, but for sliding windows, may_serve().
+        length = inputs.max_model_len
+        if sliding_groups:
+            serves = ladder_serves(fixed, inputs, base, length, concurrency)
+        else:
+            serves = last_rung_serves(fixed, inputs, base, length, concurrency)
+        if not serves:
+            return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
     weights_gib = weights / GIB
     placed = placements.get((gpu.name, tp, pp, nodes, weights_gib))
     if placed is None or placed[0] is not gpu:
         placed = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
     return (gpu, tp, pp, nodes, placed[3], placed[4], (placed[1], placed[2]), "", ())
-
-
-def _bound(plan: _TypePlan, gpus: int) -> tuple[bool, bool, float]:
-    """Below the sort key of any layout of ``plan``'s type on ``gpus`` GPUs or more (keys of equal
-    first three items sort after it, being longer): priced shapes first, then its whole instances cost
-    at least ``gpus`` times the type's lowest price per GPU (a pod's shape has at least its GPUs, and a
-    replica takes one instance per pod), less a margin for the rounding of the price."""
-    return (plan.unpriced, False, gpus * plan.per_gpu * (1 - 1e-9) - 1e-6)
 
 
 def _cheapest(
@@ -877,8 +940,9 @@ def _cheapest(
 
     Branch and bound over the GPU types: each type's layouts are judged in :func:`_verdicts`'s order
     (more GPUs each), from its first that leaves room for the weights, while their bound
-    (:func:`_bound`: the type's price floor on that many GPUs) is not above the best feasible key found
-    so far; the types are taken lowest first bound first, so once one's is above it, so are those left.
+    (:func:`_row_bounds`: the cheapest allowed shapes with the GPUs of its pods) is not above the best
+    feasible key found so far; the bounds never fall along a type's layouts, and the types are taken
+    lowest first bound first, so once one's is above it, so are those left.
     A type's judging ends at its first feasible layout, as in :func:`_verdicts`, and a tie of keys goes
     to the type listed first, as the stable sort of :func:`_verdicts` gives it. As :func:`_verdicts`
     with ``min_gpus`` 1 (see :func:`plan_inference_model`)."""
@@ -896,15 +960,15 @@ def _cheapest(
             break  # the types left are bounded higher still
         plan = plans[order]
         gpu, rows = plan.gpu, plan.rows
-        context = _context(inputs, gpu)
-        _, room, ceiling = context
+        base, room, ceiling = _context(inputs, gpu)
         total = gpu.memory_gib * GIB
         for index in range(first, len(rows)):
             row = rows[index]
-            if index > first and best is not None and best[5] < _bound(plan, row[3]):
-                break
+            bound = plan.bounds[index]
+            if bound is _UNPLACEABLE or (best is not None and best[5] < bound):
+                break  # this layout's bound, and those after it, are above the best key
             # _judge's first two tests, inline: most layouts judged here end at them, and a rejected
-            # layout's verdict is not needed.
+            # layout's verdict is not needed; _settle does the rest.
             weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = static_terms(
                 row[0], row[1]
             )
@@ -916,7 +980,19 @@ def _cheapest(
                 held = blocks / blocks_per_seq if blocks_per_seq else 0.0
                 if held < 1.0 or not held >= concurrency:
                     continue
-            verdict = _judge(inputs, terms, placements, catalog_file, gpu, context, row, per_block)
+            verdict = _settle(
+                inputs,
+                terms,
+                placements,
+                catalog_file,
+                gpu,
+                base,
+                row,
+                per_block,
+                weights,
+                full_groups,
+                sliding_groups,
+            )
             if verdict[4]:
                 if best is None or verdict[5] < best[5] or (verdict[5] == best[5] and order < best_order):
                     best, best_order = verdict, order
@@ -926,8 +1002,8 @@ def _cheapest(
 
 #: A GPU type :func:`_cheapest` judges: its order in the type plans, its first layout whose weights and
 #: non-torch memory leave room on a GPU (the layouts before it serve nothing), and that layout's bound
-#: (:func:`_bound`).
-Scan = tuple[int, int, tuple[bool, bool, float]]
+#: (:func:`_row_bounds`).
+Scan = tuple[int, int, Bound]
 
 
 def _scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
@@ -944,15 +1020,16 @@ def _scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> t
 
 
 def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
-    scans: list[tuple[tuple[bool, bool, float], int, int]] = []
+    scans: list[tuple[Bound, int, int]] = []
     for order, plan in enumerate(plans):
         # A type with no allowed node shape places no layout (choose_shape refuses them all).
         if plan.problem or not plan.shaped:
             continue
         room = plan.gpu.memory_gib * ceiling  # as _context's
-        for index, (tp, pp, _, gpus, _) in enumerate(plan.rows):
+        for index, (tp, pp, *_) in enumerate(plan.rows):
             if terms.static_terms(tp, pp)[2] < room:
-                scans.append((_bound(plan, gpus), order, index))
+                if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
+                    scans.append((plan.bounds[index], order, index))
                 break
     scans.sort(key=operator.itemgetter(0, 1))
     return tuple((order, first, bound) for bound, order, first in scans)
@@ -1126,19 +1203,6 @@ def _fits_node(inputs: SpecInputs, candidate: Candidate) -> bool:
     return not placement[1].rejection
 
 
-def _largest_int(low: int, high: int, works: Any) -> int | None:
-    """The largest n in [low, high] with works(n), assuming works is monotone (true, then false)."""
-    if high < low or not works(low):
-        return None
-    while low < high:
-        mid = (low + high + 1) // 2
-        if works(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 def refusal_fixes(
     spec: InferenceModelSpec, inputs: SpecInputs, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
@@ -1162,12 +1226,12 @@ def refusal_fixes(
         if not _fits_node(inputs, c):
             continue  # no value of either serves: the pod takes no node shape
         if inputs.max_model_len > 1:
-            length = _largest_int(1, inputs.max_model_len - 1, serves_lengths(inputs, gpu, tp, pp, terms))
+            length = longest_serving(inputs, gpu, tp, pp, inputs.max_model_len - 1, terms)
             if length:
                 rounded = length - length % 256 if length >= 512 else length
                 best_len = max(best_len, rounded)
         if inputs.concurrency > 1:
-            conc = _largest_int(
+            conc = largest_int(
                 1,
                 inputs.concurrency - 1,
                 serves_concurrencies(inputs, gpu, tp, pp, terms),
