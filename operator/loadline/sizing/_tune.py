@@ -442,6 +442,23 @@ def tuned(
     tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
     utilization = inputs.gpu_memory_utilization or tier_utilization
     eager = inputs.enforce_eager
+    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    config = (seqs, tokens, utilization, eager)
+    layout = last = None
+    if not fixed.serves(fixed.cached_pool(config), length, concurrency) and not hopeless(
+        fixed, inputs, config
+    ):
+        # The ladder decides. When even its last rung falls short, the layout is rejected with that
+        # rung's figures, and vLLM's defaults' settings and budget are not needed (a refusal lists
+        # thousands of such layouts). FixedTerms.serves is budget()'s verdict on the same figures.
+        layout = _Layout(inputs, gpu, tp, pp, terms=terms)
+        last = layout.last()
+        if not layout.ok(last):
+            settings, budget = layout.materialize(last)
+            reason = shortfall(inputs, settings, budget)
+            if last != layout.base:
+                reason += f" (also after tuning: {_settings_text(settings)})"
+            return settings, budget, (), reason
     settings = EngineSettings(  # positionally: keywords cost twice as much in a hot path
         inputs.dtype,
         inputs.quantization,
@@ -458,31 +475,22 @@ def tuned(
         inputs.weight_bits,
         inputs.weights_gib_total,
     )
-    fixed = terms.layout(gpu.memory_gib, tp, pp)
     budget = fixed.budget(length, seqs, tokens, utilization, eager)
-    if not budget.problems and budget.max_concurrency >= concurrency:  # serves(budget, concurrency)
-        return (
-            settings,
-            budget,
-            (
-                f"vLLM's defaults serve concurrency {concurrency}: KV cache holds "
-                f"{budget.max_concurrency:.2f} sequences of {length} "
-                f"(max-num-seqs {seqs}, max-num-batched-tokens {tokens}, "
-                f"gpu-memory-utilization {utilization})",
-            ),
-            "",
-        )
-    if hopeless(fixed, inputs, (seqs, tokens, utilization, eager)):
-        return settings, budget, (), shortfall(inputs, settings, budget)
-    layout = _Layout(inputs, gpu, tp, pp, terms=terms)
+    if layout is None or last is None:
+        if not budget.problems and budget.max_concurrency >= concurrency:  # serves(budget, concurrency)
+            return (
+                settings,
+                budget,
+                (
+                    f"vLLM's defaults serve concurrency {concurrency}: KV cache holds "
+                    f"{budget.max_concurrency:.2f} sequences of {length} "
+                    f"(max-num-seqs {seqs}, max-num-batched-tokens {tokens}, "
+                    f"gpu-memory-utilization {utilization})",
+                ),
+                "",
+            )
+        return settings, budget, (), shortfall(inputs, settings, budget)  # hopeless
     base = layout.base
-    last = layout.last()
-    if not layout.ok(last):
-        settings, budget = layout.materialize(last)
-        reason = shortfall(inputs, settings, budget)
-        if last != base:
-            reason += f" (also after tuning: {_settings_text(settings)})"
-        return settings, budget, (), reason
     eagers = [base[3]] + ([True] if layout.free_eager and not base[3] else [])
     chosen = last  # unreachable while feasibility is monotone (the last rung served): keep the last rung
     for eager in eagers:
