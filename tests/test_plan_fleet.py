@@ -15,8 +15,15 @@ from pathlib import Path
 from benchmarks import _fleet
 
 from loadline.sizing import gpu_catalog, plan_inference_model, resolve_inputs, resolve_model, tune
-from loadline.sizing._plan import _layouts_for, plan_candidates
-from loadline.sizing._tune import serves_at, serves_concurrencies, serves_lengths
+from loadline.sizing._plan import _cheapest, _layouts_for, _verdicts, plan_candidates
+from loadline.sizing._tune import (
+    largest_int,
+    longest_serving,
+    serves_at,
+    serves_concurrencies,
+    serves_lengths,
+    terms_for,
+)
 
 GOLDEN = Path(__file__).resolve().parent / "golden" / "plans" / "fleet.json"
 
@@ -118,3 +125,49 @@ def test_feasibility_on_figures_agrees_with_the_full_tuning_ladder() -> None:
                     assert concurrencies(concurrency) == tune(fewer, gpu, tp, pp).serves
                 checked += 1
     assert checked > 1000
+
+
+def test_the_longest_length_worked_out_is_the_one_searched() -> None:
+    """Refusal fixes work the longest max-model-len a layout serves out (no sliding window) instead of
+    searching it: the same answer as the binary search over every length, for every layout of every
+    GPU type of a sample of the fleet and several upper bounds."""
+    checked = 0
+    for spec in _fleet.planning_specs(_fleet.build_specs(80, seed=12)):
+        inputs = resolve_inputs(spec, resolve_model(spec))
+        arch = inputs.model.architecture
+        for gpu in gpu_catalog().values():
+            for tp, pp, _ in _layouts_for(
+                gpu.max_gpus_per_node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
+            ):
+                works = serves_lengths(inputs, gpu, tp, pp)
+                for high in {0, 1, 17, 512, inputs.max_model_len - 1, inputs.max_model_len * 4}:
+                    assert longest_serving(inputs, gpu, tp, pp, high) == largest_int(1, high, works)
+                    checked += 1
+    assert checked > 5000
+
+
+def test_the_cheapest_layout_searched_is_the_first_feasible_of_all() -> None:
+    """A plan judges only the layouts that might beat the cheapest feasible one found (branch and
+    bound over GPU types): the verdict it picks is the first feasible of every layout judged and sorted,
+    from the catalog's shapes, from a known cluster's (no free GPUs given), and over the whole catalog
+    up to 64 GPUs across nodes as refusal fixes search it."""
+    shapes, _ = _fleet.cluster()
+    checked = 0
+    for spec in _fleet.planning_specs(_fleet.build_specs(400, seed=13)):
+        base = resolve_inputs(spec, resolve_model(spec))
+        names = list(spec.gpu.types) or list(gpu_catalog())
+        limit = spec.gpu.max_gpus_per_replica or 64
+        for inputs in (base, dataclasses.replace(base, cluster=shapes)):
+            terms = terms_for(inputs)
+            for gpus, limit_, multi_node in (
+                (names, limit, spec.gpu.allow_multi_node),
+                (list(gpu_catalog()), 64, True),
+            ):
+                every = _verdicts(inputs, gpus, limit_, multi_node, 1, 0.0, "", terms)
+                first = next((v for v in every if v[4]), None)
+                found = _cheapest(inputs, gpus, limit_, multi_node, 0.0, "", terms)
+                assert (found is None) == (first is None)
+                if found is not None and first is not None:
+                    assert found[:6] == first[:6] and found[6] == first[6]
+                checked += 1
+    assert checked == 1600

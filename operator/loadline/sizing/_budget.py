@@ -282,6 +282,23 @@ def _compute_budget(
 Pool = tuple[int, int, bool]
 
 
+#: A layout's terms on its busiest GPU whatever the GPU and settings (:meth:`ModelTerms.static_terms`):
+#: weights and non-torch memory (bytes), their sum (GiB), the KV cache's bytes per block, its groups of
+#: full-attention and of sliding-window layers, the layers per group and the KV bytes per layer-token.
+StaticTerms = tuple[float, float, float, float, int, int, int, float]
+
+
+def blocks_within(
+    total: float, utilization: float, weights: float, non_torch: float, block_bytes: float
+) -> int:
+    """KV blocks within ``utilization`` of ``total`` bytes with no activations and no CUDA graphs: the
+    most any setting at that utilization gives (:meth:`FixedTerms.may_serve`; the planner asks it before
+    a layout's :class:`FixedTerms` exist)."""
+    kv = total * utilization - weights - 0.0 - non_torch
+    kv_positive = max(kv, 0.0)
+    return int(kv_positive // block_bytes) if block_bytes else 0
+
+
 class ModelTerms:
     """What a per-GPU budget owes to the model, its dtype, quantization and KV-cache dtype and the
     engine's rules alone, for every GPU and layout: the weights of the whole model, the share of one
@@ -338,11 +355,13 @@ class ModelTerms:
         self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
         self.full_layers = _full_layers(arch)
         self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
-        self.per_gpu: dict[tuple[int, int], tuple[float, float, float]] = {}
+        self.per_gpu: dict[tuple[int, int], StaticTerms] = {}
 
-    def static_terms(self, tp: int, pp: int) -> tuple[float, float, float]:
-        """(weights, non-torch memory) on the busiest GPU of a tp × pp layout, in bytes, and their sum
-        in GiB (what :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU)."""
+    def static_terms(self, tp: int, pp: int) -> StaticTerms:
+        """What a tp × pp layout holds on its busiest GPU whatever the GPU and the settings
+        (:data:`StaticTerms`): the weights and non-torch memory (bytes) and their sum in GiB (what
+        :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU), and the KV cache's
+        shape, from which :class:`FixedTerms` and the planner count blocks."""
         found = self.per_gpu.get((tp, pp))
         if found is None:
             arch, coef = self.arch, self.coef
@@ -352,7 +371,19 @@ class ModelTerms:
                 weights = (self.per_layer_share * _layers_on_busiest_stage(arch, pp) + self.edge) / tp
             weights += coef.weights_overhead_gib * GIB
             non_torch = _non_torch_gib(tp, coef) * GIB
-            found = self.per_gpu[(tp, pp)] = (weights, non_torch, weights / GIB + non_torch / GIB)
+            layers = _layers_on_busiest_stage(arch, pp)
+            group_size, full_groups, sliding_groups = _layer_groups(arch.num_layers, self.full_layers, layers)
+            per_layer = _kv_bytes_per_layer_token(arch, self.kv_cache_dtype, self.dtype, tp)
+            found = self.per_gpu[(tp, pp)] = (
+                weights,
+                non_torch,
+                weights / GIB + non_torch / GIB,
+                group_size * self.block_size * per_layer,
+                full_groups,
+                sliding_groups,
+                group_size,
+                per_layer,
+            )
         return found
 
     def weights_gib(self, tp: int, pp: int) -> float:
@@ -422,10 +453,12 @@ class FixedTerms:
         self.gpu_memory_gib = gpu_memory_gib
         self.tp = tp
         self.counted = model.counted
-        self.block_size = block_size = model.block_size
+        self.block_size = model.block_size
         self.sliding_window = arch.sliding_window
         self.vocab = arch.vocab_size
-        weights, non_torch, _ = model.static_terms(tp, pp)
+        weights, non_torch, _, block_bytes, full_groups, sliding_groups, group_size, per_layer = (
+            model.static_terms(tp, pp)
+        )
         self.weights = weights
         self.weights_gib = weights / GIB
         # activation_bytes: sampler + tokens × elem × forward_factor (+ the routed experts' share).
@@ -443,12 +476,9 @@ class FixedTerms:
         self.non_torch_gib = non_torch / GIB
         self.graphs = _cuda_graph_gib(arch, tp, pp, coef) * GIB
         self.total = gpu_memory_gib * GIB
-        layers = _layers_on_busiest_stage(arch, pp)
-        group_size, self.full_groups, self.sliding_groups = _layer_groups(
-            arch.num_layers, model.full_layers, layers
-        )
-        self.per_layer = _kv_bytes_per_layer_token(arch, model.kv_cache_dtype, model.dtype, tp)
-        self.block_bytes = group_size * block_size * self.per_layer
+        self.full_groups, self.sliding_groups = full_groups, sliding_groups
+        self.per_layer = per_layer
+        self.block_bytes = block_bytes
         self.groups = self.full_groups + self.sliding_groups
         self.bytes_per_token = int(group_size * self.groups * self.per_layer)
         self.warmup_copies = coef.sampler_warmup_logit_copies
@@ -514,9 +544,7 @@ class FixedTerms:
             self.ceiling_blocks = {}
         blocks = self.ceiling_blocks.get(utilization)
         if blocks is None:
-            kv = self.total * utilization - self.weights - 0.0 - self.non_torch
-            kv_positive = max(kv, 0.0)
-            blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
+            blocks = blocks_within(self.total, utilization, self.weights, self.non_torch, self.block_bytes)
             if len(self.ceiling_blocks) >= 16:
                 self.ceiling_blocks.clear()
             self.ceiling_blocks[utilization] = blocks
@@ -589,20 +617,20 @@ class FixedTerms:
                 f"{seqs} needs {warmup / GIB:.2f} GiB "
                 f"(short {(warmup - headroom) / GIB:.2f} GiB)"
             )
-        result = MemoryBudget(
-            total_gib=self.gpu_memory_gib,
-            weights_gib=weights / GIB,
-            activation_gib=activation / GIB,
-            non_torch_gib=non_torch / GIB,
-            cuda_graph_gib=graphs / GIB,
-            kv_cache_gib=kv_positive / GIB,
-            kv_cache_tokens=kv_tokens,
-            kv_bytes_per_token=self.bytes_per_token,
-            gpu_blocks=blocks,
-            max_concurrency=concurrency,
-            startup_headroom_gib=headroom / GIB,
-            sampler_warmup_gib=warmup / GIB,
-            problems=tuple(problems),
+        result = MemoryBudget(  # positionally: keywords cost twice as much in a hot path
+            self.gpu_memory_gib,  # total_gib
+            weights / GIB,  # weights_gib
+            activation / GIB,  # activation_gib
+            non_torch / GIB,  # non_torch_gib
+            graphs / GIB,  # cuda_graph_gib
+            kv_positive / GIB,  # kv_cache_gib
+            kv_tokens,  # kv_cache_tokens
+            self.bytes_per_token,  # kv_bytes_per_token
+            blocks,  # gpu_blocks
+            concurrency,  # max_concurrency
+            headroom / GIB,  # startup_headroom_gib
+            warmup / GIB,  # sampler_warmup_gib
+            tuple(problems),
         )
         if kv <= 0:
             if self.starved is None or len(self.starved) >= 64:

@@ -29,7 +29,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
-from loadline.sizing._budget import GIB, EngineSettings, FixedTerms, MemoryBudget, ModelTerms
+from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
@@ -53,9 +53,12 @@ from loadline.sizing._shapes import (
 )
 from loadline.sizing._tune import (
     MAX_UTILIZATION,
+    Config,
     ladder_serves,
+    largest_int,
+    last_rung_serves,
+    longest_serving,
     serves_concurrencies,
-    serves_lengths,
     terms_for,
     tuned,
     version_defaults,
@@ -308,23 +311,33 @@ def _tp_options(arch_heads: int, kv_heads: int, node_gpus: int) -> list[int]:
     return options
 
 
-def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> tuple[int, bool]:
-    """GPUs of the largest allowed shape of ``gpu``, and whether any allowed shape has an RDMA fabric
-    (memoised as :func:`allowed_shapes` is; ``catalog_file``: the user catalog's path)."""
+@cache
+def _head_splits(heads: int, kv_heads: int) -> tuple[int, ...]:
+    """The tensor-parallel sizes the heads allow on a node of any size (:func:`_tp_options`'s, before the
+    node's GPUs bound them)."""
+    return tuple(_tp_options(heads, kv_heads, max(_TP_SIZES)))
+
+
+def _node_gpus(gpu: GPUType, inputs: SpecInputs, catalog_file: str) -> NodeFacts:
+    """:func:`_largest_node`, memoised as :func:`allowed_shapes` is (``catalog_file``: the user
+    catalog's path)."""
     key = (gpu.name, inputs.providers, inputs.cluster, catalog_file)
     return _NODE_GPUS.get(key, gpu, lambda: _largest_node(gpu, inputs))
 
 
-def _largest_node(gpu: GPUType, inputs: SpecInputs) -> tuple[int, bool]:
+#: GPUs of the largest allowed shape of a GPU type, whether any allowed shape has an RDMA fabric, and
+#: whether it has an allowed shape at all.
+NodeFacts = tuple[int, bool, bool]
+
+
+def _largest_node(gpu: GPUType, inputs: SpecInputs) -> NodeFacts:
     allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
     if not allowed:
-        return gpu.max_gpus_per_node, gpu.multi_node
-    return max(s.gpus for s in allowed), any(s.fabric for s in allowed)
+        return gpu.max_gpus_per_node, gpu.multi_node, False
+    return max(s.gpus for s in allowed), any(s.fabric for s in allowed), True
 
 
-_NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], tuple[int, bool]] = (
-    GuardedMemo(4096)
-)
+_NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], NodeFacts] = GuardedMemo(4096)
 
 
 @cache
@@ -459,12 +472,15 @@ def _placement(
     """The pod of a layout whose engine fits, and the node shape it takes (memoised: see
     :func:`_placements`)."""
     placements = _placements(inputs, catalog_file)
-    return _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)[0]
+    placed = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
+    return placed[1], placed[2]
 
 
-#: Per (GPU type name, tp, pp, nodes, weights per GPU): (GPU type, (placement, whether the pod takes a
-#: shape, the candidate's sort key)).
-Placements = dict[tuple[str, int, int, int, float], tuple[GPUType, tuple[Placement, bool, SortKey]]]
+#: Where a layout's pods go: (GPU type, the pod's request, the node shape it takes, whether it takes
+#: one, the candidate's sort key). Flat, and shared by every layout whose pods ask the same.
+Placed = tuple[GPUType, PodRequest, ShapeChoice, bool, SortKey]
+#: Per (GPU type name, tp, pp, nodes, weights per GPU): its :data:`Placed`.
+Placements = dict[tuple[str, int, int, int, float], Placed]
 
 
 def _placements(inputs: SpecInputs, catalog_file: str) -> Placements:
@@ -492,11 +508,11 @@ def _placed(
     nodes: int,
     weights_gib: float,
     catalog_file: str,
-) -> tuple[Placement, bool, SortKey]:
+) -> Placed:
     key = (gpu.name, tp, pp, nodes, weights_gib)
     found = placements.get(key)
     if found is not None and found[0] is gpu:
-        return found[1]
+        return found
     placed = _place(inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
     global _PLACED
     _PLACED += 1
@@ -504,14 +520,14 @@ def _placed(
         _PLACEMENTS.clear()
         _PLACED = 0
         placements.clear()
-    placements[key] = (gpu, placed)
+    placements[key] = placed
     return placed
 
 
 def _place(
     inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, nodes: int, weights_gib: float, catalog_file: str
-) -> tuple[Placement, bool, SortKey]:
-    """The placement, whether the pod takes a shape, and the sort key of the candidate it makes."""
+) -> Placed:
+    """The pod, the shape it takes, whether it takes one, and the sort key of the candidate it makes."""
     pod = pod_request(
         weights_gib_per_gpu=weights_gib,
         gpus_per_pod=(tp * pp) // max(nodes, 1),
@@ -521,19 +537,26 @@ def _place(
         cpu_override=inputs.cpu_override,
     )
     # The shape depends on the pod's request (whole GiB and CPUs), not on the weights behind it: many
-    # models' pods ask the same, so the choice is memoised per request.
+    # models' pods ask the same, so the placement is memoised per request (its fields, which the garbage
+    # collector does not track in a key) and shared.
     request = (
         gpu.name,
-        pod,
+        pod.gpus,
+        pod.memory_gib,
+        pod.cpu,
+        pod.shm_gib,
         tp,
+        pp,
         nodes,
         inputs.providers,
         inputs.cluster,
         catalog_file,
     )
-    choice = _SHAPES.get(
-        request, gpu, lambda: choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
-    )
+    return _SHAPES.get(request, gpu, lambda: _new_placed(inputs, gpu, pod, tp, pp, nodes))
+
+
+def _new_placed(inputs: SpecInputs, gpu: GPUType, pod: PodRequest, tp: int, pp: int, nodes: int) -> Placed:
+    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
     shape, gpus = choice.shape, tp * pp
     # The placements are memoised per providers and cluster, on which verified_prices_first depends.
     unverified = (
@@ -542,13 +565,13 @@ def _place(
         and verified_prices_first(inputs.providers, inputs.cluster)
     )
     key = (not _priced(shape), unverified, _price(gpu, gpus, shape, choice.instances), gpus, nodes)
-    return (pod, choice), not choice.rejection, key
+    return gpu, pod, choice, not choice.rejection, key
 
 
 _PLACEMENTS: GuardedMemo[tuple[object, ...], Placements] = GuardedMemo(1024)
 _MAX_PLACED = 32768
 _PLACED = 0  # placements held by the dicts of _PLACEMENTS
-_SHAPES: GuardedMemo[tuple[object, ...], ShapeChoice] = GuardedMemo(8192)
+_SHAPES: GuardedMemo[tuple[object, ...], Placed] = GuardedMemo(8192)
 
 
 #: A layout of a GPU type: tp, pp, nodes, GPUs, and its sort key when rejected before a node shape.
@@ -564,6 +587,10 @@ class _TypePlan(NamedTuple):
     spans_nodes: bool
     layouts: tuple[tuple[int, int, int], ...]
     rows: tuple[LayoutRow, ...] = ()
+    # What :func:`_cheapest` bounds its candidates with: whether any node shape is allowed (else no
+    # layout is placed), and per layout of ``rows`` a bound below its sort key (:func:`_row_bounds`).
+    shaped: bool = False
+    bounds: tuple[Bound, ...] = ()
 
 
 def _type_plans(
@@ -577,7 +604,10 @@ def _type_plans(
     """Per GPU name: the type, its support problem (or the remediation floor's, or no layout), and its
     layouts. A pure function of the key's parts and the catalogs (the GPU catalog is the guard; the
     quantization table is held by identity and kept in the entry), the same for every spec of a fleet
-    that allows the same GPUs, so memoised."""
+    that allows the same GPUs, so memoised. The key holds of the spec only what the result depends on:
+    whether the dtype is bfloat16 and the KV cache fp8 (:func:`_unsupported`), the tensor-parallel sizes
+    the heads allow and the layers up to ``max_gpus`` (no layout has more pipeline stages than GPUs:
+    :func:`_layouts_for`), so that specs of many models share an entry."""
     arch = inputs.model.architecture
     methods = quantization_methods()
     key = (
@@ -585,12 +615,11 @@ def _type_plans(
         max_gpus,
         multi_node,
         min_gpu_memory_gib,
-        inputs.dtype,
+        inputs.dtype == "bfloat16",
         inputs.quantization,
-        inputs.kv_cache_dtype,
-        arch.num_attention_heads,
-        arch.num_kv_heads,
-        arch.num_layers,
+        inputs.kv_cache_dtype.startswith("fp8"),
+        _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        min(arch.num_layers, max_gpus),
         inputs.providers,
         inputs.cluster,
         catalog_file,
@@ -627,9 +656,9 @@ def _plan_types(
                 f"{min_gpu_memory_gib:.2f} GiB per GPU"
             )
         if problem:
-            plans.append(_TypePlan(gpu, problem, 0, False, ()))
+            plans.append(_type_plan(gpu, problem, 0, False, ()))
             continue
-        node, fabric = _node_gpus(gpu, inputs, catalog_file)
+        node, fabric, shaped = _node_gpus(gpu, inputs, catalog_file)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts_for(
             node or gpu.max_gpus_per_node,
@@ -641,8 +670,72 @@ def _plan_types(
         )
         if not layouts:
             problem = f"no layout within {max_gpus} GPUs divides the attention heads"
-        plans.append(_TypePlan(gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts)))
+        bounds = _row_bounds(gpu, layouts, inputs, catalog_file)
+        plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, bounds))
     return tuple(plans)
+
+
+def _type_plan(
+    gpu: GPUType,
+    problem: str,
+    node: int,
+    spans_nodes: bool,
+    layouts: tuple[tuple[int, int, int], ...],
+    shaped: bool = False,
+    bounds: tuple[Bound, ...] = (),
+) -> _TypePlan:
+    """One :class:`_TypePlan`, shared by every entry of :func:`_type_plans` that has it (specs of many
+    models and settings treat a GPU type alike): fewer objects for the garbage collector to walk."""
+    key = (gpu.name, problem, node, spans_nodes, layouts, shaped, bounds)
+    return _TYPE_PLAN.get(
+        key,
+        gpu,
+        lambda: _TypePlan(gpu, problem, node, spans_nodes, layouts, _rows(gpu, layouts), shaped, bounds),
+    )
+
+
+#: Below the sort key of a feasible candidate (keys of equal first three items sort after it, being
+#: longer): whether it is unpriced, False, and a price below its own.
+Bound = tuple[bool, bool, float]
+#: Above every sort key: a layout no allowed node shape has the GPUs for (nor any layout after it).
+_UNPLACEABLE: Bound = (True, True, math.inf)
+
+
+def _row_bounds(
+    gpu: GPUType, layouts: tuple[tuple[int, int, int], ...], inputs: SpecInputs, catalog_file: str
+) -> tuple[Bound, ...]:
+    """Per layout, a bound below the sort key it has if feasible: its pods take shapes among the
+    allowed ones with at least their GPUs (and an RDMA fabric across nodes), one instance per pod
+    (:func:`choose_shape`), so its price is at least the cheapest of those times its nodes, and it is
+    unpriced only if all of those are; less a margin for the rounding of the price. A pod's host memory
+    and CPU only narrow the shapes further. Along a type's layouts (more GPUs per pod, more nodes) the
+    bound never falls. Memoised per type, layouts and allowed shapes."""
+    key = (gpu.name, layouts, inputs.providers, inputs.cluster, catalog_file)
+    return _ROW_BOUNDS.get(key, gpu, lambda: _new_row_bounds(gpu, layouts, inputs))
+
+
+def _new_row_bounds(
+    gpu: GPUType, layouts: tuple[tuple[int, int, int], ...], inputs: SpecInputs
+) -> tuple[Bound, ...]:
+    allowed = allowed_shapes(gpu, inputs.providers, inputs.cluster)
+    bounds: list[Bound] = []
+    for tp, pp, nodes in layouts:
+        per_pod = max((tp * pp) // max(nodes, 1), 1)  # pod_request's GPUs
+        takers = [s for s in allowed if s.gpus >= per_pod and (nodes <= 1 or s.fabric)]
+        prices = [s.price_per_hour * nodes for s in takers if s.price_per_hour is not None]
+        if prices:
+            bounds.append((False, False, min(prices) * (1 - 1e-9) - 1e-6))
+        elif takers:
+            bounds.append((True, False, -1e-6))  # priced 0.0, after every priced key
+        else:
+            bounds.append(_UNPLACEABLE)
+    return tuple(bounds)
+
+
+_ROW_BOUNDS: GuardedMemo[tuple[object, ...], tuple[Bound, ...]] = GuardedMemo(4096)
+
+
+_TYPE_PLAN: GuardedMemo[tuple[object, ...], _TypePlan] = GuardedMemo(4096)
 
 
 def _rows(gpu: GPUType, layouts: tuple[tuple[int, int, int], ...]) -> tuple[LayoutRow, ...]:
@@ -694,66 +787,21 @@ def _verdicts(
     c.unverified_price, c.price_per_hour, c.gpus, c.nodes)``, ``unverified_last`` being
     :func:`verified_prices_first` of the spec's providers and cluster."""
     plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
-    length, concurrency = inputs.max_model_len, inputs.concurrency
-    pinned_seqs, pinned_tokens = inputs.max_num_seqs, inputs.max_num_batched_tokens
-    pinned_util, eager = inputs.gpu_memory_utilization, inputs.enforce_eager
     placements = _placements(inputs, catalog_file)
-    full_length: dict[int, int] = {}  # math.ceil(length / block size): FixedTerms._blocks_per_seq's
+    per_block = math.ceil(inputs.max_model_len / terms.block_size)
     out: list[Verdict] = []
     append = out.append
-    version = inputs.version
-    for gpu, problem, node, spans_nodes, _, rows in plans:
+    for gpu, problem, node, spans_nodes, _, rows, *_ in plans:
         if problem:
             append((gpu, 1, 1, 1, False, (False, False, _price(gpu, 1, None, 0), 1, 1), None, problem, ()))
             continue
-        # defaults(inputs, gpu)
-        memory = gpu.memory_gib
-        tier = version_defaults(version, gpu.name, memory)
-        seqs = pinned_seqs or (tier[0] if tier[0] >= concurrency else concurrency)
-        tokens = pinned_tokens or (tier[1] if tier[1] >= seqs else seqs)
-        base = (seqs, tokens, pinned_util or tier[2], eager)
-        # hopeless(): the most any tuning could give (gpu-memory-utilization 0.95, or the spec's).
-        room = memory * (MAX_UTILIZATION if pinned_util is None else base[2])
-        statics, weights, terms_of = _cells(terms, gpu, rows)
-        for index, (tp, pp, nodes, gpus, rejected_key) in enumerate(rows):
-            if gpus < min_gpus:
+        context = _context(inputs, gpu)
+        for row in rows:
+            if row[3] < min_gpus:
                 continue
-            # layout_serves(), vLLM's defaults first. When the weights and non-torch memory alone
-            # exceed the room, neither the defaults (which use less of the GPU, and activations
-            # besides) nor any rung serves: most layouts of a large model on a small GPU end there,
-            # before their budget terms are computed.
-            serves = False
-            if statics[index] < room:
-                fixed = terms_of[index]
-                if fixed is None:
-                    fixed = terms_of[index] = terms.layout(memory, tp, pp)
-                blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
-                if starts:  # fixed.serves(pool, length, concurrency), inlined
-                    if fixed.sliding_groups:
-                        blocks_per_seq = fixed._blocks_per_seq(length, tokens)
-                    else:
-                        bs = fixed.block_size
-                        per_block = full_length.get(bs)
-                        if per_block is None:
-                            per_block = full_length[bs] = math.ceil(length / bs)
-                        blocks_per_seq = fixed.full_groups * per_block
-                    held = blocks / blocks_per_seq if blocks_per_seq else 0.0
-                    serves = not held < 1.0 and held >= concurrency
-                if not serves:
-                    serves = ladder_serves(fixed, inputs, base, length, concurrency)
-            if not serves:
-                append((gpu, tp, pp, nodes, False, rejected_key, None, "", ()))
-                continue
-            weights_gib = weights[index]
-            found = placements.get((gpu.name, tp, pp, nodes, weights_gib))
-            if found is not None and found[0] is gpu:
-                placement, feasible, key = found[1]
-            else:
-                placement, feasible, key = _placed(
-                    placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file
-                )
-            append((gpu, tp, pp, nodes, feasible, key, placement, "", ()))
-            if feasible:
+            verdict = _judge(inputs, terms, placements, catalog_file, gpu, context, row, per_block)
+            append(verdict)
+            if verdict[4]:
                 break
         else:
             if multi_node and not spans_nodes and out and out[-1][1] * out[-1][2] == node:
@@ -767,29 +815,227 @@ def _verdicts(
 _BY_KEY = operator.itemgetter(5)
 
 
-Cells = tuple[tuple[float, ...], tuple[float, ...], list[FixedTerms | None]]
+#: What judging a GPU type's layouts for one spec needs once: vLLM's defaults on it (the tuning
+#: ladder's base), the room on one GPU (the most any tuning could give: gpu-memory-utilization 0.95, or
+#: the spec's) and the utilization of the ladder's last rung at most (0.95 or the defaults', or the
+#: spec's).
+Context = tuple[Config, float, float]
 
 
-def _cells(terms: ModelTerms, gpu: GPUType, rows: tuple[LayoutRow, ...]) -> Cells:
-    """Per layout of ``rows`` (a GPU type's, from :func:`_type_plans`): the weights and non-torch memory
-    on the busiest GPU (GiB, what :func:`~loadline.sizing._tune.hopeless` compares), the weights alone
-    (GiB, what the pod's request follows), and the layout's budget terms once a plan needs them. Keyed
-    by identity (the entry keeps the terms, the type and the rows); flat, to keep few objects for the
-    garbage collector to walk."""
-    key = (id(terms), id(gpu), id(rows))
-    found = _CELLS.peek(key, terms)
+def _context(inputs: SpecInputs, gpu: GPUType) -> Context:
+    """The :data:`Context` of ``gpu`` (``defaults(inputs, gpu)`` spelled out)."""
+    memory = gpu.memory_gib
+    tier = version_defaults(inputs.version, gpu.name, memory)
+    concurrency, pinned_util = inputs.concurrency, inputs.gpu_memory_utilization
+    seqs = inputs.max_num_seqs or (tier[0] if tier[0] >= concurrency else concurrency)
+    tokens = inputs.max_num_batched_tokens or (tier[1] if tier[1] >= seqs else seqs)
+    utilization = pinned_util or tier[2]
+    base = (seqs, tokens, utilization, inputs.enforce_eager)
+    if pinned_util is None:  # as ladder_serves
+        return base, memory * MAX_UTILIZATION, max(utilization, MAX_UTILIZATION)
+    return base, memory * utilization, utilization
+
+
+def _judge(
+    inputs: SpecInputs,
+    terms: ModelTerms,
+    placements: Placements,
+    catalog_file: str,
+    gpu: GPUType,
+    context: Context,
+    row: LayoutRow,
+    per_block: int,
+) -> Verdict:
+    """The verdict on one layout of a GPU type: whether the tuning ladder serves the spec on it
+    (:func:`layout_serves`) and, when it does, the node shape its pods take. ``per_block``: blocks of
+    one full-attention group a sequence of max-model-len takes (as :meth:`FixedTerms._blocks_per_seq`)."""
+    tp, pp, nodes, _, rejected_key = row
+    _, room, ceiling = context
+    weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(tp, pp)
+    # layout_serves(), with what rules a layout out cheapest first. When the weights and non-torch
+    # memory alone exceed the room (hopeless()), neither the defaults (which use less of the GPU, and
+    # activations besides) nor any rung serves: most layouts of a large model on a small GPU end there.
+    if not static < room:
+        return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    if not sliding_groups:
+        # FixedTerms.may_serve at the ladder's ceiling, before the layout's FixedTerms exist: when the
+        # most blocks any setting up to it gives hold too few sequences, neither the defaults (fewer
+        # blocks, by the same monotone steps) nor the ladder (ladder_serves asks the same) serve.
+        blocks = blocks_within(gpu.memory_gib * GIB, ceiling, weights, non_torch, block_bytes)
+        blocks_per_seq = full_groups * per_block
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        if held < 1.0 or not held >= inputs.concurrency:
+            return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    return _settle(
+        inputs,
+        terms,
+        placements,
+        catalog_file,
+        gpu,
+        context[0],
+        row,
+        per_block,
+        weights,
+        full_groups,
+        sliding_groups,
+    )
+
+
+def _settle(
+    inputs: SpecInputs,
+    terms: ModelTerms,
+    placements: Placements,
+    catalog_file: str,
+    gpu: GPUType,
+    base: Config,
+    row: LayoutRow,
+    per_block: int,
+    weights: float,
+    full_groups: int,
+    sliding_groups: int,
+) -> Verdict:
+    """:func:`_judge` of a layout that passed its first two tests: vLLM's defaults, then the ladder's
+    last rung, then the node shape (``base``: vLLM's defaults; ``weights``, ``full_groups`` and
+    ``sliding_groups``: the layout's :meth:`ModelTerms.static_terms`)."""
+    tp, pp, nodes, _, rejected_key = row
+    concurrency = inputs.concurrency
+    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
+    serves = False
+    if starts:  # fixed.serves(pool, length, concurrency), inlined
+        if sliding_groups:
+            blocks_per_seq = fixed._blocks_per_seq(inputs.max_model_len, tokens)
+        else:
+            blocks_per_seq = full_groups * per_block
+        held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        serves = not held < 1.0 and held >= concurrency
+    if not serves:
+        # ladder_serves(); _judge's tests were hopeless() and, but for sliding windows, may_serve().
+        length = inputs.max_model_len
+        if sliding_groups:
+            serves = ladder_serves(fixed, inputs, base, length, concurrency)
+        else:
+            serves = last_rung_serves(fixed, inputs, base, length, concurrency)
+        if not serves:
+            return (gpu, tp, pp, nodes, False, rejected_key, None, "", ())
+    weights_gib = weights / GIB
+    placed = placements.get((gpu.name, tp, pp, nodes, weights_gib))
+    if placed is None or placed[0] is not gpu:
+        placed = _placed(placements, inputs, gpu, tp, pp, nodes, weights_gib, catalog_file)
+    return (gpu, tp, pp, nodes, placed[3], placed[4], (placed[1], placed[2]), "", ())
+
+
+def _cheapest(
+    inputs: SpecInputs,
+    gpu_names: Sequence[str],
+    max_gpus: int,
+    multi_node: bool,
+    min_gpu_memory_gib: float,
+    catalog_file: str,
+    terms: ModelTerms,
+) -> Verdict | None:
+    """The first feasible verdict of :func:`_verdicts` (None when there is none), judging only the
+    layouts that might come before it: a plan needs the cheapest feasible layout, and the others only
+    when its candidates are read.
+
+    Branch and bound over the GPU types: each type's layouts are judged in :func:`_verdicts`'s order
+    (more GPUs each), from its first that leaves room for the weights, while their bound
+    (:func:`_row_bounds`: the cheapest allowed shapes with the GPUs of its pods) is not above the best
+    feasible key found so far; the bounds never fall along a type's layouts, and the types are taken
+    lowest first bound first, so once one's is above it, so are those left.
+    A type's judging ends at its first feasible layout, as in :func:`_verdicts`, and a tie of keys goes
+    to the type listed first, as the stable sort of :func:`_verdicts` gives it. As :func:`_verdicts`
+    with ``min_gpus`` 1 (see :func:`plan_inference_model`)."""
+    plans = _type_plans(inputs, gpu_names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file)
+    pinned = inputs.gpu_memory_utilization
+    scans = _scans(terms, plans, MAX_UTILIZATION if pinned is None else pinned)
+    placements = _placements(inputs, catalog_file)
+    per_block = math.ceil(inputs.max_model_len / terms.block_size)
+    concurrency = inputs.concurrency
+    static_terms = terms.static_terms
+    best: Verdict | None = None
+    best_order = 0
+    for order, first, bound in scans:
+        if best is not None and best[5] < bound:
+            break  # the types left are bounded higher still
+        plan = plans[order]
+        gpu, rows = plan.gpu, plan.rows
+        base, room, ceiling = _context(inputs, gpu)
+        total = gpu.memory_gib * GIB
+        for index in range(first, len(rows)):
+            row = rows[index]
+            bound = plan.bounds[index]
+            if bound is _UNPLACEABLE or (best is not None and best[5] < bound):
+                break  # this layout's bound, and those after it, are above the best key
+            # _judge's first two tests, inline: most layouts judged here end at them, and a rejected
+            # layout's verdict is not needed; _settle does the rest.
+            weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = static_terms(
+                row[0], row[1]
+            )
+            if not static < room:
+                continue
+            if not sliding_groups:
+                blocks_per_seq = full_groups * per_block
+                blocks = blocks_within(total, ceiling, weights, non_torch, block_bytes)
+                held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+                if held < 1.0 or not held >= concurrency:
+                    continue
+            verdict = _settle(
+                inputs,
+                terms,
+                placements,
+                catalog_file,
+                gpu,
+                base,
+                row,
+                per_block,
+                weights,
+                full_groups,
+                sliding_groups,
+            )
+            if verdict[4]:
+                if best is None or verdict[5] < best[5] or (verdict[5] == best[5] and order < best_order):
+                    best, best_order = verdict, order
+                break
+    return best
+
+
+#: A GPU type :func:`_cheapest` judges: its order in the type plans, its first layout whose weights and
+#: non-torch memory leave room on a GPU (the layouts before it serve nothing), and that layout's bound
+#: (:func:`_row_bounds`).
+Scan = tuple[int, int, Bound]
+
+
+def _scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
+    """The types of ``plans`` that may place a layout (no problem, an allowed node shape, a layout that
+    leaves room at gpu-memory-utilization ``ceiling``), lowest bound first: the same for every spec of
+    a model, dtype and quantization that allows the same GPUs, so memoised. Keyed by identity; the
+    entry keeps the type plans (the terms are its guard). Plain numbers, which the garbage collector
+    stops tracking."""
+    key = (id(terms), id(plans), ceiling)
+    found = _SCANS.peek(key, terms)
     if found is None:
-        found = _CELLS.get(key, terms, lambda: (gpu, rows, _new_cells(terms, rows)))
-    return found[2]
+        found = _SCANS.get(key, terms, lambda: (plans, _new_scans(terms, plans, ceiling)))
+    return found[1]
 
 
-def _new_cells(terms: ModelTerms, rows: tuple[LayoutRow, ...]) -> Cells:
-    layouts = [terms.static_terms(tp, pp) for tp, pp, *_ in rows]
-    no_terms: list[FixedTerms | None] = [None] * len(rows)
-    return tuple(s[2] for s in layouts), tuple(s[0] / GIB for s in layouts), no_terms
+def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
+    scans: list[tuple[Bound, int, int]] = []
+    for order, plan in enumerate(plans):
+        # A type with no allowed node shape places no layout (choose_shape refuses them all).
+        if plan.problem or not plan.shaped:
+            continue
+        room = plan.gpu.memory_gib * ceiling  # as _context's
+        for index, (tp, pp, *_) in enumerate(plan.rows):
+            if terms.static_terms(tp, pp)[2] < room:
+                if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
+                    scans.append((plan.bounds[index], order, index))
+                break
+    scans.sort(key=operator.itemgetter(0, 1))
+    return tuple((order, first, bound) for bound, order, first in scans)
 
 
-_CELLS: GuardedMemo[tuple[int, int, int], tuple[GPUType, object, Cells]] = GuardedMemo(16384)
+_SCANS: GuardedMemo[tuple[int, int, float], tuple[object, tuple[Scan, ...]]] = GuardedMemo(16384)
 
 
 def _materialize(
@@ -853,39 +1099,45 @@ def plan_inference_model(
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
     terms = terms_for(inputs)
-    verdicts = _verdicts(
-        inputs,
-        names,
-        max_gpus,
-        spec.gpu.allow_multi_node,
-        min_gpus,
-        min_gpu_memory_gib,
-        catalog_file,
-        terms,
-    )
+    multi_node = spec.gpu.allow_multi_node
     evaluated: Evaluated = {}
 
     def materialize(verdict: Verdict) -> Candidate:
         return _materialize(verdict, inputs, catalog_file, evaluated, terms)
 
-    feasible_verdicts = [v for v in verdicts if v[4]]
-    if not feasible_verdicts:
-        candidates = [materialize(v) for v in verdicts]
-        fixes = refusal_fixes(spec, inputs, candidates)
-        fix_text = "; or ".join(f["text"] for f in fixes) or (
-            "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
-            "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
+    def all_verdicts() -> list[Verdict]:
+        return _verdicts(
+            inputs, names, max_gpus, multi_node, min_gpus, min_gpu_memory_gib, catalog_file, terms
         )
-        raise NoFeasiblePlanError(
-            f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
-            f"concurrency {inputs.concurrency} (fix: {fix_text})",
-            [f"{c.label}: {c.rejection}" for c in candidates],
-            fixes=[f["spec"] for f in fixes],
-        )
-    chosen = best = materialize(feasible_verdicts[0])
+
+    # Only the cheapest feasible layout is needed now (:func:`_cheapest`), unless the cluster's free
+    # GPUs may pass it over, or a remediation floor on GPUs skips layouts (where _verdicts' note on a
+    # GPU type that cannot span nodes may land on the type before it).
+    first = None
+    if free_gpus is None and min_gpus <= 1:
+        first = _cheapest(inputs, names, max_gpus, multi_node, min_gpu_memory_gib, catalog_file, terms)
+    verdicts: list[Verdict] | None = None
+    if first is None:
+        verdicts = all_verdicts()
+        feasible_verdicts = [v for v in verdicts if v[4]]
+        if not feasible_verdicts:
+            candidates = [materialize(v) for v in verdicts]
+            fixes = refusal_fixes(spec, inputs, candidates)
+            fix_text = "; or ".join(f["text"] for f in fixes) or (
+                "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
+                "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
+            )
+            raise NoFeasiblePlanError(
+                f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
+                f"concurrency {inputs.concurrency} (fix: {fix_text})",
+                [f"{c.label}: {c.rejection}" for c in candidates],
+                fixes=[f["spec"] for f in fixes],
+            )
+        first = feasible_verdicts[0]
+    chosen = best = materialize(first)
     fallback_from = ""
-    if free_gpus is not None:
-        feasible = [best, *(materialize(v) for v in feasible_verdicts[1:])]
+    if free_gpus is not None and verdicts is not None:
+        feasible = [best, *(materialize(v) for v in verdicts if v[4] and v is not first)]
         placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
         if placeable and placeable[0] is not best:
             if not spec.gpu.allow_fallback:
@@ -904,7 +1156,7 @@ def plan_inference_model(
 
     def considered() -> tuple[Candidate, ...]:
         # The chosen verdict materializes to ``chosen`` itself (memoised in ``evaluated``).
-        candidates = (materialize(v) for v in verdicts)
+        candidates = (materialize(v) for v in (all_verdicts() if verdicts is None else verdicts))
         return tuple(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
@@ -951,19 +1203,6 @@ def _fits_node(inputs: SpecInputs, candidate: Candidate) -> bool:
     return not placement[1].rejection
 
 
-def _largest_int(low: int, high: int, works: Any) -> int | None:
-    """The largest n in [low, high] with works(n), assuming works is monotone (true, then false)."""
-    if high < low or not works(low):
-        return None
-    while low < high:
-        mid = (low + high + 1) // 2
-        if works(mid):
-            low = mid
-        else:
-            high = mid - 1
-    return low
-
-
 def refusal_fixes(
     spec: InferenceModelSpec, inputs: SpecInputs, candidates: Sequence[Candidate]
 ) -> list[dict[str, Any]]:
@@ -987,12 +1226,12 @@ def refusal_fixes(
         if not _fits_node(inputs, c):
             continue  # no value of either serves: the pod takes no node shape
         if inputs.max_model_len > 1:
-            length = _largest_int(1, inputs.max_model_len - 1, serves_lengths(inputs, gpu, tp, pp, terms))
+            length = longest_serving(inputs, gpu, tp, pp, inputs.max_model_len - 1, terms)
             if length:
                 rounded = length - length % 256 if length >= 512 else length
                 best_len = max(best_len, rounded)
         if inputs.concurrency > 1:
-            conc = _largest_int(
+            conc = largest_int(
                 1,
                 inputs.concurrency - 1,
                 serves_concurrencies(inputs, gpu, tp, pp, terms),
@@ -1025,8 +1264,5 @@ def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: i
     building only that candidate: the rejected layouts of that list are never shown."""
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
     terms = terms_for(inputs)
-    verdicts = _verdicts(inputs, gpu_names, max_gpus, True, 1, 0.0, catalog_file, terms)
-    for verdict in verdicts:
-        if verdict[4]:
-            return _materialize(verdict, inputs, catalog_file, {}, terms)
-    return None
+    verdict = _cheapest(inputs, gpu_names, max_gpus, True, 0.0, catalog_file, terms)
+    return None if verdict is None else _materialize(verdict, inputs, catalog_file, {}, terms)

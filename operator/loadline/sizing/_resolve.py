@@ -184,25 +184,26 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
     # Before sizing: a model the release cannot load as asked is refused, not planned.
     _check_compatibility(arch, spec.quantization, spec.engine.version, spec.engine.extra_args, model.model_id)
     counted = _env_flag(spec, "VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS")
-    return SpecInputs(
-        model=model,
-        dtype=resolve_dtype(arch, spec.dtype),
-        quantization=resolve_quantization(spec.quantization, arch),
-        kv_cache_dtype=spec.kv_cache_dtype,
-        max_model_len=check_max_model_len(arch, spec.max_model_len),
-        concurrency=spec.concurrency,
-        version=spec.engine.version,
-        weight_bits=float(spec.weight_bits) if spec.weight_bits else None,
-        weights_gib_total=spec.model.weights_gi_b,
-        gpu_memory_utilization=spec.engine.gpu_memory_utilization,
-        max_num_seqs=spec.engine.max_num_seqs,
-        max_num_batched_tokens=spec.engine.max_num_batched_tokens,
-        enforce_eager=spec.engine.enforce_eager,
-        cuda_graphs_counted=table.cuda_graph_in_kv_budget if counted is None else counted,
-        providers=tuple(spec.gpu.providers),
-        memory_gib_override=spec.resources.memory_gi_b,
-        cpu_override=spec.resources.cpu,
-        kv_offload_gib=spec.kv_offload.cpu_gi_b if spec.kv_offload is not None else 0.0,
+    engine, resources = spec.engine, spec.resources
+    return SpecInputs(  # positionally: keywords cost twice as much (every plan resolves its spec)
+        model,
+        resolve_dtype(arch, spec.dtype),
+        resolve_quantization(spec.quantization, arch),
+        spec.kv_cache_dtype,
+        check_max_model_len(arch, spec.max_model_len),
+        spec.concurrency,
+        engine.version,
+        float(spec.weight_bits) if spec.weight_bits else None,  # weight_bits
+        spec.model.weights_gi_b,  # weights_gib_total
+        engine.gpu_memory_utilization,
+        engine.max_num_seqs,
+        engine.max_num_batched_tokens,
+        engine.enforce_eager,
+        table.cuda_graph_in_kv_budget if counted is None else counted,  # cuda_graphs_counted
+        tuple(spec.gpu.providers),
+        resources.memory_gi_b,  # memory_gib_override
+        resources.cpu,  # cpu_override
+        spec.kv_offload.cpu_gi_b if spec.kv_offload is not None else 0.0,  # kv_offload_gib
     )
 
 

@@ -426,7 +426,7 @@ def pod_request(
     else:
         needed = weights_gib_per_gpu * gpus + kv_offload_gib / max(nodes, 1) + shm + 4 + gpus
         memory = max(16, math.ceil(needed))
-    return PodRequest(gpus=gpus, memory_gib=memory, cpu=cpu_override or 1 + 2 * gpus, shm_gib=shm)
+    return PodRequest(gpus, memory, cpu_override or 1 + 2 * gpus, shm)  # gpus, memory_gib, cpu, shm_gib
 
 
 @dataclass(frozen=True)
@@ -461,6 +461,14 @@ def _misfit(shape: NodeShape, pod: PodRequest) -> str:
     return ""
 
 
+def _problem(shape: NodeShape, pod: PodRequest, nodes: int) -> str:
+    """Why ``shape`` does not take the pod (of a replica of ``nodes`` pods)."""
+    problem = _misfit(shape, pod)
+    if not problem and nodes > 1 and not shape.fabric:
+        problem = f"{shape.name}: no RDMA fabric between instances (rdma: {shape.rdma})"
+    return problem
+
+
 def verified_prices_first(providers: Sequence[str] = (), cluster: ClusterShapes | None = None) -> bool:
     """Whether verified prices are compared before unverified ones: when the plan compares every
     provider's catalog shapes (no ``providers`` named, no ``cluster`` known, as ``loadline plan``
@@ -489,18 +497,27 @@ def choose_shape(
         where = ", ".join(providers or (cluster.providers if cluster is not None else ())) or "any provider"
         return ShapeChoice(None, 0, "", f"no {gpu.name} node shape from {where} in the catalog")
     want_nvlink = tensor_parallel_size > NVLINK_PREFERRED_ABOVE_TP
-    misfits: list[tuple[int, str]] = []
+    # The shapes that do not take the pod; why (_problem) is written only where a note or the refusal
+    # says it: the planner asks this for thousands of pods, and most shapes are too small for most.
+    misfits: list[tuple[int, NodeShape]] = []
     fits: list[tuple[int, NodeShape]] = []
     for order, shape in enumerate(allowed):
-        problem = _misfit(shape, pod)
-        if not problem and nodes > 1 and not shape.fabric:
-            problem = f"{shape.name}: no RDMA fabric between instances (rdma: {shape.rdma})"
-        if problem:
-            misfits.append((order, problem))
+        if (
+            shape.gpus < pod.gpus
+            or shape.allocatable_memory_gib < pod.memory_gib
+            or shape.allocatable_cpu < pod.cpu
+            or (nodes > 1 and not shape.fabric)
+        ):
+            misfits.append((order, shape))
         else:
             fits.append((order, shape))
     if not fits:
-        return ShapeChoice(None, 0, "", "no node shape takes the pod: " + "; ".join(p for _, p in misfits))
+        return ShapeChoice(
+            None,
+            0,
+            "",
+            "no node shape takes the pod: " + "; ".join(_problem(s, pod, nodes) for _, s in misfits),
+        )
     pool = fits
     notes = []
     if want_nvlink:
@@ -525,7 +542,7 @@ def choose_shape(
             f"{idle} of {best.gpus} GPUs per instance stay idle (no {pod.gpus}-GPU {gpu.name} shape)"
         )
     # Shapes with too few GPUs are not alternatives worth naming; those whose host was too small are.
-    cheaper = [p for o, p in misfits if o < rank and " GPUs < " not in p]
+    cheaper = [p for o, s in misfits if o < rank for p in (_problem(s, pod, nodes),) if " GPUs < " not in p]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
     passed = [s for o, s in pool if o < rank and s.unverified_price]

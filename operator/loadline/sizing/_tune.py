@@ -35,6 +35,7 @@ from loadline.sizing._budget import (
     FixedTerms,
     MemoryBudget,
     ModelTerms,
+    Pool,
     kv_bytes_per_layer_token,
     model_terms,
 )
@@ -164,6 +165,15 @@ def ladder_serves(fixed: FixedTerms, inputs: SpecInputs, base: Config, length: i
     utilization = base[2] if inputs.gpu_memory_utilization is not None else max(base[2], MAX_UTILIZATION)
     if not fixed.may_serve(utilization, length, concurrency):
         return False
+    return last_rung_serves(fixed, inputs, base, length, concurrency)
+
+
+def last_rung_serves(
+    fixed: FixedTerms, inputs: SpecInputs, base: Config, length: int, concurrency: int
+) -> bool:
+    """Whether the ladder's last rung serves (memoised per layout): :func:`ladder_serves` once the
+    weights leave room and the blocks at its utilization might hold the sequences (the planner tests
+    both before the layout's terms exist)."""
     key = (
         base,
         concurrency,
@@ -241,11 +251,18 @@ class _Layout:
     def serves(self) -> bool:
         return layout_serves(self.fixed, self.inputs, self.base, self.length, self.concurrency)
 
+    def length_pools(self) -> tuple[Pool, Pool | None]:
+        """The pools that decide :meth:`serves` at any max-model-len: vLLM's defaults', and the last
+        rung's unless the layout is hopeless."""
+        fixed = self.fixed
+        base = fixed.cached_pool(self.base)
+        last = None if hopeless(fixed, self.inputs, self.base) else fixed.cached_pool(self.last())
+        return base, last
+
     def serves_lengths(self) -> Callable[[int], bool]:
         """:meth:`serves` as a function of max-model-len alone (the KV pools do not depend on it)."""
         fixed, concurrency = self.fixed, self.concurrency
-        base = fixed.cached_pool(self.base)
-        last = None if hopeless(fixed, self.inputs, self.base) else fixed.cached_pool(self.last())
+        base, last = self.length_pools()
 
         def works(length: int) -> bool:
             if fixed.serves(base, length, concurrency):
@@ -254,24 +271,42 @@ class _Layout:
 
         return works
 
+    def longest(self, high: int) -> int | None:
+        """``largest_int(1, high, self.serves_lengths())``, worked out when no layer has a sliding
+        window: a sequence of ``n`` tokens then takes ``full_groups × ⌈n / block⌉`` blocks, and a pool
+        of ``b`` blocks that starts holds ``c`` of them (``b / blocks ≥ c``, which for integers this
+        size is ``b ≥ c × blocks``) up to ``⌊b / (c × full_groups)⌋`` blocks, that many block sizes of
+        tokens; the longest of the two pools' serves."""
+        fixed = self.fixed
+        if fixed.sliding_groups:
+            return largest_int(1, high, self.serves_lengths())
+        if high < 1:
+            return None
+        per_block = fixed.full_groups * max(1, self.concurrency)  # serves() asks held >= 1 too
+        longest = 0
+        for pool in self.length_pools():
+            if pool is not None and pool[2] and per_block:
+                longest = max(longest, pool[0] // per_block * fixed.block_size)
+        return min(longest, high) if longest else None
+
     def materialize(self, config: Config) -> tuple[EngineSettings, MemoryBudget]:
         seqs, tokens, utilization, eager = config
         inputs = self.inputs
-        settings = EngineSettings(
-            dtype=inputs.dtype,
-            quantization=inputs.quantization,
-            kv_cache_dtype=inputs.kv_cache_dtype,
-            tensor_parallel_size=self.tp,
-            pipeline_parallel_size=self.pp,
-            gpu_memory_utilization=utilization,
-            max_model_len=self.length,
-            max_num_seqs=seqs,
-            max_num_batched_tokens=tokens,
-            enforce_eager=eager,
-            cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
-            block_size=self.block_size,
-            weight_bits=inputs.weight_bits,
-            weights_gib_total=inputs.weights_gib_total,
+        settings = EngineSettings(  # positionally: keywords cost twice as much in a hot path
+            inputs.dtype,
+            inputs.quantization,
+            inputs.kv_cache_dtype,
+            self.tp,  # tensor_parallel_size
+            self.pp,  # pipeline_parallel_size
+            utilization,  # gpu_memory_utilization
+            self.length,  # max_model_len
+            seqs,  # max_num_seqs
+            tokens,  # max_num_batched_tokens
+            eager,  # enforce_eager
+            inputs.cuda_graphs_counted,  # cuda_graph_in_kv_budget
+            self.block_size,
+            inputs.weight_bits,
+            inputs.weights_gib_total,
         )
         return settings, self.fixed.budget(self.length, seqs, tokens, utilization, eager)
 
@@ -346,6 +381,27 @@ def serves_lengths(
     return _Layout(inputs, gpu, tp, pp, terms=terms).serves_lengths()
 
 
+def longest_serving(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, high: int, terms: ModelTerms | None = None
+) -> int | None:
+    """The largest max-model-len up to ``high`` that the layout serves (None: not even 1), as
+    ``largest_int(1, high, serves_lengths(...))`` (:meth:`_Layout.longest`)."""
+    return _Layout(inputs, gpu, tp, pp, terms=terms).longest(high)
+
+
+def largest_int(low: int, high: int, works: Callable[[int], bool]) -> int | None:
+    """The largest n in [low, high] with works(n), assuming works is monotone (true, then false)."""
+    if high < low or not works(low):
+        return None
+    while low < high:
+        mid = (low + high + 1) // 2
+        if works(mid):
+            low = mid
+        else:
+            high = mid - 1
+    return low
+
+
 def serves_concurrencies(
     inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None
 ) -> Callable[[int], bool]:
@@ -353,9 +409,15 @@ def serves_concurrencies(
     once (the layout's terms; vLLM's defaults and the ladder's pools are memoised on them)."""
     fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
     length = inputs.max_model_len
+    # defaults(inputs, gpu, concurrency), with the version's table row read once.
+    tier_seqs, tier_tokens, tier_utilization, _ = version_defaults(inputs.version, gpu.name, gpu.memory_gib)
+    pinned_seqs, pinned_tokens = inputs.max_num_seqs, inputs.max_num_batched_tokens
+    utilization, eager = inputs.gpu_memory_utilization or tier_utilization, inputs.enforce_eager
 
     def works(concurrency: int) -> bool:
-        return layout_serves(fixed, inputs, defaults(inputs, gpu, concurrency), length, concurrency)
+        seqs = pinned_seqs or max(tier_seqs, concurrency)
+        tokens = pinned_tokens or max(tier_tokens, seqs)
+        return layout_serves(fixed, inputs, (seqs, tokens, utilization, eager), length, concurrency)
 
     return works
 
@@ -372,49 +434,63 @@ def tuned(
     """:func:`tune`'s settings, budget, notes and rejection. Most layouts end at the first step (the
     defaults serve, or the weights alone do not fit), which is worked out here without the ladder."""
     concurrency, length = inputs.concurrency, inputs.max_model_len
-    seqs, tokens, utilization, eager = defaults(inputs, gpu)
-    block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
-    settings = EngineSettings(
-        dtype=inputs.dtype,
-        quantization=inputs.quantization,
-        kv_cache_dtype=inputs.kv_cache_dtype,
-        tensor_parallel_size=tp,
-        pipeline_parallel_size=pp,
-        gpu_memory_utilization=utilization,
-        max_model_len=length,
-        max_num_seqs=seqs,
-        max_num_batched_tokens=tokens,
-        enforce_eager=eager,
-        cuda_graph_in_kv_budget=inputs.cuda_graphs_counted,
-        block_size=block_size,
-        weight_bits=inputs.weight_bits,
-        weights_gib_total=inputs.weights_gib_total,
+    # defaults(inputs, gpu), and the block size of the same table row.
+    tier_seqs, tier_tokens, tier_utilization, block_size = version_defaults(
+        inputs.version, gpu.name, gpu.memory_gib
     )
+    seqs = inputs.max_num_seqs or max(tier_seqs, concurrency)
+    tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
+    utilization = inputs.gpu_memory_utilization or tier_utilization
+    eager = inputs.enforce_eager
     fixed = terms.layout(gpu.memory_gib, tp, pp)
+    config = (seqs, tokens, utilization, eager)
+    layout = last = None
+    if not fixed.serves(fixed.cached_pool(config), length, concurrency) and not hopeless(
+        fixed, inputs, config
+    ):
+        # The ladder decides. When even its last rung falls short, the layout is rejected with that
+        # rung's figures, and vLLM's defaults' settings and budget are not needed (a refusal lists
+        # thousands of such layouts). FixedTerms.serves is budget()'s verdict on the same figures.
+        layout = _Layout(inputs, gpu, tp, pp, terms=terms)
+        last = layout.last()
+        if not layout.ok(last):
+            settings, budget = layout.materialize(last)
+            reason = shortfall(inputs, settings, budget)
+            if last != layout.base:
+                reason += f" (also after tuning: {_settings_text(settings)})"
+            return settings, budget, (), reason
+    settings = EngineSettings(  # positionally: keywords cost twice as much in a hot path
+        inputs.dtype,
+        inputs.quantization,
+        inputs.kv_cache_dtype,
+        tp,  # tensor_parallel_size
+        pp,  # pipeline_parallel_size
+        utilization,  # gpu_memory_utilization
+        length,  # max_model_len
+        seqs,  # max_num_seqs
+        tokens,  # max_num_batched_tokens
+        eager,  # enforce_eager
+        inputs.cuda_graphs_counted,  # cuda_graph_in_kv_budget
+        block_size,
+        inputs.weight_bits,
+        inputs.weights_gib_total,
+    )
     budget = fixed.budget(length, seqs, tokens, utilization, eager)
-    if not budget.problems and budget.max_concurrency >= concurrency:  # serves(budget, concurrency)
-        return (
-            settings,
-            budget,
-            (
-                f"vLLM's defaults serve concurrency {concurrency}: KV cache holds "
-                f"{budget.max_concurrency:.2f} sequences of {length} "
-                f"(max-num-seqs {seqs}, max-num-batched-tokens {tokens}, "
-                f"gpu-memory-utilization {utilization})",
-            ),
-            "",
-        )
-    if hopeless(fixed, inputs, (seqs, tokens, utilization, eager)):
-        return settings, budget, (), shortfall(inputs, settings, budget)
-    layout = _Layout(inputs, gpu, tp, pp, terms=terms)
+    if layout is None or last is None:
+        if not budget.problems and budget.max_concurrency >= concurrency:  # serves(budget, concurrency)
+            return (
+                settings,
+                budget,
+                (
+                    f"vLLM's defaults serve concurrency {concurrency}: KV cache holds "
+                    f"{budget.max_concurrency:.2f} sequences of {length} "
+                    f"(max-num-seqs {seqs}, max-num-batched-tokens {tokens}, "
+                    f"gpu-memory-utilization {utilization})",
+                ),
+                "",
+            )
+        return settings, budget, (), shortfall(inputs, settings, budget)  # hopeless
     base = layout.base
-    last = layout.last()
-    if not layout.ok(last):
-        settings, budget = layout.materialize(last)
-        reason = shortfall(inputs, settings, budget)
-        if last != base:
-            reason += f" (also after tuning: {_settings_text(settings)})"
-        return settings, budget, (), reason
     eagers = [base[3]] + ([True] if layout.free_eager and not base[3] else [])
     chosen = last  # unreachable while feasibility is monotone (the last rung served): keep the last rung
     for eager in eagers:
