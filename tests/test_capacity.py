@@ -140,3 +140,48 @@ def test_models_planned_by_another_replica_hold_their_gpus_from_their_deployment
     assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [0]}
     _reconcile.forget_planned("ns", "m1")  # the model's DELETED (on its own shard's replica)
     assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [4]}
+
+
+def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(
+    monkeypatch: Any,
+) -> None:
+    """A burst of creations plans several models a second; each plan went over every node and pod of
+    the cluster. One snapshot (and the capacity worked out from it) now serves them all for
+    ``VIEW_SECONDS``; a change of the indexes shows in the first plan after that."""
+    import time
+
+    from loadline.handlers import _index
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
+    pods_index: dict[str, list[dict[str, Any]]] = {}
+    first = _index.view(nodes_index, pods_index)
+    pods_index["p"] = [pod("l4-a", 3, labels={"loadline.dev/inferencemodel": "other"})]
+    assert _index.view(nodes_index, pods_index) is first  # within the snapshot's time
+    assert _reconcile._free_gpus("mine", "ns", first) == {"L4": [4]}
+    clock[0] += _index.VIEW_SECONDS
+    later = _index.view(nodes_index, pods_index)
+    assert later is not first and _reconcile._free_gpus("mine", "ns", later) == {"L4": [1]}
+
+
+def test_the_capacity_of_a_snapshot_is_worked_out_once_and_a_models_own_pods_still_left_out(
+    monkeypatch: Any,
+) -> None:
+    calls: list[int] = []
+    original = _reconcile.free_gpus_by_type
+    monkeypatch.setattr(
+        _reconcile, "free_gpus_by_type", lambda n, p, **k: (calls.append(len(p)), original(n, p, **k))[1]
+    )
+    nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4)]
+    mine = {"loadline.dev/inferencemodel": "mine"}
+    other = {"loadline.dev/inferencemodel": "other"}
+    snapshot = (nodes, [pod("l4-a", 2, labels=mine), pod("l4-b", 1, labels=other)])
+    for name in ("new-1", "new-2", "new-3"):  # models without pods: the snapshot's figures
+        assert _reconcile._free_gpus(name, "", snapshot) == {"L4": [3, 2]}
+    assert calls == [2]
+    # A re-plan of a model with pods in it gets its own GPUs back, as before the snapshot.
+    snapshot[1][0]["metadata"]["namespace"] = snapshot[1][1]["metadata"]["namespace"] = "ns"
+    _reconcile.forget_capacity()
+    assert _reconcile._free_gpus("mine", "ns", snapshot) == {"L4": [4, 3]}
+    assert _reconcile._free_gpus("new-4", "ns", snapshot) == {"L4": [3, 2]}
