@@ -29,6 +29,7 @@ from loadline.handlers import (
     _policies,
     _reconcile,
     _shards,
+    _toggles,
 )
 from loadline.handlers._settings import OperatorSettings
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
@@ -57,6 +58,9 @@ the event comes (the wait ends on it); it delays a change made meanwhile only wh
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    # Before any watch starts: kopf's index gate woke every waiting object at each new object.
+    if not _toggles.install():
+        logging.getLogger(__name__).info("kopf's ToggleSet is not the one expected; kept as it is")
     prefix = SETTINGS.prefix
     settings.persistence.finalizer = f"{prefix}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
