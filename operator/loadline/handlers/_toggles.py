@@ -15,6 +15,7 @@ checks the class has what it replaces, and leaves kopf alone otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 __all__ = ["install", "installed"]
@@ -42,28 +43,24 @@ def install() -> bool:
     ):
         return False
 
+    async def changed(gate: Any, change: Callable[[], None]) -> None:
+        """``change`` the set's toggles; wake its waiters only when the set's state moved."""
+        async with gate._condition:
+            before = gate.is_on()
+            change()
+            if gate.is_on() != before:
+                gate._condition.notify_all()
+
     async def make_toggle(self: Any, __val: bool = False, *, name: str | None = None) -> Any:
         toggle = Toggle(__val, name=name, condition=self._condition)
-        async with self._condition:
-            before = self.is_on()
-            self._toggles.add(toggle)
-            if self.is_on() != before:
-                self._condition.notify_all()
+        await changed(self, lambda: self._toggles.add(toggle))
         return toggle
 
     async def drop_toggle(self: Any, toggle: Any) -> None:
-        async with self._condition:
-            before = self.is_on()
-            self._toggles.discard(toggle)
-            if self.is_on() != before:
-                self._condition.notify_all()
+        await changed(self, lambda: self._toggles.discard(toggle))
 
     async def drop_toggles(self: Any, toggles: Any) -> None:
-        async with self._condition:
-            before = self.is_on()
-            self._toggles.difference_update(toggles)
-            if self.is_on() != before:
-                self._condition.notify_all()
+        await changed(self, lambda: self._toggles.difference_update(toggles))
 
     ToggleSet.make_toggle = make_toggle  # type: ignore[method-assign]
     ToggleSet.drop_toggle = drop_toggle  # type: ignore[method-assign]
