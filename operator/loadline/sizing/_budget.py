@@ -22,6 +22,7 @@ from loadline.sizing._arch import Architecture
 from loadline.sizing._data import ModelCoefficients, QuantMethod, coefficients, quantization_methods
 from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._params import ParameterCounts, count_parameters
+from loadline.sizing._records import quick_init
 
 GIB = 1024**3
 
@@ -29,6 +30,7 @@ DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 KV_DTYPE_BYTES = {"fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "bfloat16": 2.0, "float16": 2.0}
 
 
+@quick_init
 @dataclass(frozen=True)
 class EngineSettings:
     """Resolved engine settings (no "auto" left): what vLLM will actually run with."""
@@ -54,6 +56,7 @@ class EngineSettings:
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
+@quick_init
 @dataclass(frozen=True)
 class MemoryBudget:
     """What one GPU holds, in GiB, and what the engine as a whole can serve."""

@@ -40,6 +40,7 @@ from loadline.sizing._data import (
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._memo import GuardedMemo
+from loadline.sizing._records import quick_init
 from loadline.sizing._resolve import ResolvedModel, SpecInputs, resolve_inputs, resolve_model
 from loadline.sizing._shapes import (
     ClusterShapes,
@@ -68,6 +69,7 @@ _TP_SIZES = (1, 2, 4, 8)
 _MAX_NODES = 8
 
 
+@quick_init
 @dataclass(frozen=True)
 class Candidate:
     """One GPU layout for one replica, evaluated."""
@@ -184,6 +186,7 @@ class Deferred(Generic[T]):
         obj.__dict__[self.name] = value
 
 
+@quick_init
 @dataclass(frozen=True)
 class Plan:
     """The chosen layout and everything that was considered.
