@@ -55,6 +55,7 @@ from loadline.sizing._shapes import (
 from loadline.sizing._tune import (
     MAX_UTILIZATION,
     Config,
+    concurrency_ceiling,
     ladder_serves,
     largest_int,
     last_rung_serves,
@@ -1223,23 +1224,29 @@ def refusal_fixes(
     best_len, best_conc = 0, 0
     terms = terms_for(inputs)
     # Each probe is whether the layout would be feasible with one value changed: the tuning ladder's
-    # verdict (serves_at: its first and last rung decide) and the node shape (the same for any value).
+    # verdict (serves_at: its first and last rung decide) and the node shape (the same for any value,
+    # so asked only of a layout whose value would be the best yet). Feasibility falls as either value
+    # rises (largest_int's search assumes it), so the concurrencies searched are those above the best
+    # yet, up to the most the layout's KV cache could hold (concurrency_ceiling): the same largest.
     for c in tried.values():
         gpu, tp, pp = c.gpu, c.tensor_parallel_size, c.pipeline_parallel_size
-        if not _fits_node(inputs, c):
-            continue  # no value of either serves: the pod takes no node shape
+        fits: bool | None = None  # whether the pod takes a node shape, when asked
         if inputs.max_model_len > 1:
             length = longest_serving(inputs, gpu, tp, pp, inputs.max_model_len - 1, terms)
             if length:
                 rounded = length - length % 256 if length >= 512 else length
-                best_len = max(best_len, rounded)
+                if rounded > best_len:
+                    fits = _fits_node(inputs, c)
+                    if not fits:
+                        continue  # no value of either serves: the pod takes no node shape
+                    best_len = rounded
         if inputs.concurrency > 1:
-            conc = largest_int(
-                1,
-                inputs.concurrency - 1,
-                serves_concurrencies(inputs, gpu, tp, pp, terms),
-            )
-            best_conc = max(best_conc, conc or 0)
+            high = min(inputs.concurrency - 1, concurrency_ceiling(inputs, gpu, tp, pp, terms))
+            if high > best_conc:
+                works = serves_concurrencies(inputs, gpu, tp, pp, terms)
+                conc = largest_int(best_conc + 1, high, works)
+                if conc and (fits if fits is not None else _fits_node(inputs, c)):
+                    best_conc = conc
     if best_len:
         fixes.append({"text": f"lower spec.maxModelLen to {best_len}", "spec": {"maxModelLen": best_len}})
     if best_conc:
