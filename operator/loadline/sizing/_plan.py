@@ -649,8 +649,49 @@ def _plan_types(
     min_gpu_memory_gib: float,
     catalog_file: str,
 ) -> tuple[_TypePlan, ...]:
+    """:func:`_type_plans` computed: the types ruled out (:func:`_type_problems`), then the layouts of
+    the others (:func:`_type_layouts`). Each half is memoised on only what it depends on, so that the
+    many combinations of a fleet's specs (each half varies with different fields of the spec) are put
+    together from a few entries instead of judging every GPU type again."""
+    catalog = gpu_catalog()
+    methods = quantization_methods()
+    problem_key = (
+        tuple(gpu_names),
+        min_gpu_memory_gib,
+        inputs.dtype == "bfloat16",
+        inputs.quantization,
+        inputs.kv_cache_dtype.startswith("fp8"),
+        id(methods),
+    )
+    found = _TYPE_PROBLEMS.peek(problem_key, catalog) or _TYPE_PROBLEMS.get(
+        problem_key, catalog, lambda: (methods, _type_problems(inputs, gpu_names, min_gpu_memory_gib))
+    )
+    ruled_out = found[1]
+    usable = tuple(name for name, plan in zip(gpu_names, ruled_out, strict=True) if plan is None)
     arch = inputs.model.architecture
-    plans = []
+    layout_key = (
+        usable,
+        max_gpus,
+        multi_node,
+        _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        min(arch.num_layers, max_gpus),
+        inputs.providers,
+        inputs.cluster,
+        catalog_file,
+    )
+    laid_out = _TYPE_LAYOUTS.peek(layout_key, catalog) or _TYPE_LAYOUTS.get(
+        layout_key, catalog, lambda: _type_layouts(inputs, usable, max_gpus, multi_node, catalog_file)
+    )
+    others = iter(laid_out)
+    return tuple(next(others) if plan is None else plan for plan in ruled_out)
+
+
+def _type_problems(
+    inputs: SpecInputs, gpu_names: Sequence[str], min_gpu_memory_gib: float
+) -> tuple[_TypePlan | None, ...]:
+    """Per GPU name, the plan of a type the spec cannot use (its support problem or the remediation
+    floor's), or None: the same for every spec of a dtype, quantization and KV-cache dtype class."""
+    plans: list[_TypePlan | None] = []
     for name in gpu_names:
         gpu = find_gpu(name, "spec.gpu.types")
         problem = _support_problem(gpu, inputs)
@@ -659,9 +700,20 @@ def _plan_types(
                 f"{gpu.name} has {gpu.memory_gib:.2f} GiB; out-of-memory remediation asks for at least "
                 f"{min_gpu_memory_gib:.2f} GiB per GPU"
             )
-        if problem:
-            plans.append(_type_plan(gpu, problem, 0, False, ()))
-            continue
+        plans.append(_type_plan(gpu, problem, 0, False, ()) if problem else None)
+    return tuple(plans)
+
+
+def _type_layouts(
+    inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int, multi_node: bool, catalog_file: str
+) -> tuple[_TypePlan, ...]:
+    """The plans of the GPU types the spec can use: their layouts (none within ``max_gpus`` is a
+    problem too) and bounds, from the node shapes allowed; the same for every spec whose model splits
+    its heads and layers alike, with the same limits and node shapes."""
+    arch = inputs.model.architecture
+    plans = []
+    for name in gpu_names:
+        gpu = find_gpu(name, "spec.gpu.types")
         node, fabric, shaped = _node_gpus(gpu, inputs, catalog_file)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts_for(
@@ -672,11 +724,16 @@ def _plan_types(
             max_gpus,
             spans_nodes,
         )
-        if not layouts:
-            problem = f"no layout within {max_gpus} GPUs divides the attention heads"
+        problem = "" if layouts else f"no layout within {max_gpus} GPUs divides the attention heads"
         bounds = _row_bounds(gpu, layouts, inputs, catalog_file)
         plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, bounds))
     return tuple(plans)
+
+
+_TYPE_PROBLEMS: GuardedMemo[tuple[object, ...], tuple[object, tuple[_TypePlan | None, ...]]] = GuardedMemo(
+    4096
+)
+_TYPE_LAYOUTS: GuardedMemo[tuple[object, ...], tuple[_TypePlan, ...]] = GuardedMemo(4096)
 
 
 def _type_plan(
@@ -1025,13 +1082,14 @@ def _scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> t
 
 def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
     scans: list[tuple[Bound, int, int]] = []
+    static_terms = terms.static_terms
     for order, plan in enumerate(plans):
         # A type with no allowed node shape places no layout (choose_shape refuses them all).
         if plan.problem or not plan.shaped:
             continue
         room = plan.gpu.memory_gib * ceiling  # as _context's
-        for index, (tp, pp, *_) in enumerate(plan.rows):
-            if terms.static_terms(tp, pp)[2] < room:
+        for index, row in enumerate(plan.rows):
+            if static_terms(row[0], row[1])[2] < room:
                 if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
                     scans.append((plan.bounds[index], order, index))
                 break
