@@ -1328,9 +1328,13 @@ def refusal_fixes(
 
 
 def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int) -> Candidate | None:
-    """``[c for c in plan_candidates(inputs, gpu_names, max_gpus, True) if c.feasible][0]`` (or None),
-    building only that candidate: the rejected layouts of that list are never shown."""
+    """The layout of ``[c for c in plan_candidates(inputs, gpu_names, max_gpus, True) if c.feasible][0]``
+    (or None): its GPU type, tensor and pipeline parallelism and nodes, which are all the fix names, as
+    a candidate without settings or budget (the rejected layouts of that list are never shown, and the
+    chosen one's tuning is not either)."""
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
-    terms = terms_for(inputs)
-    verdict = _cheapest(inputs, gpu_names, max_gpus, True, 0.0, catalog_file, terms)
-    return None if verdict is None else _materialize(verdict, inputs, catalog_file, {}, terms)
+    verdict = _cheapest(inputs, gpu_names, max_gpus, True, 0.0, catalog_file, terms_for(inputs))
+    if verdict is None:
+        return None
+    gpu, tp, pp, nodes = verdict[:4]
+    return Candidate(gpu, tp, pp, nodes, None, None)
