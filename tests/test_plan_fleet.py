@@ -17,6 +17,7 @@ from benchmarks import _fleet
 from loadline.sizing import gpu_catalog, plan_inference_model, resolve_inputs, resolve_model, tune
 from loadline.sizing._plan import _cheapest, _layouts_for, _verdicts, plan_candidates
 from loadline.sizing._tune import (
+    concurrency_ceiling,
     largest_int,
     longest_serving,
     serves_at,
@@ -144,6 +145,28 @@ def test_the_longest_length_worked_out_is_the_one_searched() -> None:
                     assert longest_serving(inputs, gpu, tp, pp, high) == largest_int(1, high, works)
                     checked += 1
     assert checked > 5000
+
+
+def test_feasibility_falls_as_concurrency_rises_and_stops_at_its_ceiling() -> None:
+    """Refusal fixes search the concurrencies a layout serves only above the best found yet and up to
+    :func:`concurrency_ceiling`, which gives the same largest only if feasibility is true, then false,
+    as the concurrency rises, and false above the ceiling: every concurrency up to the spec's, and the
+    two past the ceiling, for every layout of every GPU type of a sample of the fleet."""
+    checked = 0
+    for spec in _fleet.planning_specs(_fleet.build_specs(40, seed=14)):
+        inputs = resolve_inputs(spec, resolve_model(spec))
+        arch = inputs.model.architecture
+        for gpu in gpu_catalog().values():
+            for tp, pp, _ in _layouts_for(
+                gpu.max_gpus_per_node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
+            ):
+                works = serves_concurrencies(inputs, gpu, tp, pp)
+                ceiling = concurrency_ceiling(inputs, gpu, tp, pp)
+                served = [works(n) for n in range(1, inputs.concurrency + 2)]
+                assert served == sorted(served, reverse=True)  # true, then false
+                assert not any(served[ceiling:]) and not works(ceiling + 1) and not works(ceiling + 2)
+                checked += 1
+    assert checked > 1000
 
 
 def test_the_cheapest_layout_searched_is_the_first_feasible_of_all() -> None:

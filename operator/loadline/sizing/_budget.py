@@ -22,6 +22,7 @@ from loadline.sizing._arch import Architecture
 from loadline.sizing._data import ModelCoefficients, QuantMethod, coefficients, quantization_methods
 from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._params import ParameterCounts, count_parameters
+from loadline.sizing._records import quick_init
 
 GIB = 1024**3
 
@@ -29,6 +30,7 @@ DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 KV_DTYPE_BYTES = {"fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "bfloat16": 2.0, "float16": 2.0}
 
 
+@quick_init
 @dataclass(frozen=True)
 class EngineSettings:
     """Resolved engine settings (no "auto" left): what vLLM will actually run with."""
@@ -54,6 +56,7 @@ class EngineSettings:
         return self.tensor_parallel_size * self.pipeline_parallel_size
 
 
+@quick_init
 @dataclass(frozen=True)
 class MemoryBudget:
     """What one GPU holds, in GiB, and what the engine as a whole can serve."""
@@ -295,7 +298,7 @@ def blocks_within(
     most any setting at that utilization gives (:meth:`FixedTerms.may_serve`; the planner asks it before
     a layout's :class:`FixedTerms` exist)."""
     kv = total * utilization - weights - 0.0 - non_torch
-    kv_positive = max(kv, 0.0)
+    kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0) without the call (the planner's hottest line)
     return int(kv_positive // block_bytes) if block_bytes else 0
 
 
@@ -519,7 +522,7 @@ class FixedTerms:
         kv = budget - self.weights - activation - self.non_torch
         if self.counted:
             kv -= graphs
-        kv_positive = max(kv, 0.0)
+        kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0), as blocks_within
         blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
         headroom = self.total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
@@ -585,7 +588,7 @@ class FixedTerms:
             starved = self.starved.get((seqs, tokens, utilization, eager))
             if starved is not None:
                 return starved
-        kv_positive = max(kv, 0.0)
+        kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0), as blocks_within
         block_bytes = self.block_bytes
         blocks = int(kv_positive // block_bytes) if block_bytes else 0
         kv_tokens = blocks * self.block_size // max(self.groups, 1)

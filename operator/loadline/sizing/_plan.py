@@ -40,6 +40,7 @@ from loadline.sizing._data import (
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._memo import GuardedMemo
+from loadline.sizing._records import quick_init
 from loadline.sizing._resolve import ResolvedModel, SpecInputs, resolve_inputs, resolve_model
 from loadline.sizing._shapes import (
     ClusterShapes,
@@ -54,6 +55,7 @@ from loadline.sizing._shapes import (
 from loadline.sizing._tune import (
     MAX_UTILIZATION,
     Config,
+    concurrency_ceiling,
     ladder_serves,
     largest_int,
     last_rung_serves,
@@ -68,6 +70,7 @@ _TP_SIZES = (1, 2, 4, 8)
 _MAX_NODES = 8
 
 
+@quick_init
 @dataclass(frozen=True)
 class Candidate:
     """One GPU layout for one replica, evaluated."""
@@ -184,6 +187,7 @@ class Deferred(Generic[T]):
         obj.__dict__[self.name] = value
 
 
+@quick_init
 @dataclass(frozen=True)
 class Plan:
     """The chosen layout and everything that was considered.
@@ -645,8 +649,49 @@ def _plan_types(
     min_gpu_memory_gib: float,
     catalog_file: str,
 ) -> tuple[_TypePlan, ...]:
+    """:func:`_type_plans` computed: the types ruled out (:func:`_type_problems`), then the layouts of
+    the others (:func:`_type_layouts`). Each half is memoised on only what it depends on, so that the
+    many combinations of a fleet's specs (each half varies with different fields of the spec) are put
+    together from a few entries instead of judging every GPU type again."""
+    catalog = gpu_catalog()
+    methods = quantization_methods()
+    problem_key = (
+        tuple(gpu_names),
+        min_gpu_memory_gib,
+        inputs.dtype == "bfloat16",
+        inputs.quantization,
+        inputs.kv_cache_dtype.startswith("fp8"),
+        id(methods),
+    )
+    found = _TYPE_PROBLEMS.peek(problem_key, catalog) or _TYPE_PROBLEMS.get(
+        problem_key, catalog, lambda: (methods, _type_problems(inputs, gpu_names, min_gpu_memory_gib))
+    )
+    ruled_out = found[1]
+    usable = tuple(name for name, plan in zip(gpu_names, ruled_out, strict=True) if plan is None)
     arch = inputs.model.architecture
-    plans = []
+    layout_key = (
+        usable,
+        max_gpus,
+        multi_node,
+        _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        min(arch.num_layers, max_gpus),
+        inputs.providers,
+        inputs.cluster,
+        catalog_file,
+    )
+    laid_out = _TYPE_LAYOUTS.peek(layout_key, catalog) or _TYPE_LAYOUTS.get(
+        layout_key, catalog, lambda: _type_layouts(inputs, usable, max_gpus, multi_node, catalog_file)
+    )
+    others = iter(laid_out)
+    return tuple(next(others) if plan is None else plan for plan in ruled_out)
+
+
+def _type_problems(
+    inputs: SpecInputs, gpu_names: Sequence[str], min_gpu_memory_gib: float
+) -> tuple[_TypePlan | None, ...]:
+    """Per GPU name, the plan of a type the spec cannot use (its support problem or the remediation
+    floor's), or None: the same for every spec of a dtype, quantization and KV-cache dtype class."""
+    plans: list[_TypePlan | None] = []
     for name in gpu_names:
         gpu = find_gpu(name, "spec.gpu.types")
         problem = _support_problem(gpu, inputs)
@@ -655,9 +700,20 @@ def _plan_types(
                 f"{gpu.name} has {gpu.memory_gib:.2f} GiB; out-of-memory remediation asks for at least "
                 f"{min_gpu_memory_gib:.2f} GiB per GPU"
             )
-        if problem:
-            plans.append(_type_plan(gpu, problem, 0, False, ()))
-            continue
+        plans.append(_type_plan(gpu, problem, 0, False, ()) if problem else None)
+    return tuple(plans)
+
+
+def _type_layouts(
+    inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int, multi_node: bool, catalog_file: str
+) -> tuple[_TypePlan, ...]:
+    """The plans of the GPU types the spec can use: their layouts (none within ``max_gpus`` is a
+    problem too) and bounds, from the node shapes allowed; the same for every spec whose model splits
+    its heads and layers alike, with the same limits and node shapes."""
+    arch = inputs.model.architecture
+    plans = []
+    for name in gpu_names:
+        gpu = find_gpu(name, "spec.gpu.types")
         node, fabric, shaped = _node_gpus(gpu, inputs, catalog_file)
         spans_nodes = multi_node and gpu.multi_node and fabric
         layouts = _layouts_for(
@@ -668,11 +724,16 @@ def _plan_types(
             max_gpus,
             spans_nodes,
         )
-        if not layouts:
-            problem = f"no layout within {max_gpus} GPUs divides the attention heads"
+        problem = "" if layouts else f"no layout within {max_gpus} GPUs divides the attention heads"
         bounds = _row_bounds(gpu, layouts, inputs, catalog_file)
         plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, bounds))
     return tuple(plans)
+
+
+_TYPE_PROBLEMS: GuardedMemo[tuple[object, ...], tuple[object, tuple[_TypePlan | None, ...]]] = GuardedMemo(
+    4096
+)
+_TYPE_LAYOUTS: GuardedMemo[tuple[object, ...], tuple[_TypePlan, ...]] = GuardedMemo(4096)
 
 
 def _type_plan(
@@ -1021,13 +1082,14 @@ def _scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> t
 
 def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) -> tuple[Scan, ...]:
     scans: list[tuple[Bound, int, int]] = []
+    static_terms = terms.static_terms
     for order, plan in enumerate(plans):
         # A type with no allowed node shape places no layout (choose_shape refuses them all).
         if plan.problem or not plan.shaped:
             continue
         room = plan.gpu.memory_gib * ceiling  # as _context's
-        for index, (tp, pp, *_) in enumerate(plan.rows):
-            if terms.static_terms(tp, pp)[2] < room:
+        for index, row in enumerate(plan.rows):
+            if static_terms(row[0], row[1])[2] < room:
                 if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
                     scans.append((plan.bounds[index], order, index))
                 break
@@ -1220,23 +1282,29 @@ def refusal_fixes(
     best_len, best_conc = 0, 0
     terms = terms_for(inputs)
     # Each probe is whether the layout would be feasible with one value changed: the tuning ladder's
-    # verdict (serves_at: its first and last rung decide) and the node shape (the same for any value).
+    # verdict (serves_at: its first and last rung decide) and the node shape (the same for any value,
+    # so asked only of a layout whose value would be the best yet). Feasibility falls as either value
+    # rises (largest_int's search assumes it), so the concurrencies searched are those above the best
+    # yet, up to the most the layout's KV cache could hold (concurrency_ceiling): the same largest.
     for c in tried.values():
         gpu, tp, pp = c.gpu, c.tensor_parallel_size, c.pipeline_parallel_size
-        if not _fits_node(inputs, c):
-            continue  # no value of either serves: the pod takes no node shape
+        fits: bool | None = None  # whether the pod takes a node shape, when asked
         if inputs.max_model_len > 1:
             length = longest_serving(inputs, gpu, tp, pp, inputs.max_model_len - 1, terms)
             if length:
                 rounded = length - length % 256 if length >= 512 else length
-                best_len = max(best_len, rounded)
+                if rounded > best_len:
+                    fits = _fits_node(inputs, c)
+                    if not fits:
+                        continue  # no value of either serves: the pod takes no node shape
+                    best_len = rounded
         if inputs.concurrency > 1:
-            conc = largest_int(
-                1,
-                inputs.concurrency - 1,
-                serves_concurrencies(inputs, gpu, tp, pp, terms),
-            )
-            best_conc = max(best_conc, conc or 0)
+            high = min(inputs.concurrency - 1, concurrency_ceiling(inputs, gpu, tp, pp, terms))
+            if high > best_conc:
+                works = serves_concurrencies(inputs, gpu, tp, pp, terms)
+                conc = largest_int(best_conc + 1, high, works)
+                if conc and (fits if fits is not None else _fits_node(inputs, c)):
+                    best_conc = conc
     if best_len:
         fixes.append({"text": f"lower spec.maxModelLen to {best_len}", "spec": {"maxModelLen": best_len}})
     if best_conc:
@@ -1260,9 +1328,13 @@ def refusal_fixes(
 
 
 def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int) -> Candidate | None:
-    """``[c for c in plan_candidates(inputs, gpu_names, max_gpus, True) if c.feasible][0]`` (or None),
-    building only that candidate: the rejected layouts of that list are never shown."""
+    """The layout of ``[c for c in plan_candidates(inputs, gpu_names, max_gpus, True) if c.feasible][0]``
+    (or None): its GPU type, tensor and pipeline parallelism and nodes, which are all the fix names, as
+    a candidate without settings or budget (the rejected layouts of that list are never shown, and the
+    chosen one's tuning is not either)."""
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
-    terms = terms_for(inputs)
-    verdict = _cheapest(inputs, gpu_names, max_gpus, True, 0.0, catalog_file, terms)
-    return None if verdict is None else _materialize(verdict, inputs, catalog_file, {}, terms)
+    verdict = _cheapest(inputs, gpu_names, max_gpus, True, 0.0, catalog_file, terms_for(inputs))
+    if verdict is None:
+        return None
+    gpu, tp, pp, nodes = verdict[:4]
+    return Candidate(gpu, tp, pp, nodes, None, None)

@@ -23,6 +23,7 @@ from loadline.sizing._data import (
     quantization_methods,
 )
 from loadline.sizing._memo import GuardedMemo
+from loadline.sizing._records import quick_init
 from loadline.sizing._shapes import ClusterShapes
 
 # Names a checkpoint's quantization_config uses, mapped to the vLLM method that loads it on NVIDIA GPUs.
@@ -144,6 +145,7 @@ def check_max_model_len(
     return max_model_len
 
 
+@quick_init
 @dataclass(frozen=True)
 class SpecInputs:
     """Everything about a spec that does not depend on the GPU candidate."""

@@ -542,7 +542,14 @@ def choose_shape(
             f"{idle} of {best.gpus} GPUs per instance stay idle (no {pod.gpus}-GPU {gpu.name} shape)"
         )
     # Shapes with too few GPUs are not alternatives worth naming; those whose host was too small are.
-    cheaper = [p for o, s in misfits if o < rank for p in (_problem(s, pod, nodes),) if " GPUs < " not in p]
+    # (Too few GPUs is the first misfit _problem tells, so those are passed over before it writes why.)
+    cheaper = [
+        p
+        for o, s in misfits
+        if o < rank and s.gpus >= pod.gpus
+        for p in (_problem(s, pod, nodes),)
+        if " GPUs < " not in p
+    ]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
     passed = [s for o, s in pool if o < rank and s.unverified_price]

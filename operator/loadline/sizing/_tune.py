@@ -36,6 +36,7 @@ from loadline.sizing._budget import (
     MemoryBudget,
     ModelTerms,
     Pool,
+    blocks_within,
     kv_bytes_per_layer_token,
     model_terms,
 )
@@ -420,6 +421,24 @@ def serves_concurrencies(
         return layout_serves(fixed, inputs, (seqs, tokens, utilization, eager), length, concurrency)
 
     return works
+
+
+def concurrency_ceiling(
+    inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None
+) -> int:
+    """The most sequences of max-model-len any setting of this layout could hold (0: not one): the KV
+    blocks within the ladder's highest utilization (0.95 or vLLM's default, or what the spec pins) with
+    no activations and no CUDA graphs, over the fewest blocks a sequence takes. vLLM's defaults (a lower
+    utilization, activations) and every rung hold no more (:meth:`FixedTerms.may_serve`), so
+    ``serves_concurrencies(...)(n)`` is false above it: refusal fixes search the concurrencies below."""
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
+    pinned = inputs.gpu_memory_utilization
+    utilization = pinned or version_defaults(inputs.version, gpu.name, gpu.memory_gib)[2]  # as defaults()
+    ceiling = utilization if pinned is not None else max(utilization, MAX_UTILIZATION)  # as ladder_serves
+    blocks = blocks_within(fixed.total, ceiling, fixed.weights, fixed.non_torch, fixed.block_bytes)
+    blocks_per_seq = fixed._blocks_per_seq(inputs.max_model_len, 0)
+    held = blocks / blocks_per_seq if blocks_per_seq else 0.0
+    return int(held) if held >= 1.0 else 0  # n <= held for a whole n is n <= floor(held)
 
 
 def tune(inputs: SpecInputs, gpu: GPUType, tp: int, pp: int, terms: ModelTerms | None = None) -> Tuned:
