@@ -10,11 +10,20 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+from collections.abc import Iterator
 from pathlib import Path
 
 from benchmarks import _fleet
 
-from loadline.sizing import gpu_catalog, plan_inference_model, resolve_inputs, resolve_model, tune
+from loadline.sizing import (
+    GPUType,
+    SpecInputs,
+    gpu_catalog,
+    plan_inference_model,
+    resolve_inputs,
+    resolve_model,
+    tune,
+)
 from loadline.sizing._plan import _cheapest, _layouts_for, _verdicts, plan_candidates
 from loadline.sizing._tune import (
     concurrency_ceiling,
@@ -102,29 +111,34 @@ def test_with_rejection_keeps_every_other_field() -> None:
     assert chosen.with_rejection("no") == dataclasses.replace(chosen, rejection="no")
 
 
+def every_layout(count: int, seed: int) -> Iterator[tuple[SpecInputs, GPUType, int, int]]:
+    """Every layout of every GPU type of the catalog, for ``count`` specs of the fleet (``seed``)."""
+    for spec in _fleet.planning_specs(_fleet.build_specs(count, seed=seed)):
+        inputs = resolve_inputs(spec, resolve_model(spec))
+        arch = inputs.model.architecture
+        for gpu in gpu_catalog().values():
+            for tp, pp, _ in _layouts_for(
+                gpu.max_gpus_per_node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
+            ):
+                yield inputs, gpu, tp, pp
+
+
 def test_feasibility_on_figures_agrees_with_the_full_tuning_ladder() -> None:
     """The planner judges layouts (and refusal fixes probe lengths and concurrencies) without walking
     the ladder: vLLM's defaults or its last rung decide. Here every layout of every GPU type, for a
     sample of the fleet and shorter lengths and lower concurrencies, against :func:`tune`."""
     checked = 0
-    for spec in _fleet.planning_specs(_fleet.build_specs(60, seed=11)):
-        inputs = resolve_inputs(spec, resolve_model(spec))
-        arch = inputs.model.architecture
-        for gpu in gpu_catalog().values():
-            node = gpu.max_gpus_per_node
-            for tp, pp, _ in _layouts_for(
-                node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
-            ):
-                assert serves_at(inputs, gpu, tp, pp) == tune(inputs, gpu, tp, pp).serves
-                lengths = serves_lengths(inputs, gpu, tp, pp)
-                concurrencies = serves_concurrencies(inputs, gpu, tp, pp)
-                for length in {1, 512, inputs.max_model_len // 3, inputs.max_model_len}:
-                    shorter = dataclasses.replace(inputs, max_model_len=length)
-                    assert lengths(length) == tune(shorter, gpu, tp, pp).serves
-                for concurrency in {1, 7, inputs.concurrency // 2 or 1, inputs.concurrency}:
-                    fewer = dataclasses.replace(inputs, concurrency=concurrency)
-                    assert concurrencies(concurrency) == tune(fewer, gpu, tp, pp).serves
-                checked += 1
+    for inputs, gpu, tp, pp in every_layout(60, seed=11):
+        assert serves_at(inputs, gpu, tp, pp) == tune(inputs, gpu, tp, pp).serves
+        lengths = serves_lengths(inputs, gpu, tp, pp)
+        concurrencies = serves_concurrencies(inputs, gpu, tp, pp)
+        for length in {1, 512, inputs.max_model_len // 3, inputs.max_model_len}:
+            shorter = dataclasses.replace(inputs, max_model_len=length)
+            assert lengths(length) == tune(shorter, gpu, tp, pp).serves
+        for concurrency in {1, 7, inputs.concurrency // 2 or 1, inputs.concurrency}:
+            fewer = dataclasses.replace(inputs, concurrency=concurrency)
+            assert concurrencies(concurrency) == tune(fewer, gpu, tp, pp).serves
+        checked += 1
     assert checked > 1000
 
 
@@ -133,17 +147,11 @@ def test_the_longest_length_worked_out_is_the_one_searched() -> None:
     searching it: the same answer as the binary search over every length, for every layout of every
     GPU type of a sample of the fleet and several upper bounds."""
     checked = 0
-    for spec in _fleet.planning_specs(_fleet.build_specs(80, seed=12)):
-        inputs = resolve_inputs(spec, resolve_model(spec))
-        arch = inputs.model.architecture
-        for gpu in gpu_catalog().values():
-            for tp, pp, _ in _layouts_for(
-                gpu.max_gpus_per_node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
-            ):
-                works = serves_lengths(inputs, gpu, tp, pp)
-                for high in {0, 1, 17, 512, inputs.max_model_len - 1, inputs.max_model_len * 4}:
-                    assert longest_serving(inputs, gpu, tp, pp, high) == largest_int(1, high, works)
-                    checked += 1
+    for inputs, gpu, tp, pp in every_layout(80, seed=12):
+        works = serves_lengths(inputs, gpu, tp, pp)
+        for high in {0, 1, 17, 512, inputs.max_model_len - 1, inputs.max_model_len * 4}:
+            assert longest_serving(inputs, gpu, tp, pp, high) == largest_int(1, high, works)
+            checked += 1
     assert checked > 5000
 
 
@@ -153,19 +161,13 @@ def test_feasibility_falls_as_concurrency_rises_and_stops_at_its_ceiling() -> No
     as the concurrency rises, and false above the ceiling: every concurrency up to the spec's, and the
     two past the ceiling, for every layout of every GPU type of a sample of the fleet."""
     checked = 0
-    for spec in _fleet.planning_specs(_fleet.build_specs(40, seed=14)):
-        inputs = resolve_inputs(spec, resolve_model(spec))
-        arch = inputs.model.architecture
-        for gpu in gpu_catalog().values():
-            for tp, pp, _ in _layouts_for(
-                gpu.max_gpus_per_node, arch.num_attention_heads, arch.num_kv_heads, arch.num_layers, 64, True
-            ):
-                works = serves_concurrencies(inputs, gpu, tp, pp)
-                ceiling = concurrency_ceiling(inputs, gpu, tp, pp)
-                served = [works(n) for n in range(1, inputs.concurrency + 2)]
-                assert served == sorted(served, reverse=True)  # true, then false
-                assert not any(served[ceiling:]) and not works(ceiling + 1) and not works(ceiling + 2)
-                checked += 1
+    for inputs, gpu, tp, pp in every_layout(40, seed=14):
+        works = serves_concurrencies(inputs, gpu, tp, pp)
+        ceiling = concurrency_ceiling(inputs, gpu, tp, pp)
+        served = [works(n) for n in range(1, inputs.concurrency + 2)]
+        assert served == sorted(served, reverse=True)  # true, then false
+        assert not any(served[ceiling:]) and not works(ceiling + 1) and not works(ceiling + 2)
+        checked += 1
     assert checked > 1000
 
 
