@@ -48,7 +48,6 @@ from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import (
-    ClusterShapes,
     Plan,
     cluster_shapes,
     find_catalog_model,
@@ -177,57 +176,15 @@ def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
             _DEMANDS[key] = demand
 
 
-@dataclass(frozen=True)
-class _Capacity:
-    """What every plan reads of one snapshot of the cluster (:func:`_index.view`), worked out once for
-    it: the node shapes, the free GPUs per type with every bound pod counted, the pods bound per model
-    (``namespace/model``), and the models that have pods in it."""
-
-    shapes: ClusterShapes | None
-    free: dict[str, list[int]]
-    bound: Counter[str]
-    with_pods: frozenset[tuple[str, str]]
-
-
-_CAPACITY: tuple[ClusterView, _Capacity] | None = None
-_CAPACITY_LOCK = threading.Lock()
-
-
-def _capacity(view: ClusterView) -> _Capacity:
-    """The capacity of ``view``, computed once per snapshot object (the operator's plans share one for
-    half a second; a view listed from the API, outside kopf, is its own)."""
-    global _CAPACITY
-    with _CAPACITY_LOCK:
-        last = _CAPACITY
-    if last is not None and last[0] is view:
-        return last[1]
-    nodes, pods = view
+def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[tuple[str, int, int]]:
+    """The reservations of the other models' pods that the scheduler has not bound yet: those of the
+    loadline Deployments seen (every shard's) and of the plans this process applied (a LeaderWorkerSet's,
+    and a Deployment's until its first watch event comes)."""
     bound: Counter[str] = Counter()
-    with_pods: set[tuple[str, str]] = set()
     for pod in pods:
         meta = pod.get("metadata") or {}
-        model = (meta.get("labels") or {}).get(INSTANCE_LABEL)
-        if model:
-            with_pods.add((str(meta.get("namespace")), str(model)))
         if (pod.get("spec") or {}).get("nodeName"):
-            bound[f"{meta.get('namespace')}/{model}"] += 1
-    capacity = _Capacity(cluster_shapes(nodes), free_gpus_by_type(nodes, pods), bound, frozenset(with_pods))
-    with _CAPACITY_LOCK:
-        _CAPACITY = (view, capacity)
-    return capacity
-
-
-def forget_capacity() -> None:
-    """Drop the memo (tests: a fresh process starts without one)."""
-    global _CAPACITY
-    with _CAPACITY_LOCK:
-        _CAPACITY = None
-
-
-def _unbound(bound: Counter[str], leave_out: str) -> list[tuple[str, int, int]]:
-    """The reservations of the other models' pods that the scheduler has not bound yet (``bound``: the
-    pods bound per model): those of the loadline Deployments seen (every shard's) and of the plans this
-    process applied (a LeaderWorkerSet's, and a Deployment's until its first watch event comes)."""
+            bound[f"{meta.get('namespace')}/{(meta.get('labels') or {}).get(INSTANCE_LABEL)}"] += 1
     with _PLANNED_LOCK:
         planned = list({**_PLANNED, **_DEMANDS}.items())
     return [(gpu, per_pod, count - bound[key]) for key, (gpu, per_pod, count) in planned
@@ -237,21 +194,17 @@ def _unbound(bound: Counter[str], leave_out: str) -> list[tuple[str, int, int]]:
 def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[int]]:
     """Free GPUs per type, leaving this InferenceModel's own pods out, and the other models' pods
     that are planned but not bound yet reserved."""
-    capacity = _capacity(view)
-    free = capacity.free
-    if (namespace, name) in capacity.with_pods:
-        # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
-        nodes, all_pods = view
-        pods = [
-            pod
-            for pod in all_pods
-            if not (
-                pod.get("metadata", {}).get("namespace") == namespace
-                and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
-            )
-        ]
-        free = free_gpus_by_type(nodes, pods)
-    return reserve(free, _unbound(capacity.bound, f"{namespace}/{name}"))
+    nodes, all_pods = view
+    # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
+    pods = [
+        pod
+        for pod in all_pods
+        if not (
+            pod.get("metadata", {}).get("namespace") == namespace
+            and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
+        )
+    ]
+    return reserve(free_gpus_by_type(nodes, pods), _unbound(all_pods, f"{namespace}/{name}"))
 
 
 def remediation_state(body: Mapping[str, Any]) -> RemediationState:
@@ -396,7 +349,7 @@ def _plan_and_render(
     free = _free_gpus(meta["name"], meta["namespace"], cluster) if settings.capacity_aware else None
     plan = inputs.plan(
         free_gpus=free,
-        cluster_shapes=_capacity(cluster).shapes,
+        cluster_shapes=cluster_shapes(cluster[0]),
         min_gpus=state.overrides.min_gpus_per_replica or 1,
         min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
     )
