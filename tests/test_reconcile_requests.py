@@ -565,9 +565,7 @@ def test_a_roll_out_leaves_a_move_between_layouts_and_a_failed_plan_to_reconcile
     assert fake.calls == []
 
 
-def test_reconcile_passes_over_a_version_older_than_a_rolled_out_remediation(
-    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_reconcile_passes_over_a_version_older_than_a_rolled_out_remediation(fake: FakeKube) -> None:
     """A version of the model written before the remediation was rolled out (a spec change whose event
     comes now) would put the memory back and roll the pods twice: reconcile passes over it until the
     version carrying the remediation's annotation comes (the guard's time:

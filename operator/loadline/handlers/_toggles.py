@@ -18,13 +18,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["install", "installed"]
+__all__ = ["install"]
 
 _INSTALLED = False
-
-
-def installed() -> bool:
-    return _INSTALLED
 
 
 def install() -> bool:
