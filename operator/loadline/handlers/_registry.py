@@ -171,8 +171,17 @@ def policy_event(body: kopf.Body, type: str, **kwargs: Any) -> None:
     _fleet.on_policies_changed(bodies, SETTINGS)
 
 
-def _deploying(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
-    return bool(status.get("phase") == "Deploying") and _shards.owns_uid(meta.get("uid"))
+def _present(meta: kopf.Meta, indexes: dict[str, Any]) -> bool:
+    """This replica's model, and still in the cluster: kopf drops a model from its indexes on the
+    DELETED event before it re-matches the timers, while the event's body still reads as it last was
+    (no finalizer, so no deletion timestamp). Every timer's filter asks this, so kopf stops a deleted
+    model's timers instead of leaving them to tick on, orphaned, for the life of the process."""
+    key = f"{meta.get('namespace')}/{meta.get('name')}"
+    return _shards.owns_uid(meta.get("uid")) and key in indexes["owned_models"]
+
+
+def _deploying(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return bool(status.get("phase") == "Deploying") and _present(meta, kwargs)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
@@ -183,8 +192,8 @@ async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: An
         await _lanes.CHECKS.run(_reconcile.read_readiness, body, patch, memo)
 
 
-def _measurable(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
-    return _measure.measuring(SETTINGS, status) and _shards.owns_uid(meta.get("uid"))
+def _measurable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _measure.measuring(SETTINGS, status) and _present(meta, kwargs)
 
 
 @kopf.timer(
@@ -208,8 +217,8 @@ def restarting(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> d
     return {} if entry is None else {f"{namespace}/{name}": entry}
 
 
-def _maintenance_pending(status: kopf.Status, meta: kopf.Meta, **_: Any) -> bool:
-    return _maintenance.pending(status) and _shards.owns_uid(meta.get("uid"))
+def _maintenance_pending(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _maintenance.pending(status) and _present(meta, kwargs)
 
 
 @kopf.timer(
@@ -322,8 +331,9 @@ def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
     """kopf puts a finalizer on every object one of its timers matches and takes it off when none does
     (its timers are declared ``requires_finalizer=True``; kopf issue #1074): two writes per model each
     time it starts deploying or a roll-out is pending, and models that cannot be deleted while the
-    operator is down. loadline's timers keep nothing that deletion must clean up (kopf stops them on the
-    DELETED event; a tick racing a deletion gets 404, which kopf logs), so none holds a finalizer."""
+    operator is down. loadline's timers keep nothing that deletion must clean up (their filters stop matching
+    on the DELETED event, :func:`_present`; a tick racing a deletion gets 404, which kopf logs), so none
+    holds a finalizer."""
     spawning = registry._spawning
     spawning._handlers = [
         dataclasses.replace(handler, requires_finalizer=False) for handler in spawning.get_all_handlers()
