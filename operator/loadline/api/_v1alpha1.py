@@ -800,6 +800,12 @@ class InferenceModelStatus(_Model):
     oom_risk: OOMRisk | None = Field(
         default=None, description="Estimated time to an out-of-memory crash, with the evidence."
     )
+    last_handled_configuration: str | None = Field(
+        default=None,
+        description="The spec, labels and annotations the operator last acted on, as JSON (its diff base: "
+        "a change from it is what starts a reconcile). Kept in status so that it is written with the "
+        "status, in one request.",
+    )
 
 
 class InferenceModel(_Model):

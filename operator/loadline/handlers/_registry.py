@@ -18,6 +18,7 @@ import kopf
 from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import (
     _admission,
+    _diffbase,
     _fleet,
     _index,
     _kube,
@@ -64,9 +65,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     prefix = SETTINGS.prefix
     settings.persistence.finalizer = f"{prefix}/finalizer"
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
-        prefix=prefix, key="last-handled-configuration"
-    )
+    settings.persistence.diffbase_storage = _diffbase.StatusDiffBase(prefix, "last-handled-configuration")
     settings.persistence.consistency_timeout = CONSISTENCY_TIMEOUT_SECONDS
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout

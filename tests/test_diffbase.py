@@ -1,0 +1,87 @@
+"""kopf's diff base in the model's status: one write per handled change, and no model re-reconciled
+(or left unreconciled) by the move from the annotation that earlier versions wrote."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kopf
+
+from loadline.api import InferenceModelStatus
+from loadline.handlers._diffbase import FIELD, StatusDiffBase
+
+PREFIX = "loadline.dev"
+KEY = "last-handled-configuration"
+
+
+def _body(annotations: dict[str, str] | None = None, status: dict[str, Any] | None = None) -> kopf.Body:
+    return kopf.Body(
+        {
+            "apiVersion": "loadline.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {
+                "namespace": "ns",
+                "name": "chat",
+                "uid": "u1",
+                "labels": {"team": "a"},
+                "annotations": {"note": "x", **(annotations or {})},
+            },
+            "spec": {"model": "meta-llama/Llama-3.1-8B-Instruct", "concurrency": 4},
+            "status": {"phase": "Ready", **(status or {})},
+        }
+    )
+
+
+def test_the_diff_base_goes_with_the_status_and_nothing_else() -> None:
+    storage = StatusDiffBase(PREFIX, KEY)
+    body = _body()
+    patch = kopf.Patch()
+    storage.store(body=body, patch=patch, essence=storage.build(body=body))
+    assert set(patch) == {"status"}  # kopf writes it with the status: no patch of the object itself
+    stored = json.loads(patch["status"]["lastHandledConfiguration"])
+    assert stored["spec"] == body["spec"]
+    assert stored["metadata"] == {"labels": {"team": "a"}, "annotations": {"note": "x"}}
+    assert FIELD == "status.lastHandledConfiguration"
+    # The CRD's status schema has the field, or the API server would prune it and every event would
+    # look like a change.
+    assert "lastHandledConfiguration" in InferenceModelStatus.model_json_schema(by_alias=True)["properties"]
+
+
+def test_fetch_reads_the_status_and_a_spec_change_is_still_a_change() -> None:
+    storage = StatusDiffBase(PREFIX, KEY)
+    handled = _body()
+    patch = kopf.Patch()
+    storage.store(body=handled, patch=patch, essence=storage.build(body=handled))
+    later = _body(status=dict(patch["status"]))
+    assert storage.fetch(body=later) == storage.build(body=later)
+    changed = _body(status=dict(patch["status"]))
+    changed["spec"]["concurrency"] = 8
+    assert storage.fetch(body=changed) != storage.build(body=changed)
+
+
+def test_a_model_handled_by_an_earlier_version_is_not_handled_again_and_loses_the_annotation() -> None:
+    """Earlier versions kept the diff base in an annotation beside kopf's marker (which made kopf leave
+    every ``loadline.dev/`` annotation out of the essence). The same essence comes out now, so an
+    upgrade re-runs no reconcile; the annotation goes with the first diff base written to status.
+    (The marker stays: kopf's progress storage shares the prefix.)"""
+    legacy = kopf.AnnotationsDiffBaseStorage(prefix=PREFIX, key=KEY)
+    before = _body()
+    written = kopf.Patch()
+    legacy.store(body=before, patch=written, essence=legacy.build(body=before))
+    old = _body(annotations=dict(written["metadata"]["annotations"]))
+    assert set(old["metadata"]["annotations"]) == {"note", f"{PREFIX}/{KEY}", f"{PREFIX}/kopf-managed"}
+
+    storage = StatusDiffBase(PREFIX, KEY)
+    assert storage.fetch(body=old) == storage.build(body=old)  # no change: no reconcile on upgrade
+
+    patch = kopf.Patch()
+    storage.store(body=old, patch=patch, essence=storage.build(body=old))
+    assert patch["metadata"]["annotations"] == {f"{PREFIX}/{KEY}": None}
+    assert "lastHandledConfiguration" in patch["status"]
+    # And with the annotation gone and the diff base in status, still no change.
+    migrated = _body(
+        annotations={"loadline.dev/render-notes": "n", f"{PREFIX}/kopf-managed": "yes"},
+        status=dict(patch["status"]),
+    )
+    assert storage.fetch(body=migrated) == storage.build(body=migrated)
