@@ -7,7 +7,15 @@ from typing import Any
 from loadline.api import parse_inference_model
 from loadline.handlers import _reconcile
 from loadline.render import render_manifests
-from loadline.sizing import free_gpus_by_type, plan_inference_model, reserve, workload_demand
+from loadline.sizing import (
+    NodeRoom,
+    Reservation,
+    free_gpus_by_type,
+    free_rooms_by_type,
+    plan_inference_model,
+    reserve,
+    workload_demand,
+)
 from tests.conftest import inference_model
 
 
@@ -22,6 +30,11 @@ def node(
             "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
         },
     }
+
+
+def gpus(free: dict[str, list[NodeRoom]]) -> dict[str, list[int]]:
+    """Free GPUs per node of each type, from rooms."""
+    return {name: [room.gpus for room in rooms] for name, rooms in free.items()}
 
 
 def pod(
@@ -68,9 +81,17 @@ def test_own_pods_can_be_ignored_when_replanning() -> None:
 
 
 def test_reserved_pods_take_the_most_free_nodes_first() -> None:
-    assert reserve({"L4": [1, 4, 1, 4]}, [("L4", 1, 3)]) == {"L4": [3, 2, 1, 1]}
+    assert gpus(reserve({"L4": [1, 4, 1, 4]}, [("L4", 1, 3)])) == {"L4": [3, 2, 1, 1]}
     # A pod no node can hold takes nothing; other types are untouched.
-    assert reserve({"L4": [1, 1], "A100-80GB": [8]}, [("L4", 2, 1)]) == {"L4": [1, 1], "A100-80GB": [8]}
+    assert gpus(reserve({"L4": [1, 1], "A100-80GB": [8]}, [("L4", 2, 1)])) == {"L4": [1, 1], "A100-80GB": [8]}
+
+
+def test_a_reserved_pod_takes_gpus_only_where_its_host_memory_fits() -> None:
+    """The scheduler binds a pending pod to a node that holds its memory too: its GPUs are reserved
+    there, not on the node with the most free GPUs whose memory is too small for it."""
+    free = {"L4": [NodeRoom(1, memory_gib=12.0, cpu=3.0), NodeRoom(1, memory_gib=170.0, cpu=44.0)]}
+    held = reserve(free, [("L4", 1, 1, 20.0, 3.0)])["L4"]
+    assert sorted((r.memory_gib, r.gpus) for r in held) == [(12.0, 1), (170.0, 0)]
 
 
 def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the_cheapest() -> None:
@@ -78,17 +99,17 @@ def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the
     back, where without the reservations it would see all 8 L4 free and be Pending for good."""
     nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4), node("l40s", "NVIDIA-L40S", 4)]
     for i in range(8):
-        _reconcile._PLANNED[f"ns/m{i}"] = ("L4", 1, 1)
-    free = _reconcile._free_gpus("m8", "ns", (nodes, []))
+        _reconcile._PLANNED[f"ns/m{i}"] = Reservation("L4", 1, 1)
+    free = gpus(_reconcile._free_gpus("m8", "ns", (nodes, [])))
     assert free == {"L4": [0, 0], "L40S": [4]}
     # Once the scheduler binds a model's pod, the index counts it and its reservation ends.
     bound = [pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "m0"}) | {"metadata": {
         "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}]  # fmt: skip
-    assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [0, 0], "L40S": [4]}
+    assert gpus(_reconcile._free_gpus("m8", "ns", (nodes, bound))) == {"L4": [0, 0], "L40S": [4]}
     _reconcile.forget_planned("ns", "m1")  # a deleted model frees its reservation
-    assert _reconcile._free_gpus("m8", "ns", (nodes, bound)) == {"L4": [1, 0], "L40S": [4]}
+    assert gpus(_reconcile._free_gpus("m8", "ns", (nodes, bound))) == {"L4": [1, 0], "L40S": [4]}
     # A model's own reservation is not held against its own re-plan.
-    assert _reconcile._free_gpus("m2", "ns", (nodes, bound)) == {"L4": [1, 1], "L40S": [4]}
+    assert gpus(_reconcile._free_gpus("m2", "ns", (nodes, bound))) == {"L4": [1, 1], "L40S": [4]}
 
 
 # --- capacity shared between operator replicas (sharding): the Deployments every replica sees ---
@@ -105,8 +126,16 @@ def rendered_deployment(name: str, gpu_type: str, replicas: int) -> dict[str, An
 
 
 def test_a_deployment_says_which_gpus_its_pods_ask_for() -> None:
-    assert workload_demand(rendered_deployment("chat", "L4", 3)) == ("L4", 1, 3)
-    assert workload_demand(rendered_deployment("chat", "L40S", 1)) == ("L40S", 1, 1)
+    demand = workload_demand(rendered_deployment("chat", "L4", 3))
+    assert demand is not None and demand[:3] == ("L4", 1, 3)
+    # The pod's host requests too, as rendered from the plan (where the scheduler can bind it).
+    plan = plan_inference_model(
+        parse_inference_model(inference_model(gpu={"types": ["L4"]}, maxModelLen=8192, concurrency=1)).spec
+    )
+    assert plan.chosen.pod is not None
+    assert (demand.memory_gib, demand.cpu) == (plan.chosen.pod.memory_gib, plan.chosen.pod.cpu)
+    other = workload_demand(rendered_deployment("chat", "L40S", 1))
+    assert other is not None and other[:3] == ("L40S", 1, 1)
     cpu_only = rendered_deployment("chat", "L4", 1)
     for container in cpu_only["spec"]["template"]["spec"]["containers"]:
         container["resources"] = {}
@@ -127,16 +156,65 @@ def test_models_planned_by_another_replica_hold_their_gpus_from_their_deployment
     nodes = [node("l4-a", "NVIDIA-L4", 2), node("l40s", "NVIDIA-L40S", 4)]
     for other in ("m0", "m1"):  # the other replica's models: only their Deployments are seen here
         _reconcile.note_demand(rendered_deployment(other, "L4", 1))
-    assert _reconcile._free_gpus("mine", "ns", (nodes, [])) == {"L4": [0], "L40S": [4]}
+    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, []))) == {"L4": [0], "L40S": [4]}
     # A bound pod ends its model's reservation (the index counts the pod instead).
     bound = [
         pod("l4-a", 1) | {"metadata": {"namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}
     ]
-    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
+    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [0], "L40S": [4]}
     # The Deployment's watch event wins over a stale note of this replica's (its shard moved on).
-    _reconcile._PLANNED["ns/m1"] = ("L40S", 1, 4)
-    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [0], "L40S": [4]}
+    _reconcile._PLANNED["ns/m1"] = Reservation("L40S", 1, 4)
+    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [0], "L40S": [4]}
     _reconcile.note_demand(rendered_deployment("m1", "L4", 1), deleted=True)
-    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [0]}
+    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [1], "L40S": [0]}
     _reconcile.forget_planned("ns", "m1")  # the model's DELETED (on its own shard's replica)
-    assert _reconcile._free_gpus("mine", "ns", (nodes, bound)) == {"L4": [1], "L40S": [4]}
+    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [1], "L40S": [4]}
+
+
+# --- a GPU type's nodes in several shapes: a free GPU counts only where the pod's host memory fits ---
+
+
+def shaped_node(name: str, instance_type: str, gpus: int, memory: str, cpu: str) -> dict[str, Any]:
+    """An L4 node as a cloud's node controller labels it (instance type), with its allocatable."""
+    return {
+        "metadata": {
+            "name": name,
+            "labels": {
+                "nvidia.com/gpu.product": "NVIDIA-L4",
+                "node.kubernetes.io/instance-type": instance_type,
+            },
+        },
+        "spec": {},
+        "status": {
+            "allocatable": {"nvidia.com/gpu": str(gpus), "memory": memory, "cpu": cpu},
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
+
+
+def test_a_free_gpu_on_a_node_too_small_for_the_pod_is_no_capacity_for_it() -> None:
+    """e2e's fleet has L4 nodes of one GPU on 16 GiB (g6.xlarge) beside four-GPU ones (g6.12xlarge).
+    With the four-GPU nodes full, an 8B chat model's pod (more host memory than a g6.xlarge has) must
+    fall back to L40S: counted as capacity, the small node's free GPU got it planned on L4, where it
+    stayed Pending ("Insufficient memory"), a failure seen in the sharded e2e test."""
+    nodes = [
+        shaped_node("small", "g6.xlarge", 1, "15Gi", "4"),
+        shaped_node("big", "g6.12xlarge", 4, "185Gi", "47"),
+        node("l40s", "NVIDIA-L40S", 4),
+    ]
+    full = [pod("big", 4)]
+    spec = parse_inference_model(
+        inference_model(gpu={"types": ["L4", "L40S"]}, maxModelLen=8192, concurrency=1)
+    ).spec
+    assert plan_inference_model(spec).chosen.gpu.name == "L4"  # the cheapest, with the cluster free
+    rooms = free_rooms_by_type(nodes, full)
+    assert [r.gpus for r in rooms["L4"]] == [1, 0]
+    plan = plan_inference_model(spec, free_gpus=rooms)
+    assert plan.chosen.gpu.name == "L40S" and plan.fallback_from == "L4"
+    # Counted by GPUs alone (what the planner read before), the small node's GPU looked free for it.
+    assert plan_inference_model(spec, free_gpus=free_gpus_by_type(nodes, full)).chosen.gpu.name == "L4"
+    # With a GPU free on the big node, L4 again.
+    assert (
+        plan_inference_model(spec, free_gpus=free_rooms_by_type(nodes, [pod("big", 3)])).chosen.gpu.name
+        == "L4"
+    )

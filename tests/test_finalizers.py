@@ -11,6 +11,7 @@ import pytest
 
 from loadline.api import GROUP, KIND, PLURAL, VERSION
 from loadline.handlers import _reconcile, _registry
+from loadline.sizing import Reservation
 
 
 def test_no_handler_of_the_operator_asks_kopf_for_a_finalizer() -> None:
@@ -26,8 +27,8 @@ def test_no_handler_of_the_operator_asks_kopf_for_a_finalizer() -> None:
 
 def test_a_deleted_model_frees_its_capacity_reservation_on_its_watch_event() -> None:
     """A reservation outliving its model holds GPUs no pod uses: later models would see them taken."""
-    _reconcile._PLANNED["ns/gone"] = ("L4", 1, 1)
-    _reconcile._PLANNED["ns/kept"] = ("L4", 1, 1)
+    _reconcile._PLANNED["ns/gone"] = Reservation("L4", 1, 1)
+    _reconcile._PLANNED["ns/kept"] = Reservation("L4", 1, 1)
     handler = next(
         h for h in kopf.get_default_registry()._watching.get_all_handlers() if h.id == "model_deleted"
     )

@@ -47,7 +47,7 @@ from loadline.maintenance import (
 from loadline.policy import combine, enforced, policy_governs, restart_window_sets, select_policies
 from loadline.render import workload_ref
 from loadline.risk import OOMRiskEstimate
-from loadline.sizing import free_gpus_by_type
+from loadline.sizing import free_rooms_by_type
 from loadline.traffic import model_load_query, query_range
 from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
 
@@ -385,10 +385,13 @@ def _scale(api_version: str, kind: str, namespace: str, name: str, replicas: int
 
 
 def _room_for_one_more(plan: Mapping[str, Any], fleet: FleetView) -> bool:
-    """Whether one more pod of the plan fits on a node's free GPUs now."""
+    """Whether one more pod of the plan fits on a node's free GPUs now, on a node whose shape holds
+    its host memory and CPU (``status.plan.nodeShape``: podMemoryGiB, podCPU)."""
     gpu_type, per_replica = plan.get("gpuType"), int(plan.get("gpusPerReplica", 1) or 1)
-    free = free_gpus_by_type(fleet.nodes, fleet.pods).get(str(gpu_type), [])
-    return any(count >= per_replica for count in free)
+    shape = plan.get("nodeShape") or {}
+    memory, cpu = float(shape.get("podMemoryGiB") or 0), float(shape.get("podCPU") or 0)
+    free = free_rooms_by_type(fleet.nodes, fleet.pods).get(str(gpu_type), [])
+    return any(room.gpus >= per_replica and room.takes(memory, cpu) for room in free)
 
 
 def _roll_remediation(

@@ -48,10 +48,12 @@ from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import (
+    NodeRoom,
     Plan,
+    Reservation,
     cluster_shapes,
     find_catalog_model,
-    free_gpus_by_type,
+    free_rooms_by_type,
     plan_inference_model,
     reserve,
     workload_demand,
@@ -134,7 +136,7 @@ def _cluster_view(view: ClusterView | None, *, pods: bool) -> ClusterView:
 
 #: What each model's plan asks the scheduler for: ``namespace/name`` → (GPU type, GPUs per pod, pods).
 #: The pods not bound yet are reserved in every other model's capacity view (sizing.reserve).
-_PLANNED: dict[str, tuple[str, int, int]] = {}
+_PLANNED: dict[str, Reservation] = {}
 _PLANNED_LOCK = threading.Lock()
 
 
@@ -142,8 +144,11 @@ def note_planned(namespace: str, name: str, plan: Plan, replicas: int) -> None:
     """Record the pods a model's children ask for (after they were applied)."""
     chosen = plan.chosen
     nodes = max(chosen.nodes, 1)
+    pod = chosen.pod
+    memory, cpu = (float(pod.memory_gib), float(pod.cpu)) if pod is not None else (0.0, 0.0)
+    reservation = Reservation(chosen.gpu.name, chosen.gpus // nodes, nodes * max(replicas, 1), memory, cpu)
     with _PLANNED_LOCK:
-        _PLANNED[f"{namespace}/{name}"] = (chosen.gpu.name, chosen.gpus // nodes, nodes * max(replicas, 1))
+        _PLANNED[f"{namespace}/{name}"] = reservation
 
 
 def forget_planned(namespace: str, name: str) -> None:
@@ -158,7 +163,7 @@ def forget_planned(namespace: str, name: str) -> None:
 #: so the models of the other shards hold their GPUs here. Taken over :data:`_PLANNED` where both
 #: know a model: the Deployment is the API server's word, while this process's note of a model whose
 #: shard moved to another replica is never updated again.
-_DEMANDS: dict[str, tuple[str, int, int]] = {}
+_DEMANDS: dict[str, Reservation] = {}
 
 
 def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
@@ -176,7 +181,7 @@ def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
             _DEMANDS[key] = demand
 
 
-def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[tuple[str, int, int]]:
+def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[Reservation]:
     """The reservations of the other models' pods that the scheduler has not bound yet: those of the
     loadline Deployments seen (every shard's) and of the plans this process applied (a LeaderWorkerSet's,
     and a Deployment's until its first watch event comes)."""
@@ -187,11 +192,11 @@ def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[tuple[str, int,
             bound[f"{meta.get('namespace')}/{(meta.get('labels') or {}).get(INSTANCE_LABEL)}"] += 1
     with _PLANNED_LOCK:
         planned = list({**_PLANNED, **_DEMANDS}.items())
-    return [(gpu, per_pod, count - bound[key]) for key, (gpu, per_pod, count) in planned
-            if key != leave_out and count > bound[key]]  # fmt: skip
+    return [held._replace(pods=held.pods - bound[key]) for key, held in planned
+            if key != leave_out and held.pods > bound[key]]  # fmt: skip
 
 
-def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[int]]:
+def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[NodeRoom]]:
     """Free GPUs per type, leaving this InferenceModel's own pods out, and the other models' pods
     that are planned but not bound yet reserved."""
     nodes, all_pods = view
@@ -204,7 +209,7 @@ def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[i
             and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
         )
     ]
-    return reserve(free_gpus_by_type(nodes, pods), _unbound(all_pods, f"{namespace}/{name}"))
+    return reserve(free_rooms_by_type(nodes, pods), _unbound(all_pods, f"{namespace}/{name}"))
 
 
 def remediation_state(body: Mapping[str, Any]) -> RemediationState:

@@ -5,7 +5,16 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
-from loadline.sizing._capacity import cluster_shapes, free_gpus_by_type, reserve, workload_demand
+from loadline.sizing._capacity import (
+    FreeGPUs,
+    NodeRoom,
+    Reservation,
+    cluster_shapes,
+    free_gpus_by_type,
+    free_rooms_by_type,
+    reserve,
+    workload_demand,
+)
 from loadline.sizing._compat import check_compatibility, compat_table
 from loadline.sizing._data import (
     CatalogModel,
@@ -47,13 +56,16 @@ __all__ = [
     "CheckpointDownload",
     "ClusterShapes",
     "EngineSettings",
+    "FreeGPUs",
     "GPUType",
     "MemoryBudget",
+    "NodeRoom",
     "NodeShape",
     "ParameterCounts",
     "Plan",
     "PodRequest",
     "QuantConfig",
+    "Reservation",
     "ResolvedModel",
     "SpecInputs",
     "Tuned",
@@ -69,6 +81,7 @@ __all__ = [
     "find_catalog_model",
     "find_gpu",
     "free_gpus_by_type",
+    "free_rooms_by_type",
     "gpu_catalog",
     "model_catalog",
     "node_shapes",

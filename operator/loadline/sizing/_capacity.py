@@ -10,9 +10,10 @@ own GPUs become free when it is re-planned.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
-from typing import Any
+from typing import Any, NamedTuple
 
 from loadline.sizing._data import find_gpu, gpu_catalog
 from loadline.sizing._shapes import GIB, ClusterShapes, build_cluster_shapes, parse_quantity
@@ -69,13 +70,33 @@ def _owned_by(pod: Mapping[str, Any], labels: Mapping[str, str]) -> bool:
     return bool(labels) and all(pod_labels.get(k) == v for k, v in labels.items())
 
 
-def free_gpus_by_type(
-    nodes: Iterable[Mapping[str, Any]],
-    pods: Iterable[Mapping[str, Any]],
-    *,
-    ignore_pods_labelled: Mapping[str, str] | None = None,
-) -> dict[str, list[int]]:
-    """``{catalog GPU name: [free GPUs per node, largest first]}`` for the Ready GPU nodes."""
+class NodeRoom(NamedTuple):
+    """One Ready GPU node as the planner places pods on it: its free GPUs, and the host memory (GiB)
+    and CPU a pod may ask of it, those of its node shape (:func:`cluster_shapes`: the catalog's
+    allocatable figures for a known instance type, else the node's own less the system pods' share).
+
+    Why the shape's figures and not only GPUs: a GPU type's nodes come in several shapes (one L4 on
+    16 GiB beside four on 192 GiB), and a free GPU on a node whose memory cannot hold the pod is no
+    capacity for it: a plan counting it stayed Pending ("Insufficient memory") while another GPU type
+    had room. The host memory other pods hold is the scheduler's to count (its reason reaches the
+    model's Ready condition)."""
+
+    gpus: int
+    memory_gib: float = math.inf
+    cpu: float = math.inf
+
+    def takes(self, memory_gib: float, cpu: float) -> bool:
+        """Whether a pod asking this much host memory and CPU fits the node's shape."""
+        return memory_gib <= self.memory_gib and cpu <= self.cpu
+
+
+#: GPU type → free GPUs per node: plain counts (any pod fits) or :class:`NodeRoom`.
+FreeGPUs = Mapping[str, Sequence[int | NodeRoom]]
+
+
+def _gpus_used(
+    pods: Iterable[Mapping[str, Any]], ignore_pods_labelled: Mapping[str, str] | None
+) -> dict[str, int]:
     used: dict[str, int] = {}
     for pod in pods:
         node_name = pod.get("spec", {}).get("nodeName")
@@ -84,16 +105,58 @@ def free_gpus_by_type(
         if ignore_pods_labelled and _owned_by(pod, ignore_pods_labelled):
             continue
         used[node_name] = used.get(node_name, 0) + _pod_gpu_request(pod)
-    free: dict[str, list[int]] = {}
+    return used
+
+
+def free_rooms_by_type(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    ignore_pods_labelled: Mapping[str, str] | None = None,
+) -> dict[str, list[NodeRoom]]:
+    """``{catalog GPU name: [NodeRoom per node, most free GPUs first]}`` for the Ready GPU nodes."""
+    used = _gpus_used(pods, ignore_pods_labelled)
+    free: dict[str, list[NodeRoom]] = {}
     for node in nodes:
         meta = node.get("metadata", {})
-        product = (meta.get("labels") or {}).get(PRODUCT_LABEL)
+        labels = meta.get("labels") or {}
+        product = labels.get(PRODUCT_LABEL)
         name = _catalog_name(product) if product else None
         if name is None or not _node_ready(node):
             continue
-        allocatable = _quantity((node.get("status", {}).get("allocatable") or {}).get(GPU_RESOURCE, 0))
-        free.setdefault(name, []).append(max(allocatable - used.get(meta.get("name", ""), 0), 0))
-    return {name: sorted(counts, reverse=True) for name, counts in free.items()}
+        allocatable = node.get("status", {}).get("allocatable") or {}
+        gpus, memory, cpu = _node_figures(
+            allocatable.get(GPU_RESOURCE, 0), allocatable.get("memory"), allocatable.get("cpu")
+        )
+        room_memory, room_cpu = _room(name, str(labels.get(INSTANCE_TYPE_LABEL) or ""), gpus, memory, cpu)
+        free.setdefault(name, []).append(
+            NodeRoom(max(gpus - used.get(meta.get("name", ""), 0), 0), room_memory, room_cpu)
+        )
+    return {name: sorted(rooms, key=lambda r: -r.gpus) for name, rooms in free.items()}
+
+
+@lru_cache(maxsize=1024)
+def _room(
+    name: str, instance_type: str, gpus: int, memory: float | None, cpu: float | None
+) -> tuple[float, float]:
+    """The host memory and CPU a pod may ask of a node: the allocatable figures of the shape
+    :func:`build_cluster_shapes` makes of it (unbounded when nothing is known to size against)."""
+    built = build_cluster_shapes([(find_gpu(name), "", instance_type, gpus, memory, cpu)])
+    shapes = built.shapes(name) if built is not None else None
+    if not shapes:
+        return math.inf, math.inf
+    return shapes[0].allocatable_memory_gib, shapes[0].allocatable_cpu
+
+
+def free_gpus_by_type(
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    *,
+    ignore_pods_labelled: Mapping[str, str] | None = None,
+) -> dict[str, list[int]]:
+    """``{catalog GPU name: [free GPUs per node, largest first]}`` for the Ready GPU nodes."""
+    rooms = free_rooms_by_type(nodes, pods, ignore_pods_labelled=ignore_pods_labelled)
+    return {name: sorted((r.gpus for r in found), reverse=True) for name, found in rooms.items()}
 
 
 def _amount(value: Any, scale: float) -> float | None:
@@ -164,9 +227,10 @@ def _required_products(pod_spec: Mapping[str, Any]) -> list[str]:
     return [str(selector)] if selector else products
 
 
-def workload_demand(workload: Mapping[str, Any]) -> tuple[str, int, int] | None:
-    """What a Deployment asks the scheduler for, as a :func:`reserve` entry: ``(GPU type, GPUs per pod,
-    pods)``, from its pod template's GPU request and the one GPU product its node affinity admits.
+def workload_demand(workload: Mapping[str, Any]) -> Reservation | None:
+    """What a Deployment asks the scheduler for, as a :class:`Reservation`: GPU type, GPUs per pod,
+    pods and each pod's host requests, from its pod template and the one GPU product its node affinity
+    admits.
     None when it asks for no GPU, or for several products (where its pods land is the scheduler's pick).
 
     Why from the Deployment: it is what every operator replica sees (the API server's view, not one
@@ -179,29 +243,56 @@ def workload_demand(workload: Mapping[str, Any]) -> tuple[str, int, int] | None:
     if per_pod < 1 or len(products) != 1:
         return None
     replicas = spec.get("replicas")
-    return products.pop(), per_pod, 1 if replicas is None else _quantity(replicas)
+    memory, cpu = _pod_host_request(pod_spec)
+    return Reservation(products.pop(), per_pod, 1 if replicas is None else _quantity(replicas), memory, cpu)
 
 
-def reserve(
-    free: Mapping[str, Sequence[int]], reservations: Iterable[tuple[str, int, int]]
-) -> dict[str, list[int]]:
-    """``free`` less GPUs promised to pods not bound yet: each reservation is ``(GPU type, GPUs per
-    pod, pods)``, placed as the default scheduler spreads pods (the node with the most free GPUs that
-    holds the pod). A pod no node holds takes nothing (it stays Pending; the next plan sees the type
-    full either way, since its GPUs are not free).
+def _pod_host_request(pod_spec: Mapping[str, Any]) -> tuple[float, float]:
+    """The host memory (GiB) and CPU a pod template's containers request (0 where they do not)."""
+    memory = cpu = 0.0
+    for container in pod_spec.get("containers") or []:
+        requests = (container.get("resources") or {}).get("requests") or {}
+        memory += _amount(requests.get("memory"), GIB) or 0.0
+        cpu += _amount(requests.get("cpu"), 1.0) or 0.0
+    return memory, cpu
+
+
+class Reservation(NamedTuple):
+    """GPUs promised to pods not bound yet: ``pods`` pods of ``per_pod`` GPUs of type ``gpu``, each
+    asking ``memory_gib`` of host memory and ``cpu`` (0: not known, any node's shape takes it)."""
+
+    gpu: str
+    per_pod: int
+    pods: int
+    memory_gib: float = 0.0
+    cpu: float = 0.0
+
+
+def reserve(free: FreeGPUs, reservations: Iterable[tuple[Any, ...]]) -> dict[str, list[NodeRoom]]:
+    """``free`` less GPUs promised to pods not bound yet: each reservation is a :class:`Reservation`
+    (or a tuple of its fields), placed as the default scheduler spreads pods (the node with the most
+    free GPUs that holds the pod, its GPUs and its shape's host memory and CPU). A pod no node holds
+    takes nothing (it stays Pending; the next plan sees the type full either way, since its GPUs are
+    not free). Plain counts in ``free`` come back as rooms any pod fits.
 
     Why: the indexes only count bound pods. When many models are planned at once (created back to
     back), each would otherwise see the GPUs the ones before it were just given, and the whole burst
     would land on the cheapest type, its overflow Pending for good."""
-    out = {name: sorted(counts, reverse=True) for name, counts in free.items()}
-    for name, per_pod, pods in reservations:
-        nodes = out.get(name)
-        if not nodes or per_pod < 1:
+    out = {
+        name: sorted((n if isinstance(n, NodeRoom) else NodeRoom(n) for n in found), key=lambda r: -r.gpus)
+        for name, found in free.items()
+    }
+    for held in reservations:
+        r = Reservation(*held)
+        nodes = out.get(r.gpu)
+        if not nodes or r.per_pod < 1:
             continue
-        for _pod in range(pods):
-            index = next((i for i, n in enumerate(nodes) if n >= per_pod), None)  # sorted: most free first
+        for _pod in range(r.pods):
+            index = next(  # sorted: most free first
+                (i for i, n in enumerate(nodes) if n.gpus >= r.per_pod and n.takes(r.memory_gib, r.cpu)), None
+            )
             if index is None:
                 break
-            nodes[index] -= per_pod
-            nodes.sort(reverse=True)
+            nodes[index] = nodes[index]._replace(gpus=nodes[index].gpus - r.per_pod)
+            nodes.sort(key=lambda room: -room.gpus)
     return out

@@ -30,6 +30,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
+from loadline.sizing._capacity import FreeGPUs
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
@@ -814,11 +815,19 @@ _ROWS: GuardedMemo[tuple[str, tuple[tuple[int, int, int], ...]], tuple[LayoutRow
 _TYPE_PLANS: GuardedMemo[tuple[object, ...], tuple[object, tuple[_TypePlan, ...]]] = GuardedMemo(4096)
 
 
-def _placeable(candidate: Candidate, replicas: int, free: Mapping[str, Sequence[int]] | None) -> bool:
-    """Whether ``replicas`` copies of the candidate fit the free GPUs per node of its type."""
+def _placeable(candidate: Candidate, replicas: int, free: FreeGPUs | None) -> bool:
+    """Whether ``replicas`` copies of the candidate fit the free GPUs per node of its type, on nodes
+    whose shape takes its pod's host memory and CPU (:class:`NodeRoom`; a plain count takes any pod)."""
     if free is None:
         return True
-    nodes = sorted(free.get(candidate.gpu.name, ()), reverse=True)
+    pod = candidate.pod
+    nodes = sorted(
+        (
+            n if isinstance(n, int) else n.gpus if pod is None or n.takes(pod.memory_gib, pod.cpu) else 0
+            for n in free.get(candidate.gpu.name, ())
+        ),
+        reverse=True,
+    )
     if candidate.nodes == 1:
         return sum(n // candidate.gpus for n in nodes) >= max(replicas, 1)
     per_node = candidate.gpus // candidate.nodes
@@ -1142,12 +1151,13 @@ def plan_inference_model(
     *,
     config_map_config: Mapping[str, Any] | None = None,
     hub_config: Mapping[str, Any] | None = None,
-    free_gpus: Mapping[str, Sequence[int]] | None = None,
+    free_gpus: FreeGPUs | None = None,
     min_gpus: int = 1,
     min_gpu_memory_gib: float = 0.0,
     cluster_shapes: ClusterShapes | None = None,
 ) -> Plan:
-    """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node) makes it capacity aware;
+    """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node, as counts or
+    :class:`loadline.sizing.NodeRoom`) makes it capacity aware;
     ``cluster_shapes`` (the cluster's GPU nodes as shapes, :func:`loadline.sizing.cluster_shapes`)
     restricts the node shapes to those the cluster has (see :func:`allowed_shapes`).
 
