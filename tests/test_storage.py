@@ -9,7 +9,7 @@ from typing import Any
 import kopf
 
 from loadline.api import InferenceModelStatus
-from loadline.handlers._diffbase import FIELD, StatusDiffBase
+from loadline.handlers._storage import FIELD, StatusDiffBase, StatusProgress
 
 PREFIX = "loadline.dev"
 KEY = "last-handled-configuration"
@@ -85,3 +85,54 @@ def test_a_model_handled_by_an_earlier_version_is_not_handled_again_and_loses_th
         status=dict(patch["status"]),
     )
     assert storage.fetch(body=migrated) == storage.build(body=migrated)
+
+
+def test_a_handler_that_succeeds_at_once_leaves_no_write_of_the_object_itself() -> None:
+    """kopf records a handler's start and purges the record when it succeeds, in the same patch. The
+    annotation storage left its marker annotation behind (a patch of the object on every creation);
+    in status the record and the purge go with the status patch, and nothing else is left."""
+    storage = StatusProgress(PREFIX)
+    body = _body()
+    patch = kopf.Patch()
+    storage.store(
+        key="reconcile", record={"started": "2026-11-27T05:00:00", "retries": 0}, body=body, patch=patch
+    )
+    storage.purge(key="reconcile", body=body, patch=patch)
+    assert "metadata" not in patch
+    legacy_patch = kopf.Patch()
+    legacy = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    legacy.store(
+        key="reconcile",
+        record={"started": "2026-11-27T05:00:00", "retries": 0},
+        body=body,
+        patch=legacy_patch,
+    )
+    legacy.purge(key="reconcile", body=body, patch=legacy_patch)
+    assert legacy_patch["metadata"]["annotations"] == {f"{PREFIX}/kopf-managed": "yes"}  # what it cost before
+    # A retry in progress is kept in status, where kopf reads it back.
+    storage.store(
+        key="reconcile", record={"started": "2026-11-27T05:00:00", "retries": 2}, body=body, patch=patch
+    )
+    assert storage.fetch(key="reconcile", body=_body(status=dict(patch["status"]))) == {
+        "started": "2026-11-27T05:00:00",
+        "retries": 2,
+    }
+    assert "kopf" in InferenceModelStatus.model_json_schema(by_alias=True)["properties"]
+
+
+def test_a_retry_an_earlier_version_recorded_is_read_and_then_purged_from_its_annotation() -> None:
+    legacy = kopf.AnnotationsProgressStorage(prefix=PREFIX)
+    body = _body()
+    written = kopf.Patch()
+    legacy.store(
+        key="reconcile", record={"started": "2026-11-27T05:00:00", "retries": 3}, body=body, patch=written
+    )
+    old = _body(annotations=dict(written["metadata"]["annotations"]))
+    storage = StatusProgress(PREFIX)
+    assert storage.fetch(key="reconcile", body=old) == {"started": "2026-11-27T05:00:00", "retries": 3}
+    patch = kopf.Patch()
+    storage.purge(key="reconcile", body=old, patch=patch)
+    assert patch["metadata"]["annotations"] == {f"{PREFIX}/reconcile": None}
+    # Neither copy counts as a change of the model.
+    essence = StatusDiffBase(PREFIX, KEY).build(body=old)
+    assert storage.clear(essence=essence)["metadata"]["annotations"] == {"note": "x"}

@@ -806,6 +806,11 @@ class InferenceModelStatus(_Model):
         "a change from it is what starts a reconcile). Kept in status so that it is written with the "
         "status, in one request.",
     )
+    kopf: dict[str, Any] | None = Field(
+        default=None,
+        description="The operator framework's record of handlers in progress (retries, back-off): "
+        "empty while none is.",
+    )
 
 
 class InferenceModel(_Model):

@@ -18,7 +18,6 @@ import kopf
 from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import (
     _admission,
-    _diffbase,
     _fleet,
     _index,
     _kube,
@@ -30,6 +29,7 @@ from loadline.handlers import (
     _policies,
     _reconcile,
     _shards,
+    _storage,
     _toggles,
 )
 from loadline.handlers._settings import OperatorSettings
@@ -64,8 +64,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         logging.getLogger(__name__).info("kopf's ToggleSet is not the one expected; kept as it is")
     prefix = SETTINGS.prefix
     settings.persistence.finalizer = f"{prefix}/finalizer"
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=prefix)
-    settings.persistence.diffbase_storage = _diffbase.StatusDiffBase(prefix, "last-handled-configuration")
+    # kopf's state of a model lives in its status, written with the status (loadline.handlers._storage).
+    settings.persistence.progress_storage = _storage.StatusProgress(prefix)
+    settings.persistence.diffbase_storage = _storage.StatusDiffBase(prefix, "last-handled-configuration")
     settings.persistence.consistency_timeout = CONSISTENCY_TIMEOUT_SECONDS
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
