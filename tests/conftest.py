@@ -51,7 +51,7 @@ def inference_model(**spec: Any) -> dict[str, Any]:
 @pytest.fixture(autouse=True)
 def _fresh_operator_memory() -> Iterator[None]:
     """Each test starts as a fresh operator process would: nothing applied, planned or seen before."""
-    from loadline.handlers import _reconcile
+    from loadline.handlers import _index, _reconcile
 
     yield
     with _reconcile._APPLIED_LOCK:
@@ -62,3 +62,5 @@ def _fresh_operator_memory() -> Iterator[None]:
     with _reconcile._ROLLED_OUT_LOCK:
         _reconcile._ROLLED_OUT.clear()
         _reconcile._ROLLED_WORKLOAD.clear()
+    _reconcile.forget_capacity()
+    _index.forget_view()

@@ -218,3 +218,90 @@ def test_a_free_gpu_on_a_node_too_small_for_the_pod_is_no_capacity_for_it() -> N
         plan_inference_model(spec, free_gpus=free_rooms_by_type(nodes, [pod("big", 3)])).chosen.gpu.name
         == "L4"
     )
+
+
+# --- one snapshot of the indexes per half second, and its capacity worked out once ---
+
+
+def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(monkeypatch: Any) -> None:
+    """A burst of creations plans several models a second; each plan went over every node and pod of
+    the cluster (a third of the operator's CPU while 1,000 models were created, py-spy). One snapshot
+    (and the capacity worked out from it) serves them all for ``VIEW_SECONDS``; a change of the
+    indexes shows in the first plan after that."""
+    import time
+
+    from loadline.handlers import _index
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
+    pods_index: dict[str, list[dict[str, Any]]] = {}
+    first = _index.view(nodes_index, pods_index)
+    pods_index["p"] = [pod("l4-a", 3, labels={"loadline.dev/inferencemodel": "other"})]
+    assert _index.view(nodes_index, pods_index) is first  # within the snapshot's time
+    assert gpus(_reconcile._free_gpus("mine", "ns", first)) == {"L4": [4]}
+    clock[0] += _index.VIEW_SECONDS
+    later = _index.view(nodes_index, pods_index)
+    assert later is not first and gpus(_reconcile._free_gpus("mine", "ns", later)) == {"L4": [1]}
+
+
+def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(monkeypatch: Any) -> None:
+    """The race a stale snapshot opens: model a is planned and its pod bound after the snapshot was
+    taken. Its reservation is live (this process's plans, every Deployment's watch event) and counts
+    against the snapshot's own bound pods, so a plan within the snapshot's half second still sees a's
+    GPU taken, as does the first plan after it (bound now, the reservation ended); and a deleted
+    model's pods, still in the snapshot, keep holding their GPUs until a snapshot without them."""
+    import time
+
+    from loadline.handlers import _index
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 1)], "l40s": [node("l40s", "NVIDIA-L40S", 1)]}
+    pods_index: dict[str, list[dict[str, Any]]] = {}
+    a_pod = pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "a"}) | {"metadata": {
+        "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "a"}}}  # fmt: skip
+
+    stale = _index.view(nodes_index, pods_index)
+    assert gpus(_reconcile._free_gpus("b", "ns", stale)) == {"L4": [1], "L40S": [1]}
+    _reconcile._PLANNED["ns/a"] = Reservation("L4", 1, 1)  # a is planned and applied
+    pods_index["a"] = [a_pod]  # its pod is bound: in the index, not in the snapshot
+    assert _index.view(nodes_index, pods_index) is stale
+    assert gpus(_reconcile._free_gpus("b", "ns", stale)) == {"L4": [0], "L40S": [1]}
+    clock[0] += _index.VIEW_SECONDS
+    fresh = _index.view(nodes_index, pods_index)
+    assert fresh is not stale and gpus(_reconcile._free_gpus("b", "ns", fresh)) == {"L4": [0], "L40S": [1]}
+    # a is deleted: its reservation goes at once, its pod with the next snapshot without it.
+    _reconcile.forget_planned("ns", "a")
+    del pods_index["a"]
+    assert gpus(_reconcile._free_gpus("b", "ns", _index.view(nodes_index, pods_index))) == {
+        "L4": [0],
+        "L40S": [1],
+    }
+    clock[0] += _index.VIEW_SECONDS
+    assert gpus(_reconcile._free_gpus("b", "ns", _index.view(nodes_index, pods_index))) == {
+        "L4": [1],
+        "L40S": [1],
+    }
+
+
+def test_the_capacity_of_a_snapshot_is_worked_out_once_and_a_models_own_pods_still_left_out(
+    monkeypatch: Any,
+) -> None:
+    calls: list[int] = []
+    original = _reconcile.free_rooms_by_type
+    monkeypatch.setattr(
+        _reconcile, "free_rooms_by_type", lambda n, p, **k: (calls.append(len(p)), original(n, p, **k))[1]
+    )
+    nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4)]
+    mine = {"loadline.dev/inferencemodel": "mine"}
+    other = {"loadline.dev/inferencemodel": "other"}
+    snapshot = (nodes, [pod("l4-a", 2, labels=mine), pod("l4-b", 1, labels=other)])
+    for name in ("new-1", "new-2", "new-3"):  # models without pods: the snapshot's figures
+        assert gpus(_reconcile._free_gpus(name, "", snapshot)) == {"L4": [3, 2]}
+    assert calls == [2]
+    # A re-plan of a model with pods in it gets its own GPUs back, as before the snapshot.
+    snapshot[1][0]["metadata"]["namespace"] = snapshot[1][1]["metadata"]["namespace"] = "ns"
+    _reconcile.forget_capacity()
+    assert gpus(_reconcile._free_gpus("mine", "ns", snapshot)) == {"L4": [4, 3]}
+    assert gpus(_reconcile._free_gpus("new-4", "ns", snapshot)) == {"L4": [3, 2]}

@@ -48,6 +48,7 @@ from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import (
+    ClusterShapes,
     NodeRoom,
     Plan,
     Reservation,
@@ -181,15 +182,61 @@ def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
             _DEMANDS[key] = demand
 
 
-def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[Reservation]:
-    """The reservations of the other models' pods that the scheduler has not bound yet: those of the
-    loadline Deployments seen (every shard's) and of the plans this process applied (a LeaderWorkerSet's,
-    and a Deployment's until its first watch event comes)."""
+@dataclass(frozen=True)
+class _Capacity:
+    """What every plan reads of one snapshot of the cluster (:func:`_index.view`), worked out once for
+    it: the node shapes, the free GPUs (rooms) per type with every bound pod counted, the pods bound
+    per model (``namespace/model``), and the models that have pods in it."""
+
+    shapes: ClusterShapes | None
+    free: dict[str, list[NodeRoom]]
+    bound: Counter[str]
+    with_pods: frozenset[tuple[str, str]]
+
+
+_CAPACITY: tuple[ClusterView, _Capacity] | None = None
+_CAPACITY_LOCK = threading.Lock()
+
+
+def _capacity(view: ClusterView) -> _Capacity:
+    """The capacity of ``view``, computed once per snapshot object (the operator's plans share one for
+    :data:`_index.VIEW_SECONDS`; a view listed from the API, outside kopf, is its own).
+
+    Why a snapshot a moment old stays safe: a pod bound since is missing from ``bound`` too, so its
+    model's reservation (the plans and Deployments below are live) still holds its GPUs; a pod gone
+    since is still counted as using them. Either way the plan sees less room, never more."""
+    global _CAPACITY
+    with _CAPACITY_LOCK:
+        last = _CAPACITY
+    if last is not None and last[0] is view:
+        return last[1]
+    nodes, pods = view
     bound: Counter[str] = Counter()
+    with_pods: set[tuple[str, str]] = set()
     for pod in pods:
         meta = pod.get("metadata") or {}
+        model = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+        if model:
+            with_pods.add((str(meta.get("namespace")), str(model)))
         if (pod.get("spec") or {}).get("nodeName"):
-            bound[f"{meta.get('namespace')}/{(meta.get('labels') or {}).get(INSTANCE_LABEL)}"] += 1
+            bound[f"{meta.get('namespace')}/{model}"] += 1
+    capacity = _Capacity(cluster_shapes(nodes), free_rooms_by_type(nodes, pods), bound, frozenset(with_pods))
+    with _CAPACITY_LOCK:
+        _CAPACITY = (view, capacity)
+    return capacity
+
+
+def forget_capacity() -> None:
+    """Drop the memo (tests: a fresh process starts without one)."""
+    global _CAPACITY
+    with _CAPACITY_LOCK:
+        _CAPACITY = None
+
+
+def _unbound(bound: Counter[str], leave_out: str) -> list[Reservation]:
+    """The reservations of the other models' pods that the scheduler has not bound yet (``bound``: the
+    pods bound per model): those of the loadline Deployments seen (every shard's) and of the plans this
+    process applied (a LeaderWorkerSet's, and a Deployment's until its first watch event comes)."""
     with _PLANNED_LOCK:
         planned = list({**_PLANNED, **_DEMANDS}.items())
     return [held._replace(pods=held.pods - bound[key]) for key, held in planned
@@ -199,17 +246,21 @@ def _unbound(pods: list[dict[str, Any]], leave_out: str) -> list[Reservation]:
 def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[NodeRoom]]:
     """Free GPUs per type, leaving this InferenceModel's own pods out, and the other models' pods
     that are planned but not bound yet reserved."""
-    nodes, all_pods = view
-    # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
-    pods = [
-        pod
-        for pod in all_pods
-        if not (
-            pod.get("metadata", {}).get("namespace") == namespace
-            and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
-        )
-    ]
-    return reserve(free_rooms_by_type(nodes, pods), _unbound(all_pods, f"{namespace}/{name}"))
+    capacity = _capacity(view)
+    free = capacity.free
+    if (namespace, name) in capacity.with_pods:
+        # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan.
+        nodes, all_pods = view
+        pods = [
+            pod
+            for pod in all_pods
+            if not (
+                pod.get("metadata", {}).get("namespace") == namespace
+                and (pod.get("metadata", {}).get("labels") or {}).get(INSTANCE_LABEL) == name
+            )
+        ]
+        free = free_rooms_by_type(nodes, pods)
+    return reserve(free, _unbound(capacity.bound, f"{namespace}/{name}"))
 
 
 def remediation_state(body: Mapping[str, Any]) -> RemediationState:
@@ -354,7 +405,7 @@ def _plan_and_render(
     free = _free_gpus(meta["name"], meta["namespace"], cluster) if settings.capacity_aware else None
     plan = inputs.plan(
         free_gpus=free,
-        cluster_shapes=cluster_shapes(cluster[0]),
+        cluster_shapes=_capacity(cluster).shapes,
         min_gpus=state.overrides.min_gpus_per_replica or 1,
         min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
     )
