@@ -81,16 +81,19 @@ def test_own_pods_can_be_ignored_when_replanning() -> None:
 
 
 def test_reserved_pods_take_the_most_free_nodes_first() -> None:
-    assert gpus(reserve({"L4": [1, 4, 1, 4]}, [("L4", 1, 3)])) == {"L4": [3, 2, 1, 1]}
+    assert gpus(reserve({"L4": [1, 4, 1, 4]}, [Reservation("L4", 1, 3)])) == {"L4": [3, 2, 1, 1]}
     # A pod no node can hold takes nothing; other types are untouched.
-    assert gpus(reserve({"L4": [1, 1], "A100-80GB": [8]}, [("L4", 2, 1)])) == {"L4": [1, 1], "A100-80GB": [8]}
+    assert gpus(reserve({"L4": [1, 1], "A100-80GB": [8]}, [Reservation("L4", 2, 1)])) == {
+        "L4": [1, 1],
+        "A100-80GB": [8],
+    }
 
 
 def test_a_reserved_pod_takes_gpus_only_where_its_host_memory_fits() -> None:
     """The scheduler binds a pending pod to a node that holds its memory too: its GPUs are reserved
     there, not on the node with the most free GPUs whose memory is too small for it."""
     free = {"L4": [NodeRoom(1, memory_gib=12.0, cpu=3.0), NodeRoom(1, memory_gib=170.0, cpu=44.0)]}
-    held = reserve(free, [("L4", 1, 1, 20.0, 3.0)])["L4"]
+    held = reserve(free, [Reservation("L4", 1, 1, 20.0, 3.0)])["L4"]
     assert sorted((r.memory_gib, r.gpus) for r in held) == [(12.0, 1), (170.0, 0)]
 
 

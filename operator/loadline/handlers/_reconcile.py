@@ -135,7 +135,7 @@ def _cluster_view(view: ClusterView | None, *, pods: bool) -> ClusterView:
     return view
 
 
-#: What each model's plan asks the scheduler for: ``namespace/name`` → (GPU type, GPUs per pod, pods).
+#: What each model's plan asks the scheduler for: ``namespace/name`` → its :class:`Reservation`.
 #: The pods not bound yet are reserved in every other model's capacity view (sizing.reserve).
 _PLANNED: dict[str, Reservation] = {}
 _PLANNED_LOCK = threading.Lock()

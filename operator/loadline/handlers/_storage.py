@@ -35,7 +35,6 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         super().__init__(field=FIELD)
         self._prefix = prefix
         self._legacy = kopf.AnnotationsDiffBaseStorage(prefix=prefix, key=legacy_key)
-        self._legacy_key = legacy_key
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
         essence = super().build(body=body, extra_fields=extra_fields)
@@ -51,7 +50,7 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
 
     def store(self, *, body: kopf.Body, patch: kopf.Patch, essence: kopf.BodyEssence) -> None:
         super().store(body=body, patch=patch, essence=essence)
-        for key in self._legacy.make_keys(self._legacy_key, body=body):
+        for key in self._legacy.make_keys(self._legacy.key, body=body):
             if key in body.metadata.annotations:
                 patch.metadata.annotations[key] = None  # the earlier version's copy, once
 

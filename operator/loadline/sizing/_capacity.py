@@ -268,12 +268,12 @@ class Reservation(NamedTuple):
     cpu: float = 0.0
 
 
-def reserve(free: FreeGPUs, reservations: Iterable[tuple[Any, ...]]) -> dict[str, list[NodeRoom]]:
-    """``free`` less GPUs promised to pods not bound yet: each reservation is a :class:`Reservation`
-    (or a tuple of its fields), placed as the default scheduler spreads pods (the node with the most
-    free GPUs that holds the pod, its GPUs and its shape's host memory and CPU). A pod no node holds
-    takes nothing (it stays Pending; the next plan sees the type full either way, since its GPUs are
-    not free). Plain counts in ``free`` come back as rooms any pod fits.
+def reserve(free: FreeGPUs, reservations: Iterable[Reservation]) -> dict[str, list[NodeRoom]]:
+    """``free`` less GPUs promised to pods not bound yet: each :class:`Reservation` is placed as the
+    default scheduler spreads pods (the node with the most free GPUs that holds the pod, its GPUs and
+    its shape's host memory and CPU). A pod no node holds takes nothing (it stays Pending; the next
+    plan sees the type full either way, since its GPUs are not free). Plain counts in ``free`` come
+    back as rooms any pod fits.
 
     Why: the indexes only count bound pods. When many models are planned at once (created back to
     back), each would otherwise see the GPUs the ones before it were just given, and the whole burst
@@ -282,8 +282,7 @@ def reserve(free: FreeGPUs, reservations: Iterable[tuple[Any, ...]]) -> dict[str
         name: sorted((n if isinstance(n, NodeRoom) else NodeRoom(n) for n in found), key=lambda r: -r.gpus)
         for name, found in free.items()
     }
-    for held in reservations:
-        r = Reservation(*held)
+    for r in reservations:
         nodes = out.get(r.gpu)
         if not nodes or r.per_pod < 1:
             continue
