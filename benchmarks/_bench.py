@@ -153,3 +153,28 @@ def ensure_crds() -> None:
             return
         except client.exceptions.ApiException:
             time.sleep(0.5)
+
+
+def cpu_seconds() -> Counter[str]:
+    """CPU time (user + system, seconds) each running process has used so far, summed by command
+    name (``kube-apiserver``, ``etcd``, ``loadline``, ...). Two readings around a timed window say who
+    used the machine's cores in it: the control plane, KWOK, the operator and the benchmark share
+    them. A process that ended inside the window is left out of the difference."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    totals: Counter[str] = Counter()
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            text = stat.read_text()
+        except OSError:  # ended meanwhile
+            continue
+        name = text[text.index("(") + 1 : text.rindex(")")]
+        fields = text[text.rindex(")") + 2 :].split()  # from field 3 (state): utime is 14, stime 15
+        totals[name] += (int(fields[11]) + int(fields[12])) / ticks
+    return totals
+
+
+def cpu_used(before: Counter[str], after: Counter[str], top: int = 7) -> str:
+    """Who used how many core-seconds between two :func:`cpu_seconds` readings, largest first."""
+    used = after - before
+    shown = [f"{name} {seconds:.0f}" for name, seconds in used.most_common(top) if seconds >= 0.5]
+    return f"{sum(used.values()):.0f} core-s: " + ", ".join(shown)

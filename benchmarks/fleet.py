@@ -15,6 +15,8 @@ re-applies its simulated fleet) with ``--nodes`` KWOK GPU nodes (e2e/fleet.yaml 
    Both runs also note when every model's pod is Running (the controller-manager, the scheduler and
    KWOK do that work after the direct writes return, and during the operator's run): the end-to-end
    ratio of the same two runs.
+   For both windows, the CPU each process used in it (``/proc``, by command name): who had the
+   machine's cores while the writes were timed.
 3. **One more model** at that scale, ``--more`` times, one a second: create → its Deployment seen.
 4. Every model Ready (or the timeout); then the RSS (``/proc``) of each reconciling replica: its own
    process and the admission process it starts.
@@ -49,7 +51,7 @@ from typing import Any
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
-from _bench import changed_paths, chat_model, own_requests, percentile
+from _bench import changed_paths, chat_model, cpu_seconds, cpu_used, own_requests, percentile
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, uninstall
 from kube import E2E_DIR, REPO, Kubectl, kubectl_binary, wait_for
@@ -309,9 +311,11 @@ def main() -> int:
     kubectl("create", "namespace", direct_ns)
     children = rendered_children(models)
     running = FirstSeen(direct_ns, "pods", running=True)
+    cpu_before = cpu_seconds()
     start = time.monotonic()
     direct, figures["direct_refused"] = apply_server_side(kubectl, direct_ns, models + children)
     figures["direct_seconds"] = direct
+    figures["direct_cpu"] = cpu_used(cpu_before, cpu_seconds())
     print(
         f"direct: {len(models)} InferenceModels + {len(children)} children applied in {direct:.1f} s",
         flush=True,
@@ -418,11 +422,13 @@ def through_operator(
         time.sleep(2)
         before = operator_requests(kubectl, flow_schemas)
         own_before = client_requests(chart.replicas)
+        cpu_before = cpu_seconds()
         start = time.monotonic()
         _, run["operator_refused"] = apply_server_side(kubectl, namespace, models)
         wait_for(
             lambda: watch.count() >= args.models, timeout=3600, interval=0.5, what="every model's Deployment"
         )
+        run["operator_cpu"] = cpu_used(cpu_before, cpu_seconds())
         through = max(watch.seen.values()) - start
         run["operator_seconds"] = through
         run["ratio"] = through / direct
@@ -496,6 +502,8 @@ def report(args: argparse.Namespace, fleet: dict[str, Any], run: dict[str, Any])
         ("direct writes", f"{f['direct_seconds']:.1f} s", ""),
         ("all children via the operator", f"{f['operator_seconds']:.1f} s", ""),
         ("ratio", f"{f['ratio']:.2f}", f"<= {GOALS['ratio']}"),
+        ("  CPU in the direct window, by process", f["direct_cpu"], ""),
+        ("  CPU in the operator's window, by process", f["operator_cpu"], ""),
         (
             "every pod Running: direct / via the operator (ratio)",
             f"{f['direct_running_seconds']:.1f} s / {f['running_seconds']:.1f} s "

@@ -11,7 +11,8 @@ for each model:
   `status.remediation` (what the operator commits to before touching the children);
 - detect → rolled: until the Deployment's pod template carries the raised memory limit.
 
-It prints how many crashes were decided and rolled (every crash must be), and what the crashes cost the
+It prints how many crashes were decided and rolled (every crash must be), the CPU each process used
+from the first crash until all were handled (``/proc``, by command name), and what the crashes cost the
 API server: loadline's own requests per crash by verb and resource (its ``loadline_api_requests_total``),
 and the API server's writes per crash by resource, whoever made them (``apiserver_request_total``: kopf's
 patches, the Deployment controller's roll-out, the scheduler, KWOK).
@@ -23,9 +24,10 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
+import queue
 import re
 import sys
-import threading
 import time
 import uuid
 from collections import Counter
@@ -37,6 +39,8 @@ from _bench import (
     REPO,
     changed_paths,
     chat_model,
+    cpu_seconds,
+    cpu_used,
     ensure_crds,
     free_port,
     own_requests,
@@ -103,6 +107,45 @@ def per_crash(counts: Counter[str], crashes: int) -> str:
     return ", ".join(shown) or "none"
 
 
+def watch_events(lister_name: str, *args: Any) -> Any:
+    """The events of a watch, forever (its process is terminated). Without a timeout the client
+    watches on from the last resourceVersion when the API server ends a watch (a new LIST, which a
+    watch with a timeout makes, would show a fleet's changes late, as ADDED); it lists again only after
+    an error."""
+    config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
+    api: Any = client.CustomObjectsApi() if lister_name.endswith("custom_object") else client.AppsV1Api()
+    while True:
+        try:
+            yield from watch.Watch().stream(getattr(api, lister_name), *args)  # type: ignore[no-untyped-call]
+        except Exception as exc:  # a dropped connection: watch again (it lists first)
+            print(f"watch ended ({type(exc).__name__}: {exc}); watching again", file=sys.stderr)
+
+
+def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
+    """In a process of its own (the injecting threads of the main one would hold up its reads): when
+    each model's decision first shows in its status, and what each write to a model changed."""
+    last: dict[str, dict[str, Any]] = {}
+    group = ("loadline.dev", "v1alpha1", namespace, "inferencemodels")
+    for event in watch_events("list_namespaced_custom_object", *group):
+        obj, now = event["object"], time.time()
+        name = obj["metadata"]["name"]
+        if name in last and event["type"] == "MODIFIED":
+            seen.put(("write", " + ".join(changed_paths(last[name], obj)), now))
+        last[name] = obj
+        if ((obj.get("status") or {}).get("remediation") or {}).get("handledCrashes"):
+            seen.put(("decided", name, now))
+
+
+def watch_deployments(namespace: str, baseline: dict[str, str], seen: Any) -> None:
+    """In a process of its own: when each Deployment's pod template first carries a memory limit other
+    than the one it had before the crashes."""
+    for event in watch_events("list_namespaced_deployment", namespace):
+        dep, now = event["object"], time.time()
+        limits = dep.spec.template.spec.containers[0].resources.limits or {}
+        if limits.get("memory") not in {None, baseline.get(dep.metadata.name)}:
+            seen.put(("rolled", dep.metadata.name, now))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("count", nargs="?", type=int, default=100)
@@ -124,51 +167,12 @@ def main() -> int:
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     settings = {"remediation_max_actions_per_day": "10", "metrics_port": str(metrics_port)}
     operator = start_operator(namespace, "operator-oombench.log", **settings)
-    crashed: dict[str, float] = {}
+    crashed: dict[str, float] = {}  # wall clock: the watches run in processes of their own
     decided: dict[str, float] = {}
     rolled: dict[str, float] = {}
-    model_writes: Counter[str] = Counter()  # after its crash, what each write to a model changed
-    stop = threading.Event()
-
-    def watch_models() -> None:
-        lister = custom.list_namespaced_custom_object
-        group = ("loadline.dev", "v1alpha1", namespace, "inferencemodels")
-        last: dict[str, dict[str, Any]] = {}
-        for event in watch_until_stopped(lister, *group):
-            obj = event["object"]
-            name = obj["metadata"]["name"]
-            if name in crashed and name in last and event["type"] == "MODIFIED":
-                model_writes[" + ".join(changed_paths(last[name], obj))] += 1
-            last[name] = obj
-            remediation = (obj.get("status") or {}).get("remediation") or {}
-            if name in crashed and name not in decided and remediation.get("handledCrashes"):
-                decided[name] = time.monotonic()
-
-    def watch_deployments() -> None:
-        for event in watch_until_stopped(apps.list_namespaced_deployment, namespace):
-            dep = event["object"]
-            name = dep.metadata.name
-            limits = dep.spec.template.spec.containers[0].resources.limits or {}
-            if (
-                name in crashed
-                and name not in rolled
-                and limits.get("memory") not in {None, baseline.get(name)}
-            ):
-                rolled[name] = time.monotonic()
-
-    def watch_until_stopped(lister: Any, *args: Any) -> Any:
-        """The events of a watch until ``stop``. Without a timeout the client watches on from the last
-        resourceVersion when the API server ends a watch (a new LIST, which a watch with a timeout
-        makes, would show a fleet's changes late, as ADDED); it lists again only after an error."""
-        while not stop.is_set():
-            stream = watch.Watch()  # type: ignore[no-untyped-call]
-            try:
-                for event in stream.stream(lister, *args):
-                    yield event
-                    if stop.is_set():
-                        stream.stop()  # type: ignore[no-untyped-call]
-            except Exception as exc:  # a dropped connection: watch again (it lists first)
-                print(f"watch ended ({type(exc).__name__}: {exc}); watching again", file=sys.stderr)
+    model_writes: Counter[str] = Counter()  # from 5 s before the first crash: what each model write changed
+    seen: multiprocessing.Queue[tuple[str, str, float]] = multiprocessing.get_context("spawn").Queue()
+    watchers: list[multiprocessing.process.BaseProcess] = []
 
     baseline: dict[str, str] = {}
     try:
@@ -194,10 +198,14 @@ def main() -> int:
             baseline[dep.metadata.name] = (dep.spec.template.spec.containers[0].resources.limits or {}).get(
                 "memory"
             )
-        threads = [threading.Thread(target=f, daemon=True) for f in (watch_models, watch_deployments)]
-        for thread in threads:
-            thread.start()
-        time.sleep(1)
+        spawn = multiprocessing.get_context("spawn")
+        watchers.extend(
+            spawn.Process(target=target, args=(namespace, baseline, seen), daemon=True)
+            for target in (watch_models, watch_deployments)
+        )
+        for watcher in watchers:
+            watcher.start()
+        time.sleep(5)  # both watches listed and watching (a spawned process imports the client first)
         termination = termination_for("oomkilled")
         api = client.ApiClient()
         own_before, writes_before = own_requests(metrics_url), apiserver_writes()
@@ -209,17 +217,29 @@ def main() -> int:
             body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
             # From the moment the write is sent (no model had a crash or a raised limit before), so
             # a decision the watch shows before the write's answer still counts.
-            crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.monotonic()
+            crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.time()
             core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
 
+        cpu_before = cpu_seconds()
         start, wall_start = time.monotonic(), time.time()
         with ThreadPoolExecutor(args.injectors) as pool:
             list(pool.map(crash, running))
         injected = time.monotonic() - start
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline and (len(decided) < len(crashed) or len(rolled) < len(crashed)):
-            time.sleep(0.5)
-        stop.set()
+            try:
+                what, key, when = seen.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            if what == "decided":
+                decided.setdefault(key, when)
+            elif what == "rolled":
+                rolled.setdefault(key, when)
+            else:
+                model_writes[key] += 1
+        for watcher in watchers:
+            watcher.terminate()
+        cpu = cpu_used(cpu_before, cpu_seconds())
         own = own_requests(metrics_url) - own_before
         waits = lane_waits(metrics_url) - waits_before
         writes = apiserver_writes() - writes_before
@@ -240,6 +260,7 @@ def main() -> int:
                 [rolled[n] - crashed[n] for n in rolled],
             )
         )
+        print(f"CPU from the first crash until all were handled, by process: {cpu}")
         crashes = max(1, len(crashed))
         print(
             "waited for a thread of its lane, mean per call: "
@@ -255,6 +276,8 @@ def main() -> int:
         events = events_since(core, namespace, wall_start)
         print(f"Events per crash (by who, reason): {per_crash(events, crashes)}")
     finally:
+        for watcher in watchers:
+            watcher.terminate()
         stop_operator(operator)
         core.delete_namespace(namespace)
         # Gone before this returns: the namespace controller's deletions would land in the next run.

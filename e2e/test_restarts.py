@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import subprocess
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -189,6 +190,16 @@ def test_policy_windows_and_max_concurrent_hold_restarts_of_several_models(
     """A FleetPolicy allows restarts from a few minutes from now, one model at a time. Two models with
     no history crash: both wait for the policy's window, then restart one after the other inside it; a
     single replica surges a second pod first, so it keeps serving."""
+    hold_restarts_one_at_a_time(
+        kubectl, namespace, lambda: {m: deploy(kubectl, namespace, m)[0] for m in ("alpha", "beta")}
+    )
+
+
+def hold_restarts_one_at_a_time(
+    kubectl: Kubectl, namespace: str, deploy_models: Callable[[], dict[str, dict[str, Any]]]
+) -> None:
+    """The FleetPolicy of the test above, over the models ``deploy_models`` deploys (name → its pod):
+    they crash, wait for the policy's window, and never restart two at once inside it."""
     start = datetime.fromtimestamp((int(time.time()) + 200) // 60 * 60, UTC)
     end = start + timedelta(minutes=12)
     name = f"restarts-{namespace}"
@@ -207,7 +218,7 @@ def test_policy_windows_and_max_concurrent_hold_restarts_of_several_models(
     }
     kubectl.apply(policy)
     try:
-        first = {m: deploy(kubectl, namespace, m)[0] for m in ("alpha", "beta")}
+        first = deploy_models()
         for m, pod in first.items():
             fragment(kubectl, namespace, m, pod)
         for m in first:
@@ -238,7 +249,8 @@ def test_policy_windows_and_max_concurrent_hold_restarts_of_several_models(
             assert "Restarting" in said, said
         waited = [m for m in first if "RestartWaiting" in reasons(kubectl, namespace, m)]
         assert len(waited) == 1, waited
-        deployment = kubectl.json("get", "deployment", "alpha", "-n", namespace)
-        assert deployment["spec"]["replicas"] == 1  # the surge is over
+        for m in first:
+            deployment = kubectl.json("get", "deployment", m, "-n", namespace)
+            assert deployment["spec"]["replicas"] == 1  # the surge is over
     finally:
         kubectl.run("delete", "fleetpolicy", name, "--ignore-not-found", check=False)

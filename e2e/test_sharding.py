@@ -1,7 +1,9 @@
 """Two replicas sharing the InferenceModels (chart value sharding.shards=2) on an API server with the
 ShardedListAndWatch feature gate, as e2e/cluster-up.sh starts it: each model is reconciled by exactly
 one replica, the one holding the Lease of its uid's shard, and when one replica dies the other takes
-its shard over and reconciles its models; when a replacement comes, the survivor hands a shard back."""
+its shard over and reconciles its models; when a replacement comes, the survivor hands a shard back.
+FleetPolicy restart slots hold across the shards: two models of different shards whose restarts come
+due in the same second never restart together under `maxConcurrent: 1`."""
 
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from chart import ChartOperator
 from kube import REPO, Kubectl, wait_for
 from loadline import sharding
 from operator_helpers import example, model, wait_phase
+from test_restarts import deploy, hold_restarts_one_at_a_time
 
 SHARDS = 2
 
@@ -198,3 +201,25 @@ def per_shard(uids: dict[str, str]) -> dict[int, int]:
         shard = sharding.shard_of(uid, SHARDS)
         counts[shard] = counts.get(shard, 0) + 1
     return counts
+
+
+def test_restart_slots_hold_across_shards(sharded: ChartOperator, kubectl: Kubectl, namespace: str) -> None:
+    """The restart test's FleetPolicy (a window a few minutes ahead, ``maxConcurrent: 1``) over two
+    models owned by different replicas: their restarts come due at the window's first second, each
+    replica deciding for its own model, and still only one restarts at a time (the other waits for
+    the slot, claimed in the slots Lease both replicas decide on)."""
+
+    def one_per_shard() -> dict[str, dict[str, Any]]:
+        pods: dict[int, tuple[str, dict[str, Any]]] = {}
+        for index in range(12):
+            name = f"slot-{index}"
+            pod = deploy(kubectl, namespace, name)[0]
+            shard = sharding.shard_of(model(kubectl, namespace, name)["metadata"]["uid"], SHARDS)
+            pods.setdefault(shard, (name, pod))
+            if len(pods) == SHARDS:
+                return dict(pods.values())
+        raise AssertionError("the API server's uids kept landing in one shard")
+
+    hold_restarts_one_at_a_time(kubectl, namespace, one_per_shard)
+    claims = kubectl.json("get", "lease", f"{sharded.lease_name}-restart-slots", "-n", sharded.namespace)
+    assert "loadline.dev/restart-slots" in claims["metadata"]["annotations"], claims

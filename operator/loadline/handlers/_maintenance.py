@@ -31,7 +31,7 @@ from typing import Any, cast
 import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
-from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile
+from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
@@ -98,6 +98,9 @@ class FleetView:
     nodes: list[dict[str, Any]]
     pods: list[dict[str, Any]]
     policies: list[FleetPolicy]
+    #: Sharded: other replicas take restart slots at the same time, so a start is also claimed in the
+    #: slots Lease they all decide on (:mod:`loadline.handlers._restart_slots`).
+    shared_slots: bool = False
 
 
 def restarting_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -250,26 +253,47 @@ def tend(
             if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
             else ()
         )
-        with _SLOTS:
-            claims = _live_claims(now.timestamp())
-            restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in claims}}
-            decision = plan_maintenance(
-                model=key,
-                now=now,
-                action=None,
-                windows=plan.windows,
-                duration=plan.duration,
-                persisted=record,
-                policy_windows=sets,
-                locks=restart_locks(governing, _running_by_policy(governing, restarting, fleet.policies)),
-                cooldown=_oom.model_limits(body, fleet.policies, settings).cooldown,
-                crash_looping=_build.crash_looping(pods),
-                risk=risk,
-                forecast=forecast,
-                timezone=settings.restart_timezone,
-            )
-            if decision.kind == "act":
-                _CLAIMED[key] = now.timestamp()
+
+        def decide(claimed_elsewhere: Mapping[str, frozenset[str]]) -> MaintenanceDecision:
+            """The decision with this process's own starts and ``claimed_elsewhere`` (policy →
+            models claiming its slots in the shared table) counted as holders of the slots."""
+            with _SLOTS:
+                claims = _live_claims(now.timestamp())
+                restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in claims}}
+                running = _running_by_policy(governing, restarting, fleet.policies)
+                for policy, models in claimed_elsewhere.items():
+                    if policy in running:
+                        running[policy] = sorted({*running[policy], *models})
+                decision = plan_maintenance(
+                    model=key,
+                    now=now,
+                    action=None,
+                    windows=plan.windows,
+                    duration=plan.duration,
+                    persisted=record,
+                    policy_windows=sets,
+                    locks=restart_locks(governing, running),
+                    cooldown=_oom.model_limits(body, fleet.policies, settings).cooldown,
+                    crash_looping=_build.crash_looping(pods),
+                    risk=risk,
+                    forecast=forecast,
+                    timezone=settings.restart_timezone,
+                )
+                if decision.kind == "act":
+                    _CLAIMED[key] = now.timestamp()
+                else:
+                    _CLAIMED.pop(key, None)  # decided on again after a lost claim: not this one's
+                return decision
+
+        limited = [p.name for p in governing if p.spec.restarts.max_concurrent is not None]
+        if fleet.shared_slots and limited:
+            shared = _restart_slots.take(key, limited, decide, fleet.restarting.keys(), now, settings)
+            if shared is None:  # other replicas kept claiming: decide again next tick, nothing written
+                _release(key)
+                return
+            decision = shared
+        else:
+            decision = decide({})
     except PolicyWindowError as exc:
         message = f"no restart possible: {exc}"
         held = MaintenanceRecord(
@@ -342,7 +366,7 @@ def _carry_out(
             _roll_remediation(body, patch, settings, fleet, logger)
             return
         if _rollout_complete(api_version, kind, namespace, workload_name):
-            _finish(body, patch, record, now, logger)
+            _finish(body, patch, record, now, logger, fleet, settings)
         return
     if multi_node:  # a group restarts with its leader (the LeaderWorkerSet recreates the group)
         pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX, "0") == "0"]
@@ -354,7 +378,7 @@ def _carry_out(
         room_for_surge=not multi_node and _room_for_one_more(plan, fleet),
     )
     if step.action == "done":
-        _finish(body, patch, record, now, logger)
+        _finish(body, patch, record, now, logger, fleet, settings)
         return
     if step.action in ("surge", "scale_back"):
         _scale(api_version, kind, namespace, workload_name, step.scale_to)
@@ -418,11 +442,16 @@ def _finish(
     record: MaintenanceRecord,
     now: datetime,
     logger: logging.Logger | kopf.Logger,
+    fleet: FleetView,
+    settings: OperatorSettings,
 ) -> None:
     meta = body["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
     done = finish_maintenance(record, now)
     _write(body, patch, done)
-    _release(f"{meta['namespace']}/{meta['name']}")
+    _release(key)
+    if fleet.shared_slots:
+        _restart_slots.give_back(key, fleet.restarting.keys(), now, settings)
     logger.info("restart of %s/%s done", meta["namespace"], meta["name"])
 
 

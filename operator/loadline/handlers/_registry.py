@@ -235,7 +235,7 @@ def maintenance(
     if _shards.sharded():  # the slots are the cluster's: other shards' restarts hold them too
         restarting_now = {**_fleet.restarting_everywhere(SETTINGS), **restarting_now}
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
-    fleet = _maintenance.FleetView(restarting_now, nodes, pods, policies)
+    fleet = _maintenance.FleetView(restarting_now, nodes, pods, policies, shared_slots=_shards.sharded())
     _maintenance.tend(body, patch, memo, SETTINGS, fleet, logger)
 
 

@@ -22,7 +22,16 @@ See docs/restarts.md.
 from loadline.maintenance._allowed import PolicySet, allowed_intervals
 from loadline.maintenance._errors import MaintenanceInputError
 from loadline.maintenance._forecast import forecast_load, quietest_start
-from loadline.maintenance._locks import holds_restart_slot, restart_locks
+from loadline.maintenance._locks import (
+    SLOT_CLAIM_GRACE,
+    SlotClaim,
+    claim_holders,
+    format_slot_claims,
+    holds_restart_slot,
+    parse_slot_claims,
+    restart_locks,
+    standing_claims,
+)
 from loadline.maintenance._model import (
     Action,
     DecisionKind,
@@ -39,6 +48,7 @@ from loadline.maintenance._status import record_from_status, record_to_status
 from loadline.maintenance._urgency import crash_urgency
 
 __all__ = [
+    "SLOT_CLAIM_GRACE",
     "Action",
     "DecisionKind",
     "LoadSlot",
@@ -50,17 +60,22 @@ __all__ = [
     "RestartLock",
     "RolloutAction",
     "RolloutStep",
+    "SlotClaim",
     "State",
     "Trigger",
     "allowed_intervals",
+    "claim_holders",
     "crash_urgency",
     "finish_maintenance",
     "forecast_load",
+    "format_slot_claims",
     "holds_restart_slot",
+    "parse_slot_claims",
     "plan_maintenance",
     "plan_rollout",
     "quietest_start",
     "record_from_status",
     "record_to_status",
     "restart_locks",
+    "standing_claims",
 ]
