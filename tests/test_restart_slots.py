@@ -164,3 +164,15 @@ def test_one_deciding_process_needs_no_table(leases: FakeLeases) -> None:
     now = datetime.now(UTC)
     assert tend(due("chat", now), shared=False) == "Running"
     assert leases.writes == [] and leases.leases == {}
+
+
+def test_a_restart_not_due_yet_reads_no_table(leases: FakeLeases) -> None:
+    """A model waiting for its window costs no read of the table at each tick (a fleet's worth of
+    them would poll it)."""
+    reads: list[str] = []
+    read = leases.read_namespaced_lease
+    leases.read_namespaced_lease = lambda name, namespace, **k: reads.append(name) or read(name, namespace)  # type: ignore[method-assign]
+    later = datetime.now(UTC) + timedelta(hours=1)
+    assert tend(due("chat", later)) in {"Scheduled", ""}
+    assert reads == []
+    assert tend(due("chat", datetime.now(UTC))) == "Running" and reads == ["loadline-restart-slots"]

@@ -285,15 +285,16 @@ def tend(
                     _CLAIMED.pop(key, None)  # decided on again after a lost claim: not this one's
                 return decision
 
+        decision = decide({})
         limited = [p.name for p in governing if p.spec.restarts.max_concurrent is not None]
-        if fleet.shared_slots and limited:
+        if decision.kind == "act" and fleet.shared_slots and limited:
+            # Claims only add holders, so what is not due without the table is not due with it: the
+            # table is read only for a start (not at every tick of every model waiting for its window).
             shared = _restart_slots.take(key, limited, decide, fleet.restarting.keys(), now, settings)
             if shared is None:  # other replicas kept claiming: decide again next tick, nothing written
                 _release(key)
                 return
             decision = shared
-        else:
-            decision = decide({})
     except PolicyWindowError as exc:
         message = f"no restart possible: {exc}"
         held = MaintenanceRecord(
