@@ -291,10 +291,10 @@ def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(monkeypa
 def test_the_capacity_of_a_snapshot_is_worked_out_once_and_a_models_own_pods_still_left_out(
     monkeypatch: Any,
 ) -> None:
-    calls: list[int] = []
-    original = _reconcile.free_rooms_by_type
+    reads: list[str] = []
+    original = _reconcile.gpu_node
     monkeypatch.setattr(
-        _reconcile, "free_rooms_by_type", lambda n, p, **k: (calls.append(len(p)), original(n, p, **k))[1]
+        _reconcile, "gpu_node", lambda n: (reads.append(n["metadata"]["name"]), original(n))[1]
     )
     nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4)]
     mine = {"loadline.dev/inferencemodel": "mine"}
@@ -302,9 +302,33 @@ def test_the_capacity_of_a_snapshot_is_worked_out_once_and_a_models_own_pods_sti
     snapshot = (nodes, [pod("l4-a", 2, labels=mine), pod("l4-b", 1, labels=other)])
     for name in ("new-1", "new-2", "new-3"):  # models without pods: the snapshot's figures
         assert gpus(_reconcile._free_gpus(name, "", snapshot)) == {"L4": [3, 2]}
-    assert calls == [2]
-    # A re-plan of a model with pods in it gets its own GPUs back, as before the snapshot.
+    assert reads == ["l4-a", "l4-b"]
+    # A re-plan of a model with pods in it gets its own GPUs back, as before the snapshot, and reads
+    # no node again (a crash's roll-out at fleet scale read all of them, every time).
     snapshot[1][0]["metadata"]["namespace"] = snapshot[1][1]["metadata"]["namespace"] = "ns"
     _reconcile.forget_capacity()
+    reads.clear()
     assert gpus(_reconcile._free_gpus("mine", "ns", snapshot)) == {"L4": [4, 3]}
     assert gpus(_reconcile._free_gpus("new-4", "ns", snapshot)) == {"L4": [3, 2]}
+    assert gpus(_reconcile._free_gpus("other", "ns", snapshot)) == {"L4": [4, 2]}
+    assert reads == ["l4-a", "l4-b"]
+
+
+def test_a_new_snapshot_reads_only_the_nodes_that_changed(monkeypatch: Any) -> None:
+    """The index gives a node a new entry when it changes: only that one is read again; a node gone is
+    gone from the free GPUs."""
+    reads: list[str] = []
+    original = _reconcile.gpu_node
+    monkeypatch.setattr(
+        _reconcile, "gpu_node", lambda n: (reads.append(n["metadata"]["name"]), original(n))[1]
+    )
+    a, b, c = node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4), node("l4-c", "NVIDIA-L4", 1)
+    assert gpus(_reconcile._free_gpus("m", "ns", ([a, b, c], []))) == {"L4": [4, 4, 1]}
+    assert reads == ["l4-a", "l4-b", "l4-c"]
+    reads.clear()
+    cordoned = node("l4-b", "NVIDIA-L4", 4, unschedulable=True)
+    assert gpus(_reconcile._free_gpus("m", "ns", ([a, cordoned], []))) == {"L4": [4]}
+    assert reads == ["l4-b"]
+    reads.clear()
+    assert gpus(_reconcile._free_gpus("m", "ns", ([a, cordoned, c], []))) == {"L4": [4, 1]}
+    assert reads == ["l4-c"]  # l4-c left the snapshot before: read again, not remembered from then

@@ -94,9 +94,11 @@ class NodeRoom(NamedTuple):
 FreeGPUs = Mapping[str, Sequence[int | NodeRoom]]
 
 
-def _gpus_used(
-    pods: Iterable[Mapping[str, Any]], ignore_pods_labelled: Mapping[str, str] | None
+def gpus_used(
+    pods: Iterable[Mapping[str, Any]], ignore_pods_labelled: Mapping[str, str] | None = None
 ) -> dict[str, int]:
+    """GPUs requested per node name by the pods bound to it that still hold resources (those carrying
+    all of ``ignore_pods_labelled`` left out)."""
     used: dict[str, int] = {}
     for pod in pods:
         node_name = pod.get("spec", {}).get("nodeName")
@@ -108,6 +110,50 @@ def _gpus_used(
     return used
 
 
+def pod_gpus(pod: Mapping[str, Any]) -> tuple[str, int] | None:
+    """The node a pod is bound to and the GPUs it holds there; None when it holds none."""
+    node_name = pod.get("spec", {}).get("nodeName")
+    if not node_name or not _holds_resources(pod):
+        return None
+    return str(node_name), _pod_gpu_request(pod)
+
+
+class GPUNode(NamedTuple):
+    """A Ready GPU node as capacity counts it: its name, catalog GPU type, and its room when empty
+    (allocatable GPUs, and the host memory and CPU of its shape)."""
+
+    name: str
+    gpu: str
+    room: NodeRoom
+
+
+def gpu_node(node: Mapping[str, Any]) -> GPUNode | None:
+    """The node as :func:`free_rooms` counts it; None when it is no Ready, schedulable node of a
+    catalog GPU type. A function of the node object alone, so a caller may keep it per node version."""
+    meta = node.get("metadata", {})
+    labels = meta.get("labels") or {}
+    product = labels.get(PRODUCT_LABEL)
+    name = _catalog_name(product) if product else None
+    if name is None or not _node_ready(node):
+        return None
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    gpus, memory, cpu = _node_figures(
+        allocatable.get(GPU_RESOURCE, 0), allocatable.get("memory"), allocatable.get("cpu")
+    )
+    room_memory, room_cpu = _room(name, str(labels.get(INSTANCE_TYPE_LABEL) or ""), gpus, memory, cpu)
+    return GPUNode(str(meta.get("name", "")), name, NodeRoom(gpus, room_memory, room_cpu))
+
+
+def free_rooms(gpu_nodes: Iterable[GPUNode], used: Mapping[str, int]) -> dict[str, list[NodeRoom]]:
+    """``{catalog GPU name: [NodeRoom per node, most free GPUs first]}``: each node's room less the
+    GPUs ``used`` on it (:func:`gpus_used`)."""
+    free: dict[str, list[NodeRoom]] = {}
+    for node in gpu_nodes:
+        left = max(node.room.gpus - used.get(node.name, 0), 0)
+        free.setdefault(node.gpu, []).append(node.room._replace(gpus=left))
+    return {name: sorted(rooms, key=lambda r: -r.gpus) for name, rooms in free.items()}
+
+
 def free_rooms_by_type(
     nodes: Iterable[Mapping[str, Any]],
     pods: Iterable[Mapping[str, Any]],
@@ -115,24 +161,10 @@ def free_rooms_by_type(
     ignore_pods_labelled: Mapping[str, str] | None = None,
 ) -> dict[str, list[NodeRoom]]:
     """``{catalog GPU name: [NodeRoom per node, most free GPUs first]}`` for the Ready GPU nodes."""
-    used = _gpus_used(pods, ignore_pods_labelled)
-    free: dict[str, list[NodeRoom]] = {}
-    for node in nodes:
-        meta = node.get("metadata", {})
-        labels = meta.get("labels") or {}
-        product = labels.get(PRODUCT_LABEL)
-        name = _catalog_name(product) if product else None
-        if name is None or not _node_ready(node):
-            continue
-        allocatable = node.get("status", {}).get("allocatable") or {}
-        gpus, memory, cpu = _node_figures(
-            allocatable.get(GPU_RESOURCE, 0), allocatable.get("memory"), allocatable.get("cpu")
-        )
-        room_memory, room_cpu = _room(name, str(labels.get(INSTANCE_TYPE_LABEL) or ""), gpus, memory, cpu)
-        free.setdefault(name, []).append(
-            NodeRoom(max(gpus - used.get(meta.get("name", ""), 0), 0), room_memory, room_cpu)
-        )
-    return {name: sorted(rooms, key=lambda r: -r.gpus) for name, rooms in free.items()}
+    return free_rooms(
+        (found for node in nodes if (found := gpu_node(node)) is not None),
+        gpus_used(pods, ignore_pods_labelled),
+    )
 
 
 @lru_cache(maxsize=1024)
