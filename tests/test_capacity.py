@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 from loadline.api import parse_inference_model
@@ -332,3 +333,34 @@ def test_a_new_snapshot_reads_only_the_nodes_that_changed(monkeypatch: Any) -> N
     reads.clear()
     assert gpus(_reconcile._free_gpus("m", "ns", ([a, cordoned, c], []))) == {"L4": [4, 1]}
     assert reads == ["l4-c"]  # l4-c left the snapshot before: read again, not remembered from then
+
+
+def test_a_models_own_gpus_given_back_match_counting_without_its_pods() -> None:
+    """The snapshot's rooms with a model's own GPUs given back are exactly the rooms counted from the
+    pods without that model's, for every model of random clusters (busy and idle nodes of several
+    types, pods of several models, finished pods, unbound pods)."""
+    rng = random.Random(7)
+    products = ["NVIDIA-L4", "NVIDIA-A100-SXM4-80GB", "NVIDIA-H100-80GB-HBM3"]
+    for _ in range(40):
+        nodes = [
+            node(f"n{i}", rng.choice(products), rng.choice([1, 2, 4, 8]), ready=rng.random() > 0.1)
+            for i in range(rng.randint(1, 12))
+        ]
+        pods = []
+        for _ in range(rng.randint(0, 16)):
+            model = rng.choice(["a", "b", "c"])
+            placed = pod(
+                rng.choice([n["metadata"]["name"] for n in nodes] + [""]),
+                rng.randint(1, 4),
+                phase=rng.choice(["Running", "Running", "Pending", "Succeeded"]),
+                labels={"loadline.dev/inferencemodel": model},
+            )
+            placed["metadata"]["namespace"] = "ns"
+            pods.append(placed)
+        _reconcile.forget_capacity()
+        for model in ("a", "b", "c", "d"):
+            expected = free_rooms_by_type(
+                nodes, [p for p in pods if p["metadata"]["labels"]["loadline.dev/inferencemodel"] != model]
+            )
+            got = _reconcile._free_gpus(model, "ns", (nodes, pods))
+            assert {t: sorted(r) for t, r in got.items()} == {t: sorted(r) for t, r in expected.items()}

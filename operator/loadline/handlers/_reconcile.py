@@ -19,6 +19,7 @@ import contextlib
 import hashlib
 import json
 import logging
+import operator
 import threading
 import time
 from collections import Counter, OrderedDict
@@ -53,13 +54,15 @@ from loadline.sizing import (
     NodeRoom,
     Plan,
     Reservation,
-    cluster_shapes,
+    ShapeFigures,
     find_catalog_model,
     free_rooms,
     gpu_node,
     plan_inference_model,
     pod_gpus,
     reserve,
+    shape_figures,
+    shapes_of,
     workload_demand,
 )
 
@@ -188,41 +191,45 @@ def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
 @dataclass(frozen=True)
 class _Capacity:
     """What every plan reads of one snapshot of the cluster (:func:`_index.view`), worked out once for
-    it: the node shapes, the Ready GPU nodes, the GPUs held per node by every bound pod, the free GPUs
-    (rooms) per type that leaves, the pods bound per model (``namespace/model``), and per model with
-    pods in it (``(namespace, model)``) the GPUs its pods hold per node."""
+    it: the node shapes, the Ready GPU nodes by name, the GPUs held per node by every bound pod, the
+    free GPUs (rooms) per type that leaves, the pods bound per model (``namespace/model``), and per
+    model with pods in it (``(namespace, model)``) the GPUs its pods hold per node."""
 
     shapes: ClusterShapes | None
-    nodes: tuple[GPUNode, ...]
+    nodes: dict[str, GPUNode]
     used: dict[str, int]
     free: dict[str, list[NodeRoom]]
     bound: Counter[str]
-    own: dict[tuple[str, str], Counter[str]]
+    own: dict[tuple[str, str], dict[str, int]]
 
 
 _CAPACITY: tuple[ClusterView, _Capacity] | None = None
 _CAPACITY_LOCK = threading.Lock()
-#: Node name → (the index entry last seen, what capacity makes of it). An index entry is a new object
-#: whenever its node changes, so an entry that is the one seen before needs no second look: a snapshot
-#: of 2,000 nodes costs 2,000 lookups instead of 2,000 nodes' labels, conditions and quantities read
-#: again (py-spy: a third of the operator's CPU while 1,000 crashes rolled out). Holding the entry
-#: keeps its identity from being reused.
-_GPU_NODES: dict[str, tuple[Mapping[str, Any], GPUNode | None]] = {}
+#: Node name → (the index entry last seen, what capacity and the node shapes make of it). An index
+#: entry is a new object whenever its node changes, so an entry that is the one seen before needs no
+#: second look: a snapshot of 2,000 nodes costs 2,000 lookups instead of 2,000 nodes' labels,
+#: conditions and quantities read again (py-spy: with the re-plans below, a third of the operator's
+#: CPU while 1,000 crashes rolled out). Holding the entry keeps its identity from being reused.
+_NODES_READ: dict[str, tuple[Mapping[str, Any], GPUNode | None, ShapeFigures | None]] = {}
 
 
-def _gpu_nodes(nodes: list[dict[str, Any]]) -> tuple[GPUNode, ...]:
-    """The Ready GPU nodes of a snapshot, each node read only when its entry is new."""
-    global _GPU_NODES
+def _read_nodes(nodes: list[dict[str, Any]]) -> tuple[dict[str, GPUNode], ClusterShapes | None]:
+    """The Ready GPU nodes of a snapshot by name, and its node shapes; each node read only when its
+    entry is new."""
+    global _NODES_READ
     with _CAPACITY_LOCK:
-        known = _GPU_NODES
-    seen: dict[str, tuple[Mapping[str, Any], GPUNode | None]] = {}
+        known = _NODES_READ
+    seen: dict[str, tuple[Mapping[str, Any], GPUNode | None, ShapeFigures | None]] = {}
     for node in nodes:
         name = str((node.get("metadata") or {}).get("name", ""))
         last = known.get(name)
-        seen[name] = last if last is not None and last[0] is node else (node, gpu_node(node))
+        seen[name] = (
+            last if last is not None and last[0] is node else (node, gpu_node(node), shape_figures(node))
+        )
     with _CAPACITY_LOCK:
-        _GPU_NODES = seen  # nodes gone from the snapshot are forgotten
-    return tuple(found for _, found in seen.values() if found is not None)
+        _NODES_READ = seen  # nodes gone from the snapshot are forgotten
+    ready = {name: found for name, (_, found, _) in seen.items() if found is not None}
+    return ready, shapes_of(figures for _, _, figures in seen.values() if figures is not None)
 
 
 def _capacity(view: ClusterView) -> _Capacity:
@@ -240,21 +247,21 @@ def _capacity(view: ClusterView) -> _Capacity:
     nodes, pods = view
     bound: Counter[str] = Counter()
     used: dict[str, int] = {}
-    own: dict[tuple[str, str], Counter[str]] = {}
+    own: dict[tuple[str, str], dict[str, int]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         model = (meta.get("labels") or {}).get(INSTANCE_LABEL)
         held = pod_gpus(pod)
-        if model:
-            mine = own.setdefault((str(meta.get("namespace")), str(model)), Counter())
-            if held is not None:
-                mine[held[0]] += held[1]
         if held is not None:
-            used[held[0]] = used.get(held[0], 0) + held[1]
+            node, gpus = held
+            used[node] = used.get(node, 0) + gpus
+            if model:
+                mine = own.setdefault((str(meta.get("namespace")), str(model)), {})
+                mine[node] = mine.get(node, 0) + gpus
         if (pod.get("spec") or {}).get("nodeName"):
             bound[f"{meta.get('namespace')}/{model}"] += 1
-    gpu_nodes = _gpu_nodes(nodes)
-    capacity = _Capacity(cluster_shapes(nodes), gpu_nodes, used, free_rooms(gpu_nodes, used), bound, own)
+    ready, shapes = _read_nodes(nodes)
+    capacity = _Capacity(shapes, ready, used, free_rooms(ready.values(), used), bound, own)
     with _CAPACITY_LOCK:
         _CAPACITY = (view, capacity)
     return capacity
@@ -262,10 +269,10 @@ def _capacity(view: ClusterView) -> _Capacity:
 
 def forget_capacity() -> None:
     """Drop the memos (tests: a fresh process starts without them)."""
-    global _CAPACITY, _GPU_NODES
+    global _CAPACITY, _NODES_READ
     with _CAPACITY_LOCK:
         _CAPACITY = None
-        _GPU_NODES = {}
+        _NODES_READ = {}
 
 
 def _unbound(bound: Counter[str], leave_out: str) -> list[Reservation]:
@@ -285,11 +292,32 @@ def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[N
     free = capacity.free
     mine = capacity.own.get((namespace, name))
     if mine:
-        # This InferenceModel's own pods are left out: their GPUs are free for its own re-plan (a
-        # crash's roll-out, a spec change). Only the GPUs it holds are given back, on the snapshot's
-        # nodes as already read.
-        free = free_rooms(capacity.nodes, {node: n - mine[node] for node, n in capacity.used.items()})
+        free = _given_back(capacity, mine)
     return reserve(free, _unbound(capacity.bound, f"{namespace}/{name}"))
+
+
+def _given_back(capacity: _Capacity, mine: Mapping[str, int]) -> dict[str, list[NodeRoom]]:
+    """The snapshot's free GPUs with a model's own pods left out (``mine``: the GPUs they hold per
+    node), for its own re-plan (a crash's roll-out, a spec change). Only the rooms of the nodes its
+    pods are on change; rooms are values, so any room equal to a node's is that node's."""
+    free = dict(capacity.free)
+    changed: set[str] = set()
+    for node_name, gpus in mine.items():
+        node = capacity.nodes.get(node_name)
+        if node is None or not gpus:
+            continue
+        room, used = node.room, capacity.used.get(node_name, 0)
+        rooms = free[node.gpu] if node.gpu in changed else list(free[node.gpu])
+        taken = NodeRoom(max(room.gpus - used, 0), room.memory_gib, room.cpu)
+        rooms[rooms.index(taken)] = NodeRoom(max(room.gpus - used + gpus, 0), room.memory_gib, room.cpu)
+        free[node.gpu] = rooms
+        changed.add(node.gpu)
+    for gpu in changed:
+        free[gpu] = sorted(free[gpu], key=_FREE_GPUS, reverse=True)  # stable, as free_rooms sorts
+    return free
+
+
+_FREE_GPUS = operator.attrgetter("gpus")
 
 
 def remediation_state(body: Mapping[str, Any]) -> RemediationState:

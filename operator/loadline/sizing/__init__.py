@@ -10,6 +10,7 @@ from loadline.sizing._capacity import (
     GPUNode,
     NodeRoom,
     Reservation,
+    ShapeFigures,
     cluster_shapes,
     free_gpus_by_type,
     free_rooms,
@@ -18,6 +19,8 @@ from loadline.sizing._capacity import (
     gpus_used,
     pod_gpus,
     reserve,
+    shape_figures,
+    shapes_of,
     workload_demand,
 )
 from loadline.sizing._compat import check_compatibility, compat_table
@@ -73,6 +76,7 @@ __all__ = [
     "QuantConfig",
     "Reservation",
     "ResolvedModel",
+    "ShapeFigures",
     "SpecInputs",
     "Tuned",
     "check_compatibility",
@@ -105,7 +109,9 @@ __all__ = [
     "resolve_inputs",
     "resolve_model",
     "resolve_quantization",
+    "shape_figures",
     "shapes_for",
+    "shapes_of",
     "tune",
     "workload_demand",
 ]

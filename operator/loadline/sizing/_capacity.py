@@ -149,8 +149,9 @@ def free_rooms(gpu_nodes: Iterable[GPUNode], used: Mapping[str, int]) -> dict[st
     GPUs ``used`` on it (:func:`gpus_used`)."""
     free: dict[str, list[NodeRoom]] = {}
     for node in gpu_nodes:
-        left = max(node.room.gpus - used.get(node.name, 0), 0)
-        free.setdefault(node.gpu, []).append(node.room._replace(gpus=left))
+        room = node.room  # a new NodeRoom by its constructor: _replace costs five times as much
+        left = max(room.gpus - used.get(node.name, 0), 0)
+        free.setdefault(node.gpu, []).append(NodeRoom(left, room.memory_gib, room.cpu))
     return {name: sorted(rooms, key=lambda r: -r.gpus) for name, rooms in free.items()}
 
 
@@ -205,22 +206,33 @@ def cluster_shapes(nodes: Iterable[Mapping[str, Any]]) -> ClusterShapes | None:
     tells which instance types the cluster runs). A node's ``node.kubernetes.io/instance-type`` names a
     catalog shape when the catalog knows it; otherwise the node's allocatable memory, CPU and GPU count
     make a shape of their own. None when no GPU node of a catalog type is seen: nothing is known."""
-    seen = []
-    for node in nodes:
-        meta = node.get("metadata", {})
-        labels = meta.get("labels") or {}
-        product = labels.get(PRODUCT_LABEL)
-        name = _catalog_name(product) if product else None
-        if name is None:
-            continue
-        allocatable = node.get("status", {}).get("allocatable") or {}
-        gpus, memory, cpu = _node_figures(
-            allocatable.get(GPU_RESOURCE, 0), allocatable.get("memory"), allocatable.get("cpu")
-        )
-        seen.append(
-            (name, str(meta.get("name", "")), str(labels.get(INSTANCE_TYPE_LABEL) or ""), gpus, memory, cpu)
-        )
-    return _shapes_of(tuple(seen))
+    return shapes_of(found for node in nodes if (found := shape_figures(node)) is not None)
+
+
+#: What :func:`cluster_shapes` reads of a GPU node: catalog GPU name, node name, instance type,
+#: allocatable GPUs, memory (GiB) and CPUs.
+ShapeFigures = tuple[str, str, str, int, float | None, float | None]
+
+
+def shape_figures(node: Mapping[str, Any]) -> ShapeFigures | None:
+    """What :func:`cluster_shapes` reads of one node; None for a node of no catalog GPU type. A
+    function of the node object alone, so a caller may keep it per node version."""
+    meta = node.get("metadata", {})
+    labels = meta.get("labels") or {}
+    product = labels.get(PRODUCT_LABEL)
+    name = _catalog_name(product) if product else None
+    if name is None:
+        return None
+    allocatable = node.get("status", {}).get("allocatable") or {}
+    gpus, memory, cpu = _node_figures(
+        allocatable.get(GPU_RESOURCE, 0), allocatable.get("memory"), allocatable.get("cpu")
+    )
+    return name, str(meta.get("name", "")), str(labels.get(INSTANCE_TYPE_LABEL) or ""), gpus, memory, cpu
+
+
+def shapes_of(figures: Iterable[ShapeFigures]) -> ClusterShapes | None:
+    """:func:`cluster_shapes` from the nodes' :func:`shape_figures`."""
+    return _shapes_of(tuple(figures))
 
 
 @lru_cache(maxsize=4096)
