@@ -101,12 +101,10 @@ def gpus_used(
     all of ``ignore_pods_labelled`` left out)."""
     used: dict[str, int] = {}
     for pod in pods:
-        node_name = pod.get("spec", {}).get("nodeName")
-        if not node_name or not _holds_resources(pod):
+        held = pod_gpus(pod)
+        if held is None or (ignore_pods_labelled and _owned_by(pod, ignore_pods_labelled)):
             continue
-        if ignore_pods_labelled and _owned_by(pod, ignore_pods_labelled):
-            continue
-        used[node_name] = used.get(node_name, 0) + _pod_gpu_request(pod)
+        used[held[0]] = used.get(held[0], 0) + held[1]
     return used
 
 
