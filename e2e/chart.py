@@ -261,6 +261,12 @@ class ChartOperator:
         env = {e["name"]: e.get("value") for e in self.container.get("env") or []}
         return str(env.get("LOADLINE_LEASE_NAME") or "loadline")
 
+    @property
+    def retry_period(self) -> float:
+        """Seconds between a replica's rounds on its Leases, as the chart sets them."""
+        env = {e["name"]: e.get("value") for e in self.container.get("env") or []}
+        return float(env.get("LOADLINE_RETRY_PERIOD_SECONDS") or 2)
+
     def new_replica(self) -> Replica:
         """A replica like the ReplicaSet would create: a fresh pod name, the chart's env, its own ports."""
         suffix = os.urandom(3).hex()

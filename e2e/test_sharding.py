@@ -13,10 +13,13 @@ import json
 import re
 import signal
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from chart import ChartOperator
 from kube import REPO, Kubectl, wait_for
@@ -71,6 +74,24 @@ def shard_holders(operator: ChartOperator) -> dict[int, str]:
     return holders
 
 
+def lease_requests(operator: ChartOperator) -> dict[str, Counter[str]]:
+    """Each live replica's own requests on Leases so far, by verb (its ``loadline_api_requests_total``)."""
+    found: dict[str, Counter[str]] = {}
+    for replica in operator.replicas:
+        if not replica.alive():
+            continue
+        url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        counts: Counter[str] = Counter()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                if sample.name == "loadline_api_requests_total" and sample.labels.get("resource") == "leases":
+                    counts[sample.labels["verb"]] += int(sample.value)
+        found[replica.pod_name] = counts
+    return found
+
+
 def reconciled_by(
     operator: ChartOperator, namespace: str, name: str, since: dict[str, int] | None = None
 ) -> list[str]:
@@ -119,6 +140,17 @@ def test_a_sharded_pair_reconciles_every_model_once_and_survives_a_replica_death
     print(
         f"\n{len(uids)} models over {SHARDS} shards: {dict(per_shard(uids))}; each reconciled by its shard's holder only"
     )
+
+    # At rest a replica reads no Lease: it renews its shard by writing it as it last wrote it, and sees
+    # the other shard through its watch of the shard Leases (it read each one every retry period before).
+    at_start = lease_requests(operator)
+    time.sleep(4 * operator.retry_period)
+    after = lease_requests(operator)
+    for pod_name, counts in after.items():
+        spent = counts - at_start.get(pod_name, Counter())
+        assert spent["update"] >= 2, f"{pod_name} renewed its shard only {spent['update']} times"
+        assert spent["get"] == 0, f"{pod_name} read Leases {spent['get']} times at rest: {dict(spent)}"
+    print(f"at rest over {4 * operator.retry_period:g}s: Lease requests by replica {after}")
 
     # One replica dies (SIGKILL, not restarted: a node lost). The survivor takes its shard once the
     # Lease has expired and stayed free for a Lease duration, and reconciles that shard's models.

@@ -49,6 +49,8 @@ class FakeLeases:
         self.fail: Exception | None = None  # raised by every call while set
         self.before_write: Callable[[], object] | None = None  # runs once, between a read and a write
         self.writes: list[V1Lease] = []
+        self.reads: list[str] = []  # the names read, in order
+        self.watchers: list[Any] = []  # LeaseWatch-likes: every stored Lease goes to their observe()
 
     def _key(self, name: str, namespace: str) -> str:
         return f"{namespace}/{name}"
@@ -60,6 +62,8 @@ class FakeLeases:
         stored.metadata.resource_version = str(self.version)
         self.leases[self._key(str(stored.metadata.name), str(stored.metadata.namespace))] = stored
         self.writes.append(copy.deepcopy(stored))
+        for watcher in self.watchers:
+            watcher.observe("MODIFIED", copy.deepcopy(stored))
         return copy.deepcopy(stored)
 
     def _hook(self) -> None:
@@ -71,6 +75,7 @@ class FakeLeases:
         if self.fail is not None:
             raise self.fail
         with self.lock:
+            self.reads.append(name)
             lease = self.leases.get(self._key(name, namespace))
             if lease is None:
                 raise ApiException(status=404, reason="Not Found")
@@ -326,6 +331,32 @@ def test_the_leader_renews_every_retry_period(api: FakeLeases, clock: Clock) -> 
     assert first is not None and record is not None and not lost.reasons
     assert record.holder_identity == "a" and record.acquire_time == first.acquire_time
     assert record.renew_time != first.renew_time and record.lease_transitions == 0
+
+
+def test_a_renewal_is_one_write_until_someone_else_writes(api: FakeLeases, clock: Clock) -> None:
+    """The leader renews the Lease as it last wrote it, without reading it (half the requests at
+    rest); a write by anyone else (here a shard request's annotation) refuses that renewal, and the
+    leader then reads, keeps what was written, and renews."""
+    a, b = elector(api, "a", clock), elector(api, "b", clock)
+    assert a.try_acquire()
+    api.reads.clear()
+    for _ in range(3):
+        clock.advance(2)
+        decision = a.try_acquire_or_renew(renew_only=True)
+        assert decision is not None and decision.action is LeaseAction.RENEW
+    assert api.reads == []
+    record = api.record()
+    assert record is not None and record.renew_time == format_micro_time(clock.now)
+    assert b.annotate({"loadline.dev/shard-wanted-by": "b"})
+    api.reads.clear()
+    clock.advance(2)
+    decision = a.try_acquire_or_renew(renew_only=True)
+    assert decision is not None and decision.action is LeaseAction.RENEW
+    assert api.reads == ["loadline"]  # refused (409), then read once
+    assert a.annotations == {"loadline.dev/shard-wanted-by": "b"}
+    lease = api.leases[f"{NS}/loadline"]
+    assert lease.metadata.annotations == {"loadline.dev/shard-wanted-by": "b"}
+    assert lease.spec.renew_time == clock.now
 
 
 def test_losing_the_lease_to_another_holder_calls_on_lost(

@@ -16,6 +16,7 @@ from kubernetes.client.exceptions import ApiException
 from loadline import sharding
 from loadline.errors import SpecError
 from loadline.handlers import _kube, _shards
+from loadline.handlers._lease_watch import LeaseWatch
 from loadline.handlers._settings import OperatorSettings
 from tests.test_leader_elector import NS, FakeLeases
 
@@ -127,12 +128,14 @@ def keeper(
     *,
     shards: int = 2,
     replicas: int = 2,
+    lease_watch: LeaseWatch | None = None,
 ) -> _shards.ShardKeeper:
     settings = OperatorSettings(
         shards=shards, replicas=replicas, lease_namespace=NS, identity=identity, lease_duration_seconds=15
     )
     return _shards.ShardKeeper(
         settings,
+        lease_watch=lease_watch,
         on_grew=grew.append,
         on_lost=lost.append,
         on_surplus=(surplus if surplus is not None else []).append,
@@ -167,6 +170,51 @@ def test_two_keepers_split_the_shards_and_a_survivor_takes_over_a_dead_ones() ->
         assert b.round() and b.held == {0, 1}
         assert holders(api)["loadline-shard-0-of-2"] == "b"
         assert lost == []
+    finally:
+        a.stop_renewing()
+        b.stop_renewing()
+
+
+def watching(api: FakeLeases) -> LeaseWatch:
+    """A LeaseWatch fed as the API server's watch would feed it: the LIST, then every write."""
+    fed = LeaseWatch(api, NS, sharding.lease_selector(2))
+    with api.lock:
+        fed.replace([lease for lease in api.leases.values()])
+        api.watchers.append(fed)
+    return fed
+
+
+def test_keepers_watching_the_leases_read_none_they_do_not_hold() -> None:
+    """With the watch current, a replica reads a shard Lease only to take it (a guarded write); with
+    it lapsed, it reads them as before. The take-over of a dead replica's shard is the same."""
+    api, clock = FakeLeases(), Clock()
+    watch_a, watch_b = watching(api), watching(api)
+    a = keeper(api, clock, "a", [], [], lease_watch=watch_a)
+    b = keeper(api, clock, "b", [], [], lease_watch=watch_b)
+    try:
+        assert a.round() and b.round() and a.held == {0} and b.held == {1}
+        for lease in api.leases.values():
+            assert lease.metadata.labels == {sharding.SHARD_LEASE_LABEL: "2"}  # what the watch selects
+        api.reads.clear()
+        for t in range(2, 14, 2):
+            clock.t = t
+            a.electors[0].try_acquire_or_renew(renew_only=True)
+            b.electors[1].try_acquire_or_renew(renew_only=True)
+            assert not a.round() and not b.round()
+        assert api.reads == []  # neither the peeks nor the renewals read
+        a.stop_renewing()  # a dies
+        clock.t = 14 + 16
+        b.electors[1].try_acquire_or_renew(renew_only=True)
+        assert not b.round()  # shard 0 free from now (expired): claimed after the grace
+        clock.t = 14 + 31
+        b.electors[1].try_acquire_or_renew(renew_only=True)
+        assert b.round() and b.held == {0, 1}
+        assert api.reads == ["loadline-shard-0-of-2"]  # the take-over's read before its write
+        watch_b.lapse()
+        api.reads.clear()
+        c = keeper(api, clock, "c", [], [], lease_watch=watch_b)
+        assert not c.round()  # every shard held: c asks b for one, reading it to annotate it
+        assert api.reads == ["loadline-shard-0-of-2", "loadline-shard-1-of-2", "loadline-shard-1-of-2"]
     finally:
         a.stop_renewing()
         b.stop_renewing()

@@ -9,7 +9,10 @@ does the I/O around them with the official client's ``CoordinationV1Api``:
 * :meth:`LeaderElector.acquire` blocks (waiting on an Event, never spinning) until this replica holds
   the Lease, reading it every retry period;
 * :meth:`LeaderElector.start_renewing` renews from a daemon thread every retry period and calls
-  ``on_lost`` once it has not renewed for the renew deadline, or sees that someone else holds it;
+  ``on_lost`` once it has not renewed for the renew deadline, or sees that someone else holds it; a
+  renewal writes the Lease as this replica last wrote it, without reading it first (client-go's
+  "optimistic" renewal: one request, not two), and only a refusal (409: someone wrote since, such as a
+  shard request) makes it read, decide and write as a standby does;
 * :meth:`LeaderElector.release` writes an empty holder, so a standby takes over on its next read
   instead of waiting out the lease duration.
 
@@ -30,7 +33,7 @@ import http.server
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
 import urllib3
@@ -153,6 +156,7 @@ class LeaderElector:
         retry_period_seconds: float = 2,
         clock: Callable[[], datetime] = _utcnow,
         monotonic: Callable[[], float] = time.monotonic,
+        labels: Mapping[str, str] | None = None,
     ) -> None:
         if not identity:
             raise ValueError("identity must not be empty")
@@ -180,6 +184,8 @@ class LeaderElector:
         self._stop_renewing = threading.Event()
         self._renewer: threading.Thread | None = None
         self._annotations: dict[str, str] = {}  # of the Lease as last read (the shards' requests)
+        self._labels = dict(labels or {})  # written on every create and update (the shards' watch)
+        self._written: V1Lease | None = None  # the Lease as this replica last wrote it (API's answer)
         LEADER.labels(name=name).set(0)
 
     @classmethod
@@ -213,6 +219,22 @@ class LeaderElector:
         short of its shards asks for this one (:mod:`loadline.sharding`)."""
         return dict(self._annotations)
 
+    def judge(self, lease: V1Lease | None) -> LeaseDecision:
+        """Decide on the Lease as seen elsewhere (a watch's copy; None: there is none), reading and
+        writing nothing: what :meth:`peek` decides on what it reads."""
+        with self._lock:
+            self._annotations = dict((lease.metadata.annotations if lease and lease.metadata else None) or {})
+            return self._decide(lease)
+
+    def _decide(self, lease: V1Lease | None) -> LeaseDecision:
+        return plan_lease(
+            lease_record(lease),
+            self.identity,
+            self._clock(),
+            self.lease_duration_seconds,
+            unchanged_for=self._unchanged_for(lease),
+        )
+
     def _read(self, timeout: float) -> V1Lease | None:
         try:
             lease = self.api.read_namespaced_lease(self.name, self.namespace, _request_timeout=timeout)
@@ -241,6 +263,7 @@ class LeaderElector:
                         lease.metadata = V1ObjectMeta()
                     lease.metadata.annotations = {**(lease.metadata.annotations or {}), **annotations}
                     what = "annotate"
+                    self._written = None  # its resourceVersion is gone once this lands
                     self.api.replace_namespaced_lease(
                         self.name, self.namespace, lease, _request_timeout=timeout
                     )
@@ -265,15 +288,51 @@ class LeaderElector:
         return now - self._seen_since if version is not None else None
 
     def _write(self, record: LeaseRecord, lease: V1Lease | None, timeout: float) -> None:
+        """Create the Lease, or replace ``lease`` (the object as read or as last written: its
+        resourceVersion makes the API server refuse a stale write, 409); keep the answer for the next
+        renewal."""
+        self._written = None
         if lease is None:
             body = V1Lease(
-                metadata=V1ObjectMeta(name=self.name, namespace=self.namespace),
+                metadata=V1ObjectMeta(name=self.name, namespace=self.namespace, labels=self._labels or None),
                 spec=apply_record(None, record),
             )
-            self.api.create_namespaced_lease(self.namespace, body, _request_timeout=timeout)
-        else:  # the object as read: its resourceVersion makes the API server refuse a stale write (409)
+            answer = self.api.create_namespaced_lease(self.namespace, body, _request_timeout=timeout)
+        else:
             lease.spec = apply_record(lease.spec, record)
-            self.api.replace_namespaced_lease(self.name, self.namespace, lease, _request_timeout=timeout)
+            if self._labels:
+                if lease.metadata is None:
+                    lease.metadata = V1ObjectMeta()
+                lease.metadata.labels = {**(lease.metadata.labels or {}), **self._labels}
+            answer = self.api.replace_namespaced_lease(
+                self.name, self.namespace, lease, _request_timeout=timeout
+            )
+        if isinstance(answer, V1Lease) and answer.metadata is not None and answer.metadata.resource_version:
+            self._written = answer
+            self._annotations = dict(answer.metadata.annotations or {})
+
+    def _renew_as_written(self, timeout: float) -> tuple[bool, LeaseDecision | None]:
+        """The leader's renewal without a read: the Lease as this replica last wrote it, renewed.
+        ``(True, decision)`` when written, ``(True, None)`` when the API server did not answer
+        (logged); ``(False, None)`` when it must read first: nothing kept, or refused (409: a write
+        landed since, such as a shard request; 404: deleted)."""
+        lease = self._written
+        if lease is None or not self._leading:
+            return False, None
+        decision = plan_lease(lease_record(lease), self.identity, self._clock(), self.lease_duration_seconds)
+        if decision.action is not LeaseAction.RENEW or decision.write is None:
+            return False, None
+        try:
+            self._write(decision.write, lease, timeout)
+        except ApiException:
+            return False, None  # refused (409, 404: deleted, ...): read and decide on what is there
+        except _UNREACHABLE as exc:
+            self._written = lease  # unchanged unless it landed; if it did, the next write gets 409
+            self._note_error("update", exc)
+            return True, None
+        self._last_error = None
+        self._renewed_at = self._monotonic()
+        return True, decision
 
     def _note_error(self, what: str, exc: Exception) -> None:
         detail = (
@@ -302,17 +361,15 @@ class LeaderElector:
         and our write: read again and decide again (a few times, then None)."""
         timeout = timeout if timeout is not None else float(self.renew_deadline_seconds)
         with self._lock:
+            if renew_only:
+                done, renewed = self._renew_as_written(timeout)
+                if done:
+                    return renewed
             for _attempt in range(CONFLICT_RETRIES):
                 what = "read"
                 try:
                     lease = self._read(timeout)
-                    decision = plan_lease(
-                        lease_record(lease),
-                        self.identity,
-                        self._clock(),
-                        self.lease_duration_seconds,
-                        unchanged_for=self._unchanged_for(lease),
-                    )
+                    decision = self._decide(lease)
                     hands_off = renew_only and decision.action is not LeaseAction.RENEW
                     if decision.write is None or hands_off:
                         self._last_error = None
@@ -348,13 +405,7 @@ class LeaderElector:
                 self._note_error("read", exc)
                 return None
             self._last_error = None
-            return plan_lease(
-                lease_record(lease),
-                self.identity,
-                self._clock(),
-                self.lease_duration_seconds,
-                unchanged_for=self._unchanged_for(lease),
-            )
+            return self._decide(lease)
 
     def try_acquire(self, since: float | None = None) -> bool:
         """One round that takes the Lease if it is free (True: this replica holds it now, logged)."""
@@ -462,6 +513,7 @@ class LeaderElector:
         timeout = float(self.renew_deadline_seconds)
         with self._lock:
             was_leading, self._leading = self._leading, False
+            self._written = None
             LEADER.labels(name=self.name).set(0)
             for _attempt in range(CONFLICT_RETRIES):
                 try:

@@ -22,10 +22,11 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline import sharding
 from loadline.api import GROUP, KIND, PLURAL, VERSION
-from loadline.election import format_micro_time, parse_micro_time
+from loadline.election import LeaseDecision, format_micro_time, parse_micro_time
 from loadline.errors import SpecError
 from loadline.handlers import _kube
 from loadline.handlers._election import LeaderElector, coordination_api
+from loadline.handlers._lease_watch import LeaseWatch
 from loadline.handlers._settings import OperatorSettings
 
 log = logging.getLogger("loadline.shards")
@@ -126,7 +127,11 @@ class ShardKeeper:
     Rebalancing (:mod:`loadline.sharding`'s ``plan_request`` / ``plan_hand_over``): short of its share
     with no shard free, it asks a replica over its share for one (an annotation on that Lease); holding
     more than its share, it says which asked-for shards to hand over (``on_surplus``); the caller stops
-    reconciling them and calls :meth:`hand_over`."""
+    reconciling them and calls :meth:`hand_over`.
+
+    The shards it does not hold it sees through a watch of the split's Leases (:class:`LeaseWatch`,
+    started by :meth:`start`), reading one only while that watch is not current; ``lease_watch``
+    gives one (the tests feed theirs)."""
 
     def __init__(
         self,
@@ -138,6 +143,7 @@ class ShardKeeper:
         api: Any = None,
         clock: Callable[[], datetime] | None = None,
         monotonic: Callable[[], float] = time.monotonic,
+        lease_watch: LeaseWatch | None = None,
     ) -> None:
         self.shards = settings.shards
         self.replicas = settings.replicas
@@ -157,10 +163,14 @@ class ShardKeeper:
                 lease_duration_seconds=settings.lease_duration_seconds,
                 renew_deadline_seconds=settings.renew_deadline_seconds,
                 retry_period_seconds=settings.retry_period_seconds,
+                labels={sharding.SHARD_LEASE_LABEL: str(self.shards)},
                 **timing,
             )
             for index in range(self.shards)
         ]
+        self._api = api
+        self._namespace = namespace
+        self._lease_watch = lease_watch
         self.identity = identity
         self.lease_base = settings.lease_name
         self._on_grew = on_grew
@@ -184,6 +194,14 @@ class ShardKeeper:
     def start(self) -> None:
         # One line per process naming its identity, as for the single Lease (e2e/chart.py reads it).
         log.info("candidate: for lease %s-shard-*-of-%d as %s", self.lease_base, self.shards, self.identity)
+        if self._lease_watch is None:
+            self._lease_watch = LeaseWatch(
+                self._api,
+                self._namespace,
+                sharding.lease_selector(self.shards),
+                retry_seconds=self.retry_period_seconds,
+            )
+            self._lease_watch.start()
         self._thread.start()
 
     def round(self) -> bool:
@@ -195,7 +213,7 @@ class ShardKeeper:
         for index, elector in enumerate(self.electors):
             if index in self._held:
                 continue
-            decision = elector.peek()
+            decision = self._look(elector)
             if decision is not None and decision.acquires:
                 self._free_since.setdefault(index, now)
             else:
@@ -222,6 +240,14 @@ class ShardKeeper:
             self._ask(holders)
         self._offer()
         return grew
+
+    def _look(self, elector: LeaderElector) -> LeaseDecision | None:
+        """What ``elector`` decides on its Lease: as the watch has it while current, else as read."""
+        if self._lease_watch is not None:
+            current, lease = self._lease_watch.seen(elector.name)
+            if current:
+                return elector.judge(lease)
+        return elector.peek()
 
     def _ask(self, holders: dict[int, str]) -> None:
         """Short of the share with every shard held: ask the richest holder for one, once per half a
@@ -302,6 +328,8 @@ class ShardKeeper:
 
     def stop(self) -> None:
         self._stop.set()
+        if self._lease_watch is not None:
+            self._lease_watch.stop()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 

@@ -11,9 +11,11 @@ uid is ours, which free shards to claim, which to ask back or hand over when a r
 
 from loadline.sharding._ranges import (
     HASH_SPACE,
+    SHARD_LEASE_LABEL,
     ShardClaim,
     fair_share,
     lease_name,
+    lease_selector,
     owns,
     plan_claims,
     selector,
@@ -31,12 +33,14 @@ from loadline.sharding._rebalance import (
 
 __all__ = [
     "HASH_SPACE",
+    "SHARD_LEASE_LABEL",
     "WANTED_AT_ANNOTATION",
     "WANTED_BY_ANNOTATION",
     "ShardClaim",
     "ShardRequest",
     "fair_share",
     "lease_name",
+    "lease_selector",
     "owns",
     "plan_claims",
     "plan_hand_over",

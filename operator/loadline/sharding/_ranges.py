@@ -66,6 +66,16 @@ def owns(uid: str, indices: Iterable[int], shards: int) -> bool:
     return shards == 1 or shard_of(uid, shards) in set(indices)
 
 
+SHARD_LEASE_LABEL = "loadline.dev/shards"
+"""On every shard Lease: how many shards its split has (as its name does). A replica watches the
+Leases of its split by this label instead of reading those it does not hold every retry period."""
+
+
+def lease_selector(shards: int) -> str:
+    """The label selector of one split's shard Leases."""
+    return f"{SHARD_LEASE_LABEL}={shards}"
+
+
 def lease_name(base: str, index: int, shards: int) -> str:
     """The Lease of one shard: ``loadline-shard-0-of-2``. The count is in the name so that replicas of
     another split (mid-upgrade) never share a Lease that means another range."""
