@@ -146,3 +146,32 @@ def test_planner_lowers_its_own_max_num_seqs_to_pass_sampler_warmup() -> None:
     )
     assert result.settings.max_num_seqs < 1024
     assert result.budget.fits
+
+
+def test_an_rdma_note_stays_on_its_own_gpus_verdict(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A GPU type without RDMA whose layouts are all below ``min_gpus`` is considered for nothing, so
+    its "no RDMA fabric" note must not land on the verdict before it, another GPU's."""
+    from types import SimpleNamespace
+
+    from loadline.sizing import _plan
+
+    spans, local = SimpleNamespace(name="SPANS"), SimpleNamespace(name="LOCAL")
+    key = (False, False, 1.0, 16, 2)
+    plans = [
+        (spans, "", 8, True, None, [(8, 1, 2, 16)]),  # one layout of 16 GPUs, 8 per node: infeasible
+        (local, "", 8, False, None, [(4, 1, 1, 4), (8, 1, 1, 8)]),  # none reaches min_gpus=16
+    ]
+    monkeypatch.setattr(_plan, "_type_plans", lambda *args: plans)
+    monkeypatch.setattr(_plan, "_placements", lambda *args: None)
+    monkeypatch.setattr(_plan, "_context", lambda inputs, gpu: None)
+    monkeypatch.setattr(
+        _plan,
+        "_judge",
+        lambda inputs, terms, placements, catalog, gpu, context, row, per_block: (
+            gpu, row[0], row[1], row[2], False, key, None, "does not fit", (),
+        ),
+    )  # fmt: skip
+    inputs = SimpleNamespace(max_model_len=4096)
+    terms = SimpleNamespace(block_size=16)
+    verdicts = _plan._verdicts(inputs, ["SPANS", "LOCAL"], 16, True, 16, 0.0, "", terms)  # type: ignore[arg-type]
+    assert [(v[0].name, v[8]) for v in verdicts] == [("SPANS", ())]

@@ -866,6 +866,7 @@ def _verdicts(
             append((gpu, 1, 1, 1, False, (False, False, _price(gpu, 1, None, 0), 1, 1), None, problem, ()))
             continue
         context = _context(inputs, gpu)
+        first = len(out)
         for row in rows:
             if row[3] < min_gpus:
                 continue
@@ -874,8 +875,9 @@ def _verdicts(
             if verdict[4]:
                 break
         else:
-            if multi_node and not spans_nodes and out and out[-1][1] * out[-1][2] == node:
-                # The last candidate considered (its sort key does not change).
+            if multi_node and not spans_nodes and len(out) > first and out[-1][1] * out[-1][2] == node:
+                # This GPU's last candidate considered (its sort key does not change); none considered
+                # (every row below min_gpus): no note, and none on another GPU's verdict.
                 g, t, p, n, _, k, where, why, notes = out[-1]
                 note = f"{gpu.name} nodes have no RDMA fabric, so loadline does not span them across nodes"
                 out[-1] = (g, t, p, n, False, k, where, why, (*notes, note))
