@@ -114,10 +114,18 @@ def rolled_out(kubectl: Kubectl, namespace: str, old_pod: str) -> dict[str, Any]
 
 
 def events(kubectl: Kubectl, namespace: str) -> set[str]:
+    return set(event_messages(kubectl, namespace))
+
+
+def event_messages(kubectl: Kubectl, namespace: str) -> dict[str, list[str]]:
+    """The Events of the model ``chat``: their messages by reason."""
     items = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[
         "items"
     ]
-    return {e["reason"] for e in items}
+    said: dict[str, list[str]] = {}
+    for event in items:
+        said.setdefault(event["reason"], []).append(event.get("message") or "")
+    return said
 
 
 # age_hours: how long the crashed instance ran; 0 means it had just been restarted (a start-up crash,
@@ -175,7 +183,11 @@ def test_each_class_is_classified_remediated_and_rolled_out(
     # A fix whose crash recurs at every start rolls at once, and status says so.
     maintenance = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)["status"]["maintenance"]
     assert maintenance["trigger"] == "crashLoop" and maintenance["state"] in {"Running", "Done"}
-    assert {"OutOfMemory", "Remediated"} <= events(kubectl, namespace)
+    said = event_messages(kubectl, namespace)
+    assert {"OutOfMemory", "Remediated"} <= set(said), said
+    # One Event says what was done and that it rolls now; no RestartStarted beside it.
+    assert any("Restart: " in message for message in said["Remediated"]), said["Remediated"]
+    assert "RestartStarted" not in said, said
     final = wait_phase(kubectl, namespace, "chat", "Ready")
     assert final["status"]["observedGeneration"] == final["metadata"]["generation"]
 

@@ -136,3 +136,23 @@ def test_the_guard_lasts_until_the_annotation_is_written_and_its_time_runs_from_
     assert _reconcile.predates_roll_out(parent.model)
     clock[0] += 2
     assert not _reconcile.predates_roll_out(parent.model)  # its version never came: someone rewrote it
+
+
+def test_a_crash_whose_fix_rolls_now_posts_two_events(
+    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What happened (OutOfMemory, a Warning) and what was done (Remediated, which says the roll-out
+    starts now): no RestartStarted beside them in the same second, since Events are the largest share
+    of a crash burst's writes."""
+    said: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        kopf, "event", lambda obj, type, reason, message: said.append((type, reason, message))
+    )
+    known = _index.model_entry(parent.model)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, lambda model, crash: None)  # type: ignore[arg-type]
+    assert parent.model["status"]["maintenance"]["state"] == "Running"  # a crash loop: it rolls now
+    assert [(kind, reason) for kind, reason, _ in said] == [
+        ("Warning", "OutOfMemory"),
+        ("Normal", "Remediated"),
+    ]
+    assert said[1][2].endswith("Restart: " + parent.model["status"]["maintenance"]["reason"])
