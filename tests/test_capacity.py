@@ -15,6 +15,7 @@ from loadline.sizing import (
     free_rooms_by_type,
     plan_inference_model,
     reserve,
+    reserve_sorted,
     workload_demand,
 )
 from tests.conftest import inference_model
@@ -364,3 +365,51 @@ def test_a_models_own_gpus_given_back_match_counting_without_its_pods() -> None:
             )
             got = _reconcile._free_gpus(model, "ns", (nodes, pods))
             assert {t: sorted(r) for t, r in got.items()} == {t: sorted(r) for t, r in expected.items()}
+
+
+def placed_one_sort_per_pod(
+    free: dict[str, list[NodeRoom]], held: list[Reservation]
+) -> dict[str, list[NodeRoom]]:
+    """The reference: every node of the type re-sorted after each pod placed (what reserve did before)."""
+    out = {name: sorted(rooms, key=lambda r: -r.gpus) for name, rooms in free.items()}
+    for r in held:
+        nodes = out.get(r.gpu)
+        if not nodes or r.per_pod < 1:
+            continue
+        for _pod in range(r.pods):
+            index = next(
+                (i for i, n in enumerate(nodes) if n.gpus >= r.per_pod and n.takes(r.memory_gib, r.cpu)), None
+            )
+            if index is None:
+                break
+            nodes[index] = nodes[index]._replace(gpus=nodes[index].gpus - r.per_pod)
+            nodes.sort(key=lambda room: -room.gpus)
+    return out
+
+
+def test_reserving_by_bisection_places_every_pod_where_resorting_did_and_leaves_the_snapshot_alone() -> None:
+    """Random rooms (several shapes, many equal counts: the ties are where order matters) and bursts of
+    reservations: the same rooms in the same order as re-sorting every node per pod, and the sorted
+    lists passed in (a capacity snapshot's, shared by every plan of its half second) unchanged."""
+    rng = random.Random(11)
+    shapes = [(16.0, 4.0), (192.0, 48.0), (1000.0, 96.0)]
+    for _ in range(200):
+        free = {
+            gpu: sorted(
+                (
+                    NodeRoom(rng.choice([0, 1, 2, 4, 8]), *rng.choice(shapes))
+                    for _ in range(rng.randint(0, 30))
+                ),
+                key=lambda r: -r.gpus,
+            )
+            for gpu in ("L4", "A100-80GB", "H100")
+        }
+        held = [
+            Reservation(rng.choice(["L4", "H100", "T4"]), rng.choice([0, 1, 2, 4]), rng.randint(0, 6),
+                        rng.choice([0.0, 20.0, 100.0]), rng.choice([0.0, 8.0]))
+            for _ in range(rng.randint(0, 12))
+        ]  # fmt: skip
+        before = {gpu: list(rooms) for gpu, rooms in free.items()}
+        assert reserve_sorted(free, held) == placed_one_sort_per_pod(free, held)
+        assert free == before
+        assert reserve(free, held) == placed_one_sort_per_pod(free, held)

@@ -60,7 +60,7 @@ from loadline.sizing import (
     gpu_node,
     plan_inference_model,
     pod_gpus,
-    reserve,
+    reserve_sorted,
     shape_figures,
     shapes_of,
     workload_demand,
@@ -293,7 +293,7 @@ def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[N
     mine = capacity.own.get((namespace, name))
     if mine:
         free = _given_back(capacity, mine)
-    return reserve(free, _unbound(capacity.bound, f"{namespace}/{name}"))
+    return reserve_sorted(free, _unbound(capacity.bound, f"{namespace}/{name}"))
 
 
 def _given_back(capacity: _Capacity, mine: Mapping[str, int]) -> dict[str, list[NodeRoom]]:

@@ -10,6 +10,7 @@ own GPUs become free when it is re-planned.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from functools import lru_cache
@@ -320,20 +321,44 @@ def reserve(free: FreeGPUs, reservations: Iterable[Reservation]) -> dict[str, li
     Why: the indexes only count bound pods. When many models are planned at once (created back to
     back), each would otherwise see the GPUs the ones before it were just given, and the whole burst
     would land on the cheapest type, its overflow Pending for good."""
-    out = {
-        name: sorted((n if isinstance(n, NodeRoom) else NodeRoom(n) for n in found), key=lambda r: -r.gpus)
+    rooms = {
+        name: sorted((n if isinstance(n, NodeRoom) else NodeRoom(n) for n in found), key=_MOST_FREE)
         for name, found in free.items()
     }
+    return reserve_sorted(rooms, reservations)
+
+
+def _most_free(room: NodeRoom) -> int:
+    return -room.gpus
+
+
+_MOST_FREE = _most_free
+
+
+def reserve_sorted(
+    free: Mapping[str, list[NodeRoom]], reservations: Iterable[Reservation]
+) -> dict[str, list[NodeRoom]]:
+    """:func:`reserve` of rooms already sorted most free first (what :func:`free_rooms` returns, a
+    capacity snapshot's), which are not changed: only a type with a reservation is copied, and a room
+    that gives GPUs moves to its place by bisection, not a sort of every node per pod (at 2,000 nodes
+    and a burst of plans, re-sorting was an eighth of the operator's CPU)."""
+    out = dict(free)
+    copied: set[str] = set()
     for r in reservations:
         nodes = out.get(r.gpu)
         if not nodes or r.per_pod < 1:
             continue
+        if r.gpu not in copied:
+            nodes = out[r.gpu] = list(nodes)
+            copied.add(r.gpu)
         for _pod in range(r.pods):
             index = next(  # sorted: most free first
                 (i for i, n in enumerate(nodes) if n.gpus >= r.per_pod and n.takes(r.memory_gib, r.cpu)), None
             )
             if index is None:
                 break
-            nodes[index] = nodes[index]._replace(gpus=nodes[index].gpus - r.per_pod)
-            nodes.sort(key=lambda room: -room.gpus)
+            room = nodes.pop(index)
+            room = NodeRoom(room.gpus - r.per_pod, room.memory_gib, room.cpu)
+            # Where a stable sort would put it: before the rooms now as free as it (it came first).
+            nodes.insert(bisect.bisect_left(nodes, -room.gpus, lo=index, key=_MOST_FREE), room)
     return out
