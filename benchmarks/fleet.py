@@ -482,10 +482,16 @@ def through_operator(
         counter = WriteCounter(namespace)
         time.sleep(2)
         before = operator_requests(kubectl, flow_schemas)
+        own_before = client_requests(chart.replicas)
         time.sleep(args.rest_seconds)
         rest_requests = operator_requests(kubectl, flow_schemas) - before
+        own = client_requests(chart.replicas)
+        own.subtract(own_before)
         run["writes_at_rest"], run["model_changes_at_rest"] = counter.stop()
         run["requests_per_minute_at_rest"] = rest_requests * 60 / args.rest_seconds
+        run["own_requests_per_minute_at_rest"] = {
+            k: v * 60 / args.rest_seconds for k, v in own.most_common() if v > 0
+        }
     finally:
         uninstall(chart)
         clean_up(kubectl)
@@ -545,6 +551,11 @@ def report(args: argparse.Namespace, fleet: dict[str, Any], run: dict[str, Any])
             "",
         ),
         ("operator API requests per minute at rest", f"{f['requests_per_minute_at_rest']:.1f}", ""),
+        (
+            "  of them loadline's own client, by verb and resource",
+            ", ".join(f"{k} {v:.1f}" for k, v in f["own_requests_per_minute_at_rest"].items()) or "none",
+            "",
+        ),
     ]
     width = max(len(r[0]) for r in rows)
     print()
