@@ -525,20 +525,27 @@ def test_a_roll_out_applies_the_remediated_workload_only(
     assert workload_memory(fake, applied) == "40Gi"
 
 
-def test_the_reconcile_after_a_roll_out_does_not_apply_the_same_workload_again(fake: FakeKube) -> None:
+def test_the_reconcile_after_a_roll_out_does_not_apply_the_same_workload_again(
+    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The reconcile that follows a remediation (on its annotation) renders the workload the roll-out
-    applied: it takes the roll-out's answer (its readiness: rolling out) instead of a second request.
-    The next reconcile applies it as always (which also repairs a workload edited by hand)."""
+    applied: it takes the roll-out's answer (its readiness: rolling out) instead of a second request,
+    and posts no Planned Event (the crash's Remediated said what changed). The next reconcile applies
+    it as always (which also repairs a workload edited by hand)."""
+    said: list[str] = []
+    monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
     status = run(body())
     view = ([node("l4", "NVIDIA-L4", 4)], [])
     model = remediated(status)
     assert _reconcile.roll_out(model, logging.getLogger("t"), OperatorSettings(), view)
     fake.calls.clear()
+    said.clear()
     model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: "c1"}
     patch = kopf.Patch()
     _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), view, [])
     assert ("apply", "Deployment") not in fake.calls
     assert patch.status["plan"] != status["plan"]  # the remediated plan, written by this reconcile
+    assert said == []
     _reconcile.reconcile(kopf.Body(model), kopf.Patch(), logging.getLogger("t"), OperatorSettings(), view, [])
     assert fake.calls.count(("apply", "Deployment")) == 1
 
@@ -549,8 +556,14 @@ def test_a_different_workload_than_the_roll_outs_is_applied(fake: FakeKube) -> N
     assert _reconcile.roll_out(remediated(status), logging.getLogger("t"), OperatorSettings(), view)
     fake.calls.clear()
     again = remediated(status, memory_gib=44)  # another crash raised it again meanwhile
-    _reconcile.reconcile(kopf.Body(again), kopf.Patch(), logging.getLogger("t"), OperatorSettings(), view, [])
+    said: list[str] = []
+    with pytest.MonkeyPatch.context() as patched:
+        patched.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
+        _reconcile.reconcile(
+            kopf.Body(again), kopf.Patch(), logging.getLogger("t"), OperatorSettings(), view, []
+        )
     assert fake.calls.count(("apply", "Deployment")) == 1
+    assert said == ["Planned"]  # a plan no roll-out applied is said as always
 
 
 def test_a_roll_out_leaves_a_move_between_layouts_and_a_failed_plan_to_reconcile(fake: FakeKube) -> None:

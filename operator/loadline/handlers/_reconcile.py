@@ -674,6 +674,7 @@ def reconcile(
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
+    follows_roll_out = False  # this workload is the one a crash's roll-out applied (its Event said so)
     removed: list[str] = []
     try:
         for manifest in manifests:
@@ -686,6 +687,7 @@ def reconcile(
             if rolled is not None:
                 _note_applied(meta, child, fingerprint)
                 applied_workload = rolled
+                follows_roll_out = True
                 continue
             result, changed = _kube.apply(child, settings.field_manager)
             _note_applied(meta, child, fingerprint)
@@ -751,10 +753,12 @@ def reconcile(
         logger.info("%s", applied)
     # One Event per decision: a new plan names the children it changed (a remediation's re-plan was two
     # Events, Planned and Applied, a third of what a crash cost the API server in Events); "Applied"
-    # alone is a re-apply under the same plan (a child repaired).
+    # alone is a re-apply under the same plan (a child repaired). The plan a crash's roll-out applied is
+    # that crash's decision, which its Remediated Event said: no Planned after it (half an Event a crash).
     if previous.get("plan") != status["plan"]:
         said = f"{message}; {applied}" if applied else message
-        _event(body, warning=False, reason="Planned", message=said[:1000])
+        if not (follows_roll_out and not applied):
+            _event(body, warning=False, reason="Planned", message=said[:1000])
         if plan.fallback_from:
             fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
             _event(body, warning=True, reason="GPUFallback", message=fallback)
