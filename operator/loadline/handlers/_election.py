@@ -54,7 +54,15 @@ from loadline.election import (
 from loadline.handlers import _kube
 from loadline.handlers._settings import OperatorSettings
 
-__all__ = ["LEADER", "LeaderElector", "StandbyHealth", "apply_record", "coordination_api", "lease_record"]
+__all__ = [
+    "LEADER",
+    "UNREACHABLE",
+    "LeaderElector",
+    "StandbyHealth",
+    "apply_record",
+    "coordination_api",
+    "lease_record",
+]
 
 log = logging.getLogger("loadline.election")
 
@@ -68,8 +76,9 @@ LEADER = Gauge(
 CONFLICT_RETRIES = 3
 """Re-reads after a 409 within one round; more means the Lease is being fought over: try next period."""
 
-# What one round may fail with: the API's answer (by status), or no answer (refused, reset, timed out).
-_UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+#: What a Lease request may fail with besides the API's answer (by status): no answer (refused, reset,
+#: timed out). The shards' Lease watch (_lease_watch) lapses on the same.
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 
 
 def _utcnow() -> datetime:
@@ -272,7 +281,7 @@ class LeaderElector:
                         continue
                     self._note_error(what, exc)
                     return False
-                except _UNREACHABLE as exc:
+                except UNREACHABLE as exc:
                     self._note_error(what, exc)
                     return False
                 self._annotations = dict(lease.metadata.annotations)
@@ -326,7 +335,7 @@ class LeaderElector:
             self._write(decision.write, lease, timeout)
         except ApiException:
             return False, None  # refused (409, 404: deleted, ...): read and decide on what is there
-        except _UNREACHABLE as exc:
+        except UNREACHABLE as exc:
             self._written = lease  # unchanged unless it landed; if it did, the next write gets 409
             self._note_error("update", exc)
             return True, None
@@ -381,7 +390,7 @@ class LeaderElector:
                         continue  # lost a race for this write: re-read, the winner's record decides
                     self._note_error(what, exc)
                     return None
-                except _UNREACHABLE as exc:
+                except UNREACHABLE as exc:
                     self._note_error(what, exc)
                     return None
                 self._last_error = None
@@ -401,7 +410,7 @@ class LeaderElector:
             except ApiException as exc:
                 self._note_error("read", exc)
                 return None
-            except _UNREACHABLE as exc:
+            except UNREACHABLE as exc:
                 self._note_error("read", exc)
                 return None
             self._last_error = None
@@ -537,7 +546,7 @@ class LeaderElector:
                         exc.reason,
                     )
                     return False
-                except _UNREACHABLE as exc:
+                except UNREACHABLE as exc:
                     log.warning(
                         "lease %s: release failed: unreachable (%s); it expires on its own",
                         self.lease,

@@ -20,10 +20,11 @@ import logging
 import threading
 from typing import Any
 
-import urllib3
 from kubernetes import watch
 from kubernetes.client import V1Lease
 from kubernetes.client.exceptions import ApiException
+
+from loadline.handlers._election import UNREACHABLE
 
 __all__ = ["LeaseWatch"]
 
@@ -32,9 +33,6 @@ log = logging.getLogger("loadline.shards")
 WATCH_SECONDS = 60
 """How long the API server keeps one watch request open; the next resumes from the last
 resourceVersion seen (one request a minute per replica)."""
-
-# What a watch may fail with besides the API's answer: no answer (refused, reset, timed out).
-_UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 
 
 class LeaseWatch:
@@ -119,7 +117,7 @@ class LeaseWatch:
                 if exc.status != 410:
                     self._note(f"{exc.status} {exc.reason}")
                     self._stop.wait(self.retry_seconds)
-            except _UNREACHABLE as exc:
+            except UNREACHABLE as exc:
                 self.lapse()
                 version = None
                 self._note(f"unreachable ({type(exc).__name__})")

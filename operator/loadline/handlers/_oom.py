@@ -286,14 +286,12 @@ def _handle_crash(
                 roll_out(written, cid)
             else:
                 _reconcile.ask_reconcile(parent, cid, logger)
-        if action is not None and urgent is not None:
-            # The roll-out starts now: the Remediated Event says so (one Event, not a RestartStarted
-            # beside it in the same second: Events are the largest share of a crash burst's writes).
-            _report(parent, pod, container, diagnosis, decision, owner_uids, starting=record.reason)
-        else:
-            _report(parent, pod, container, diagnosis, decision, owner_uids)
-            if action is not None:
-                _maintenance.report_pending(parent, changes["maintenance"])
+        # A roll-out that starts now is said in the Remediated Event (one Event, not a RestartStarted
+        # beside it in the same second: Events are the largest share of a crash burst's writes).
+        starting = record.reason if action is not None and urgent is not None else None
+        _report(parent, pod, container, diagnosis, decision, owner_uids, starting=starting)
+        if action is not None and starting is None:
+            _maintenance.report_pending(parent, changes["maintenance"])
         finished = _finished_at(term)
         if finished is not None:
             _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))

@@ -322,7 +322,7 @@ def reserve(free: FreeGPUs, reservations: Iterable[Reservation]) -> dict[str, li
     back), each would otherwise see the GPUs the ones before it were just given, and the whole burst
     would land on the cheapest type, its overflow Pending for good."""
     rooms = {
-        name: sorted((n if isinstance(n, NodeRoom) else NodeRoom(n) for n in found), key=_MOST_FREE)
+        name: sorted((n if isinstance(n, NodeRoom) else NodeRoom(n) for n in found), key=_most_free)
         for name, found in free.items()
     }
     return reserve_sorted(rooms, reservations)
@@ -330,9 +330,6 @@ def reserve(free: FreeGPUs, reservations: Iterable[Reservation]) -> dict[str, li
 
 def _most_free(room: NodeRoom) -> int:
     return -room.gpus
-
-
-_MOST_FREE = _most_free
 
 
 def reserve_sorted(
@@ -360,5 +357,5 @@ def reserve_sorted(
             room = nodes.pop(index)
             room = NodeRoom(room.gpus - r.per_pod, room.memory_gib, room.cpu)
             # Where a stable sort would put it: before the rooms now as free as it (it came first).
-            nodes.insert(bisect.bisect_left(nodes, -room.gpus, lo=index, key=_MOST_FREE), room)
+            nodes.insert(bisect.bisect_left(nodes, -room.gpus, lo=index, key=_most_free), room)
     return out
