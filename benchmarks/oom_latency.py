@@ -17,7 +17,14 @@ API server: loadline's own requests per crash by verb and resource (its ``loadli
 and the API server's writes per crash by resource, whoever made them (``apiserver_request_total``: kopf's
 patches, the Deployment controller's roll-out, the scheduler, KWOK).
 
-Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8]` (COUNT default 100).
+With ``--direct`` the operator stops once the pods run, and the yardstick answers the crashes instead:
+a process that watches the pods and, for each OOM kill, patches the model's Deployment with a raised
+memory limit from ``--injectors`` threads (the one write "rolled" waits for; no incident, no status, no
+Event). Its crash → rolled is the floor this machine sets with the same crashes and the same
+roll-outs (the Deployment controller, the scheduler and KWOK share the cores), as fleet.py's direct
+writes are for creation.
+
+Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--direct]` (COUNT default 100).
 """
 
 from __future__ import annotations
@@ -32,6 +39,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from _bench import (
@@ -113,7 +121,13 @@ def watch_events(lister_name: str, *args: Any) -> Any:
     watch with a timeout makes, would show a fleet's changes late, as ADDED); it lists again only after
     an error."""
     config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
-    api: Any = client.CustomObjectsApi() if lister_name.endswith("custom_object") else client.AppsV1Api()
+    api: Any = (
+        client.CustomObjectsApi()
+        if lister_name.endswith("custom_object")
+        else client.CoreV1Api()
+        if lister_name.endswith("_pod")
+        else client.AppsV1Api()
+    )
     while True:
         try:
             yield from watch.Watch().stream(getattr(api, lister_name), *args)  # type: ignore[no-untyped-call]
@@ -146,10 +160,49 @@ def watch_deployments(namespace: str, baseline: dict[str, str], seen: Any) -> No
             seen.put(("rolled", dep.metadata.name, now))
 
 
+def respond_directly(namespace: str, threads: int) -> None:
+    """In a process of its own (``--direct``): the least any responder does for a host OOM kill, one
+    patch of the model's Deployment raising its container's memory limit by a quarter, once per pod."""
+    from kubernetes.utils import parse_quantity
+
+    Path("/proc/self/comm").write_text("responder")  # its own line in the CPU table
+    config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
+    apps = client.AppsV1Api()
+    answered: set[str] = set()
+
+    def raise_limit(deployment: str, container: str, limit: str) -> None:
+        raised = f"{int(parse_quantity(limit) * 5 / 4 / 2**20)}Mi"
+        body = {"spec": {"template": {"spec": {"containers": [
+            {"name": container, "resources": {"limits": {"memory": raised}}}
+        ]}}}}  # fmt: skip
+        apps.patch_namespaced_deployment(deployment, namespace, body)
+
+    with ThreadPoolExecutor(threads) as pool:
+        for event in watch_events("list_namespaced_pod", namespace):
+            pod = event["object"]
+            model = (pod.metadata.labels or {}).get("loadline.dev/inferencemodel")
+            if not model or pod.metadata.uid in answered:
+                continue
+            for status in pod.status.container_statuses or []:
+                last = status.last_state.terminated if status.last_state else None
+                if last is not None and last.reason == "OOMKilled":
+                    answered.add(pod.metadata.uid)
+                    spec = next(c for c in pod.spec.containers if c.name == status.name)
+                    limit = (spec.resources.limits or {}).get("memory")
+                    if limit:
+                        pool.submit(raise_limit, model, status.name, limit)
+                    break
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("count", nargs="?", type=int, default=100)
     parser.add_argument("--injectors", type=int, default=8, help="threads writing the crashes")
+    parser.add_argument(
+        "--direct",
+        action="store_true",
+        help="stop the operator once the pods run; answer each crash with one Deployment patch (the floor)",
+    )
     args = parser.parse_args()
     count = args.count
     if not KUBECONFIG.exists():
@@ -199,6 +252,11 @@ def main() -> int:
                 "memory"
             )
         spawn = multiprocessing.get_context("spawn")
+        if args.direct:
+            stop_operator(operator)
+            watchers.append(
+                spawn.Process(target=respond_directly, args=(namespace, args.injectors), daemon=True)
+            )
         watchers.extend(
             spawn.Process(target=target, args=(namespace, baseline, seen), daemon=True)
             for target in (watch_models, watch_deployments)
@@ -226,7 +284,8 @@ def main() -> int:
             list(pool.map(crash, running))
         injected = time.monotonic() - start
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline and (len(decided) < len(crashed) or len(rolled) < len(crashed)):
+        to_decide = 0 if args.direct else len(crashed)  # the yardstick decides nothing
+        while time.monotonic() < deadline and (len(decided) < to_decide or len(rolled) < len(crashed)):
             try:
                 what, key, when = seen.get(timeout=0.5)
             except queue.Empty:
@@ -244,6 +303,8 @@ def main() -> int:
         waits = lane_waits(metrics_url) - waits_before
         writes = apiserver_writes() - writes_before
         print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads)")
+        if args.direct:
+            print("answered by the yardstick: one Deployment patch per crash, no operator (--direct)")
         print(
             f"handled: {len(decided)} of {len(crashed)} decided, {len(rolled)} of {len(crashed)} rolled "
             "(within 120 s of the last crash)"
@@ -279,6 +340,18 @@ def main() -> int:
         for watcher in watchers:
             watcher.terminate()
         stop_operator(operator)
+        if args.direct:  # kopf's finalizers, which no operator is left to remove
+            for model in custom.list_namespaced_custom_object(
+                "loadline.dev", "v1alpha1", namespace, "inferencemodels"
+            )["items"]:
+                custom.patch_namespaced_custom_object(
+                    "loadline.dev",
+                    "v1alpha1",
+                    namespace,
+                    "inferencemodels",
+                    model["metadata"]["name"],
+                    {"metadata": {"finalizers": None}},
+                )
         core.delete_namespace(namespace)
         # Gone before this returns: the namespace controller's deletions would land in the next run.
         deadline = time.monotonic() + 300
