@@ -87,3 +87,23 @@ def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypa
     assert sorted(found) == ["ns/a", "ns/c"] and found["ns/a"]["labels"] == {"team": "a"}
     _fleet.restarting_everywhere(OperatorSettings())
     assert len(lists) == 1  # reused by the timers of the next seconds
+
+
+def test_without_a_fleet_policy_counting_reads_no_model(monkeypatch: Any) -> None:
+    from loadline.handlers import _fleet
+
+    lists: list[int] = []
+
+    def list_models(settings: OperatorSettings) -> list[dict[str, Any]]:
+        lists.append(1)
+        return [{"metadata": {"namespace": "ns", "name": "a", "labels": {}}, "status": {}}]
+
+    written: list[dict[str, Any]] = []
+    monkeypatch.setattr(_fleet, "list_models", list_models)
+    monkeypatch.setattr(_fleet._kube, "patch_status", lambda obj, changes: written.append(changes) or obj)
+    _fleet.refresh_counts({}, OperatorSettings())
+    assert lists == [] and written == []
+    policy = {"apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy",
+              "metadata": {"name": "all"}, "spec": {}, "status": {}}  # fmt: skip
+    _fleet.refresh_counts({"all": policy}, OperatorSettings())
+    assert lists == [1] and written  # a policy: one LIST, and its counts written

@@ -97,7 +97,12 @@ def compliance_moved(previous: Mapping[str, Any], changes: Mapping[str, Any]) ->
 
 
 def refresh_counts(bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSettings) -> None:
-    """Count again from one LIST of the models, and write the counts that changed."""
+    """Count again from one LIST of the models, and write the counts that changed. Without a
+    FleetPolicy there is nothing to count and no LIST: every new model's first status moves the counts
+    (its ``policies`` appear), so each model created alone cost two LISTs of every model (at fleet
+    scale, 1,000 models parsed on the operator's one interpreter, twice per model)."""
+    if not bodies:
+        return
     count(_policies.parse_policies(bodies.values()), bodies, list_models(settings))
 
 
