@@ -325,10 +325,13 @@ def main() -> int:
         crashes = max(1, len(crashed))
         print(
             "waited for a thread of its lane, mean per call: "
-            + ", ".join(
-                f"{lane} {waits[f'{lane} s'] / waits[f'{lane} n']:.2f} s (n={waits[f'{lane} n']:.0f})"
-                for lane in ("crashes", "models", "checks")
-                if waits[f"{lane} n"]
+            + (
+                ", ".join(
+                    f"{lane} {waits[f'{lane} s'] / waits[f'{lane} n']:.2f} s (n={waits[f'{lane} n']:.0f})"
+                    for lane in ("crashes", "models", "checks")
+                    if waits[f"{lane} n"]
+                )
+                or "no lanes (no operator)"
             )
         )
         print(f"loadline's own requests per crash: {per_crash(own, crashes)}")
