@@ -121,13 +121,8 @@ def watch_events(lister_name: str, *args: Any) -> Any:
     watch with a timeout makes, would show a fleet's changes late, as ADDED); it lists again only after
     an error."""
     config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
-    api: Any = (
-        client.CustomObjectsApi()
-        if lister_name.endswith("custom_object")
-        else client.CoreV1Api()
-        if lister_name.endswith("_pod")
-        else client.AppsV1Api()
-    )
+    apis = {"custom_object": client.CustomObjectsApi, "pod": client.CoreV1Api, "deployment": client.AppsV1Api}
+    api: Any = apis[lister_name.rsplit("namespaced_", 1)[1]]()
     while True:
         try:
             yield from watch.Watch().stream(getattr(api, lister_name), *args)  # type: ignore[no-untyped-call]
