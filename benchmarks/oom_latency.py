@@ -4,8 +4,8 @@ Needs the local control plane with room for COUNT single-GPU pods, e.g.
 `LOADLINE_FLEET_SCALE=10 make cluster-up` (100 L4 GPUs). It starts its own `loadline run`, creates COUNT
 InferenceModels (Llama-3.1-8B on one L4 each), waits until their pods run, then crashes every pod's
 vLLM container the way a host OOM kill looks (exit 137, OOMKilled; written to the pod status as a kubelet
-would) from ``--injectors`` threads at once (issue 14: all of them crashing within a minute), and records
-for each model:
+would) from ``--injectors`` threads, as fast as they write or spread evenly over ``--over`` seconds
+(issue 14: all of them crashing within a minute), and records for each model:
 
 - detect → decided: from the crash being written to the incident and decision appearing in
   `status.remediation` (what the operator commits to before touching the children);
@@ -24,7 +24,8 @@ Event). Its crash → rolled is the floor this machine sets with the same crashe
 roll-outs (the Deployment controller, the scheduler and KWOK share the cores), as fleet.py's direct
 writes are for creation.
 
-Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--direct]` (COUNT default 100).
+Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--over SECONDS] [--direct]`
+(COUNT default 100).
 """
 
 from __future__ import annotations
@@ -194,6 +195,14 @@ def main() -> int:
     parser.add_argument("count", nargs="?", type=int, default=100)
     parser.add_argument("--injectors", type=int, default=8, help="threads writing the crashes")
     parser.add_argument(
+        "--over",
+        type=float,
+        default=0.0,
+        metavar="SECONDS",
+        help="spread the crashes evenly over this many seconds (issue 14: within a minute, 60); "
+        "0, the default: as fast as the injectors write them",
+    )
+    parser.add_argument(
         "--direct",
         action="store_true",
         help="stop the operator once the pods run; answer each crash with one Deployment patch (the floor)",
@@ -264,7 +273,9 @@ def main() -> int:
         own_before, writes_before = own_requests(metrics_url), apiserver_writes()
         waits_before = lane_waits(metrics_url)
 
-        def crash(pod: Any) -> None:
+        def crash(slot: tuple[int, Any]) -> None:
+            index, pod = slot
+            time.sleep(max(0.0, start + index * args.over / len(running) - time.monotonic()))
             raw: dict[str, Any] = api.sanitize_for_serialization(pod)
             status = crashed_status(raw, raw["spec"]["containers"][0]["name"], termination)
             body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
@@ -276,7 +287,7 @@ def main() -> int:
         cpu_before = cpu_seconds()
         start, wall_start = time.monotonic(), time.time()
         with ThreadPoolExecutor(args.injectors) as pool:
-            list(pool.map(crash, running))
+            list(pool.map(crash, enumerate(running)))
         injected = time.monotonic() - start
         deadline = time.monotonic() + 120
         to_decide = 0 if args.direct else len(crashed)  # the yardstick decides nothing
@@ -297,7 +308,8 @@ def main() -> int:
         own = own_requests(metrics_url) - own_before
         waits = lane_waits(metrics_url) - waits_before
         writes = apiserver_writes() - writes_before
-        print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads)")
+        paced = f", spread over {args.over:g} s" if args.over else ", as fast as they write"
+        print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads{paced})")
         if args.direct:
             print("answered by the yardstick: one Deployment patch per crash, no operator (--direct)")
         print(

@@ -61,6 +61,6 @@ def _fresh_operator_memory() -> Iterator[None]:
         _reconcile._DEMANDS.clear()
     with _reconcile._ROLLED_OUT_LOCK:
         _reconcile._ROLLED_OUT.clear()
-        _reconcile._ROLLED_WORKLOAD.clear()
+        _reconcile._MODEL_LOCKS.clear()
     _reconcile.forget_capacity()
     _index.forget_view()

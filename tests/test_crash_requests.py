@@ -60,37 +60,54 @@ def test_without_an_indexed_model_the_crash_reads_it(parent: FakeParent) -> None
     assert parent.calls == ["get", "patch", "annotate"] and decided(parent)
 
 
-def test_a_remediation_is_handed_to_the_roll_out_and_the_crash_thread_writes_only_its_decision(
-    parent: FakeParent,
-) -> None:
-    """The roll-out is handed the model as the decision's write answered it (the remediation in its
-    status) and the crash's id; the crash's thread writes nothing more (the annotation that asks
-    reconcile to follow is the roll-out's to write, after it), and reconcile is told to pass over
-    versions of the model older than the remediation."""
-    handed: list[tuple[dict[str, Any], str]] = []
-
-    def roll_out(model: dict[str, Any], crash: str) -> None:
-        parent.calls.append("roll_out")
-        handed.append((model, crash))
-
-    known = _index.model_entry(parent.model)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
-    assert parent.calls == ["patch", "roll_out"]
-    model, crash = handed[0]
-    assert model["status"]["remediation"]["handledCrashes"][-1] == crash
-    assert model["status"]["remediation"]["overrides"]  # what the roll-out plans with
-    assert _reconcile.predates_roll_out(parent.model)  # no annotation yet
-    parent.model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: crash}
-    assert not _reconcile.predates_roll_out(parent.model)
-
-
-def test_a_refused_annotation_is_tried_again_and_then_ends_the_guard(
+def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
     parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The annotation that asks reconcile to follow a roll-out is written by nothing else (the crash is
-    decided, so its next event does nothing): a refusal is tried again; when it never lands, no version
-    will carry it, so reconcile must not pass over the next one (a spec change would be counted handled
-    and never applied)."""
+    """The roll-out plans the model as the decision will leave it (the crash in its status, the new
+    overrides), before the write, so that the decision's one patch carries the plan; it is then handed
+    the model as the write answered and the crash's id. The crash's thread writes nothing more, and
+    reconcile is told, from before the write, to pass over versions without this decision."""
+    planned: list[dict[str, Any]] = []
+    handed: list[tuple[dict[str, Any], str, Any]] = []
+    remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={"message": "re-planned"})  # type: ignore[arg-type]
+
+    def plan(model: dict[str, Any]) -> _reconcile.Remediation:
+        parent.calls.append("plan")
+        planned.append(model)
+        return remediation
+
+    def start(model: dict[str, Any], crash: str, planned_remediation: Any) -> None:
+        parent.calls.append("start")
+        handed.append((model, crash, planned_remediation))
+
+    def write(model: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        assert _reconcile.predates_roll_out(parent.model)  # guarded before the write
+        return parent.patch_status(model, changes)
+
+    monkeypatch.setattr(_kube, "patch_status", write)
+    known = _index.model_entry(parent.model)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, _oom.RollOut(plan, start))  # type: ignore[arg-type]
+    assert parent.calls == ["plan", "patch", "start"]
+    model, crash, handed_remediation = handed[0]
+    assert planned[0]["status"]["remediation"]["handledCrashes"][-1] == crash
+    assert planned[0]["status"]["remediation"]["overrides"]  # what the roll-out plans with
+    assert model["status"]["message"] == "re-planned" and handed_remediation is remediation
+    assert not _reconcile.predates_roll_out(parent.model)  # the decision's version ends the guard
+
+
+def test_a_remediation_left_to_reconcile_is_still_handed_to_the_roll_out(parent: FakeParent) -> None:
+    """No plan (a move between layouts, a failed plan): the decision is written alone and the roll-out
+    is handed nothing to apply (it asks reconcile)."""
+    handed: list[Any] = []
+    roll_out = _oom.RollOut(lambda model: None, lambda model, crash, remediation: handed.append(remediation))
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out)  # type: ignore[arg-type]
+    assert handed == [None] and decided(parent) and "plan" not in parent.model["status"]
+
+
+def test_a_refused_annotation_is_tried_again(parent: FakeParent, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The annotation that hands a remediation to reconcile is written by nothing else (the crash is
+    decided, so its next event does nothing): a refusal is tried again, up to ASK_ATTEMPTS times, and
+    not at all when the model is gone."""
     from kubernetes.client.exceptions import ApiException
 
     answers: list[int | None] = [500, None]
@@ -103,39 +120,49 @@ def test_a_refused_annotation_is_tried_again_and_then_ends_the_guard(
 
     monkeypatch.setattr(_kube, "annotate", annotate)
     monkeypatch.setattr(_reconcile, "ASK_PAUSE_SECONDS", 0.0)
-    _reconcile.expect_roll_out("team-a", "chat", "c1")
     assert _reconcile.ask_reconcile(parent.model, "c1", LOG)
     assert parent.calls == ["annotate 500", "annotate 200"]
-    assert _reconcile.predates_roll_out(parent.model)  # written: its version is still to come
 
     answers[:] = [500] * _reconcile.ASK_ATTEMPTS
-    _reconcile.expect_roll_out("team-a", "chat", "c2")
     assert not _reconcile.ask_reconcile(parent.model, "c2", LOG)
-    assert not answers and not _reconcile.predates_roll_out(parent.model)
+    assert not answers
 
     answers[:] = [404]  # the model is gone: nothing to try again
-    _reconcile.expect_roll_out("team-a", "chat", "c3")
     assert not _reconcile.ask_reconcile(parent.model, "c3", LOG)
-    assert not answers and not _reconcile.predates_roll_out(parent.model)
+    assert not answers
 
 
-def test_the_guard_lasts_until_the_annotation_is_written_and_its_time_runs_from_then(
+def test_the_guard_ends_with_its_decisions_version_or_its_time(
     parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """At a burst of crashes the annotations wait in their lane behind the roll-outs: the guard must not
-    lapse while one waits (reconcile would undo the roll-out from an older version)."""
+    """Reconcile passes over versions without the decision until one carrying it comes, and for
+    ROLL_OUT_GUARD_SECONDS at most (a decision whose version never comes must not hold reconcile off)."""
     import time
 
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     _reconcile.expect_roll_out("team-a", "chat", "c1")
-    clock[0] += 10 * _reconcile.ROLL_OUT_GUARD_SECONDS
-    assert _reconcile.predates_roll_out(parent.model)  # still waiting for its annotation
-    assert _reconcile.ask_reconcile(parent.model, "c1", LOG)
     clock[0] += _reconcile.ROLL_OUT_GUARD_SECONDS - 1
     assert _reconcile.predates_roll_out(parent.model)
     clock[0] += 2
-    assert not _reconcile.predates_roll_out(parent.model)  # its version never came: someone rewrote it
+    assert not _reconcile.predates_roll_out(parent.model)  # its version never came
+
+
+def test_a_decision_whose_write_fails_ends_the_guard(
+    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    def refuse(obj: Any, changes: Any) -> Any:
+        raise ApiException(status=500, reason="etcd timeout")
+
+    monkeypatch.setattr(_kube, "patch_status", refuse)
+    roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
+    with pytest.raises(ApiException):
+        _oom.on_pod_event(
+            crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out
+        )  # type: ignore[arg-type]
+    assert not _reconcile.predates_roll_out(parent.model)  # no decision: reconcile goes on as before
 
 
 def test_a_crash_whose_fix_rolls_now_posts_two_events(
@@ -149,7 +176,8 @@ def test_a_crash_whose_fix_rolls_now_posts_two_events(
         kopf, "event", lambda obj, type, reason, message: said.append((type, reason, message))
     )
     known = _index.model_entry(parent.model)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, lambda model, crash: None)  # type: ignore[arg-type]
+    roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
     assert parent.model["status"]["maintenance"]["state"] == "Running"  # a crash loop: it rolls now
     assert [(kind, reason) for kind, reason, _ in said] == [
         ("Warning", "OutOfMemory"),

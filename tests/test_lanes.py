@@ -74,7 +74,9 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     monkeypatch.setattr(_oom, "on_pod_event", lambda *a, **k: seen.append(threading.current_thread().name))
     monkeypatch.setattr(_reconcile, "reconcile", lambda *a, **k: seen.append(threading.current_thread().name))
-    monkeypatch.setattr(_reconcile, "roll_out", lambda *a, **k: seen.append(threading.current_thread().name))
+    monkeypatch.setattr(
+        _reconcile, "apply_remediation", lambda *a, **k: seen.append(threading.current_thread().name)
+    )
     return seen
 
 
@@ -125,38 +127,37 @@ def test_a_reconcile_runs_on_the_models_lane(calls: list[str]) -> None:
     assert len(calls) == 1 and calls[0].startswith("lane-models")
 
 
-def _roll_out(monkeypatch: pytest.MonkeyPatch, rolled: bool) -> list[str]:
-    """Where a crash's roll-out and the annotation asking reconcile to follow it ran."""
+def _roll_out(monkeypatch: pytest.MonkeyPatch, remediation: Any, applied: bool) -> list[str]:
+    """Where a crash's roll-out ran: the remediation's apply and, when needed, the annotation asking
+    reconcile to take it over."""
     ran: list[str] = []
-    done = threading.Event()
 
-    def roll_out(*args: Any, **kwargs: Any) -> bool:
-        ran.append(f"roll_out {threading.current_thread().name}")
-        return rolled
+    def apply(*args: Any, **kwargs: Any) -> bool:
+        ran.append(f"apply {threading.current_thread().name}")
+        return applied
 
     def ask(*args: Any, **kwargs: Any) -> bool:
         ran.append(f"ask {threading.current_thread().name}")
-        done.set()
         return True
 
-    monkeypatch.setattr(_reconcile, "roll_out", roll_out)
+    monkeypatch.setattr(_reconcile, "apply_remediation", apply)
     monkeypatch.setattr(_reconcile, "ask_reconcile", ask)
     model = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
-    _registry._roll_out_soon(None, {}, {}, model, "c1").result(timeout=10)  # type: ignore[arg-type]
-    assert done.wait(timeout=10)
+    _registry._roll_out_soon(None, model, "c1", remediation).result(timeout=10)  # type: ignore[arg-type]
     return ran
 
 
-def test_a_crashs_roll_out_runs_on_the_models_lane_and_its_follow_up_on_its_own(
+def test_a_crashs_roll_out_runs_on_the_models_lane_and_asks_reconcile_for_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The roll-out users wait for takes a thread of the models lane; the annotation asking reconcile to
-    follow waits in the follow-ups lane, so a burst's follow-ups do not hold the roll-outs' threads."""
-    ran = _roll_out(monkeypatch, rolled=True)
-    assert [r.split(" lane-")[0] for r in ran] == ["roll_out", "ask"]
-    assert ran[0].startswith("roll_out lane-models") and ran[1].startswith("ask lane-follow-ups")
+    """The roll-out users wait for takes a thread of the models lane, and a workload applied is the
+    whole of it: no annotation asks reconcile to follow (its plan went with the decision)."""
+    ran = _roll_out(monkeypatch, remediation=object(), applied=True)
+    assert len(ran) == 1 and ran[0].startswith("apply lane-models")
 
 
 def test_a_roll_out_left_to_reconcile_asks_for_it_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
-    ran = _roll_out(monkeypatch, rolled=False)  # the remediation moves the model between layouts
-    assert ran[0].startswith("roll_out lane-models") and ran[1].startswith("ask lane-models")
+    ran = _roll_out(monkeypatch, remediation=None, applied=True)  # e.g. a move between layouts
+    assert len(ran) == 1 and ran[0].startswith("ask lane-models")
+    ran = _roll_out(monkeypatch, remediation=object(), applied=False)  # the apply was refused
+    assert ran[0].startswith("apply lane-models") and ran[1].startswith("ask lane-models")

@@ -494,7 +494,7 @@ def test_a_workload_no_event_showed_yet_is_read(fake: FakeKube, looks: Readiness
     assert looks.calls == [("get", "Deployment")] * 2
 
 
-# --- a crash's remediation rolled out ahead of reconcile (_reconcile.roll_out) ---
+# --- a crash's remediation planned with its decision and rolled out without reconcile ---
 
 
 def remediated(status: dict[str, Any], memory_gib: int = 40) -> dict[str, Any]:
@@ -506,95 +506,106 @@ def remediated(status: dict[str, Any], memory_gib: int = 40) -> dict[str, Any]:
     return model
 
 
-def workload_memory(fake: FakeKube, applied: list[dict[str, Any]]) -> str:
-    container = applied[-1]["spec"]["template"]["spec"]["containers"][0]
+def workload_memory(workload: dict[str, Any]) -> str:
+    container = workload["spec"]["template"]["spec"]["containers"][0]
     return str(container["resources"]["limits"]["memory"])
 
 
-def test_a_roll_out_applies_the_remediated_workload_only(
-    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    status = run(body())
-    applied: list[dict[str, Any]] = []
-    original = fake.apply
-    monkeypatch.setattr(_kube, "apply", lambda m, fm: (applied.append(m), original(m, fm))[1])
-    fake.calls.clear()
-    view = ([node("l4", "NVIDIA-L4", 4)], [])
-    assert _reconcile.roll_out(remediated(status), logging.getLogger("t"), OperatorSettings(), view)
-    assert fake.calls == [("apply", "Deployment")]
-    assert workload_memory(fake, applied) == "40Gi"
+L4_VIEW = ([node("l4", "NVIDIA-L4", 4)], [])
 
 
-def test_the_reconcile_after_a_roll_out_does_not_apply_the_same_workload_again(
+def plan_remediation(model: dict[str, Any], policies: Any = None) -> _reconcile.Remediation | None:
+    return _reconcile.plan_remediation(model, OperatorSettings(), L4_VIEW, policies)
+
+
+def test_a_remediation_carries_its_plan_and_its_roll_out_applies_the_workload_only(
     fake: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The reconcile that follows a remediation (on its annotation) renders the workload the roll-out
-    applied: it takes the roll-out's answer (its readiness: rolling out) instead of a second request,
-    and posts no Planned Event (the crash's Remediated said what changed). The next reconcile applies
-    it as always (which also repairs a workload edited by hand)."""
+    """Planned before the decision is written: its status (the new plan, what reconcile would write,
+    less readiness, which the workload's events say) goes in the decision's patch, and the roll-out
+    is one apply of the workload, which the model's readiness then follows."""
     said: list[str] = []
     monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
     status = run(body())
-    view = ([node("l4", "NVIDIA-L4", 4)], [])
-    model = remediated(status)
-    assert _reconcile.roll_out(model, logging.getLogger("t"), OperatorSettings(), view)
-    fake.calls.clear()
     said.clear()
-    model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: "c1"}
+    fake.calls.clear()
+    model = remediated(status)
+    remediation = plan_remediation(model)
+    assert remediation is not None and fake.calls == []  # planning asks the API server nothing
+    assert remediation.status["plan"] != status["plan"]
+    assert "phase" not in remediation.status
+    assert workload_memory(remediation.workload) == "40Gi"
+    assert remediation.workload["metadata"]["ownerReferences"][0]["uid"] == model["metadata"]["uid"]
+    assert _reconcile.apply_remediation(model, remediation, logging.getLogger("t"), OperatorSettings())
+    assert fake.calls == [("apply", "Deployment")] and said == []
+
+
+def test_the_next_reconcile_of_a_remediated_model_finds_its_plan_written(fake: FakeKube) -> None:
+    """The model as the decision's patch left it (plan included): a later reconcile (a resync, a
+    restart of the operator) plans the same, writes no plan, and applies the workload as always (which
+    also repairs one edited by hand)."""
+    status = run(body())
+    model = remediated(status)
+    remediation = plan_remediation(model)
+    assert remediation is not None
+    model["status"] |= remediation.status
+    fake.calls.clear()
     patch = kopf.Patch()
-    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), view, [])
-    assert ("apply", "Deployment") not in fake.calls
-    assert patch.status["plan"] != status["plan"]  # the remediated plan, written by this reconcile
-    assert said == []
-    _reconcile.reconcile(kopf.Body(model), kopf.Patch(), logging.getLogger("t"), OperatorSettings(), view, [])
-    assert fake.calls.count(("apply", "Deployment")) == 1
+    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), L4_VIEW, [])
+    assert "plan" not in patch.status
+    assert fake.calls == [("apply", "Deployment")]
 
 
-def test_a_different_workload_than_the_roll_outs_is_applied(fake: FakeKube) -> None:
-    status = run(body())
-    view = ([node("l4", "NVIDIA-L4", 4)], [])
-    assert _reconcile.roll_out(remediated(status), logging.getLogger("t"), OperatorSettings(), view)
-    fake.calls.clear()
-    again = remediated(status, memory_gib=44)  # another crash raised it again meanwhile
-    said: list[str] = []
-    with pytest.MonkeyPatch.context() as patched:
-        patched.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
-        _reconcile.reconcile(
-            kopf.Body(again), kopf.Patch(), logging.getLogger("t"), OperatorSettings(), view, []
-        )
-    assert fake.calls.count(("apply", "Deployment")) == 1
-    assert said == ["Planned"]  # a plan no roll-out applied is said as always
-
-
-def test_a_roll_out_leaves_a_move_between_layouts_and_a_failed_plan_to_reconcile(fake: FakeKube) -> None:
+def test_what_the_workload_alone_cannot_carry_is_left_to_reconcile(fake: FakeKube) -> None:
+    """A move between layouts (reconcile removes the old one's children), a plan that fails, and a
+    process that has not applied the model's other children for this generation (a restart, a shard
+    handed over: reconcile applies them all) are no roll-out of the workload alone."""
     status = run(body())
     fake.calls.clear()
-    view = ([node("l4", "NVIDIA-L4", 4)], [])
     moved = remediated(status)
-    moved["status"]["plan"]["nodesPerReplica"] = 2  # a LeaderWorkerSet served it: reconcile removes it
-    assert not _reconcile.roll_out(moved, logging.getLogger("t"), OperatorSettings(), view)
-    impossible = remediated(status, memory_gib=4096)  # no node of the cluster has that much memory
-    assert not _reconcile.roll_out(impossible, logging.getLogger("t"), OperatorSettings(), view)
+    moved["status"]["plan"]["nodesPerReplica"] = 2  # a LeaderWorkerSet served it
+    assert plan_remediation(moved) is None
+    assert plan_remediation(remediated(status, memory_gib=4096)) is None  # no node has that much memory
+    assert plan_remediation(remediated(status)) is not None
+    _reconcile.forget_applied("team-a", "chat")
+    assert plan_remediation(remediated(status)) is None
     assert fake.calls == []
 
 
-def test_reconcile_passes_over_a_version_older_than_a_rolled_out_remediation(fake: FakeKube) -> None:
-    """A version of the model written before the remediation was rolled out (a spec change whose event
-    comes now) would put the memory back and roll the pods twice: reconcile passes over it until the
-    version carrying the remediation's annotation comes (the guard's time:
-    tests/test_crash_requests.py)."""
+def test_a_refused_roll_out_says_so(fake: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
+    from kubernetes.client.exceptions import ApiException
+
+    status = run(body())
+    model = remediated(status)
+    remediation = plan_remediation(model)
+    assert remediation is not None
+
+    def refuse(manifest: dict[str, Any], field_manager: str) -> Any:
+        raise ApiException(status=403, reason="a ValidatingAdmissionPolicy refused it")
+
+    monkeypatch.setattr(_kube, "apply", refuse)
+    assert not _reconcile.apply_remediation(model, remediation, logging.getLogger("t"), OperatorSettings())
+
+
+def test_reconcile_passes_over_a_version_older_than_a_remediation_being_rolled_out(fake: FakeKube) -> None:
+    """A version of the model written before a remediation's decision (a spec change whose event comes
+    now) would put the memory back and roll the pods twice: reconcile passes over it, asking kopf to try
+    again shortly (on the newest version by then), not counting the spec change handled. The version
+    carrying the decision ends the guard."""
     status = run(body())
     model = body(copy.deepcopy(status))
-    model["metadata"]["annotations"] = {}
-    _reconcile.expect_roll_out("team-a", "chat", "c1")
     model["metadata"]["namespace"] = "team-a"
+    _reconcile.expect_roll_out("team-a", "chat", "c1")
     fake.calls.clear()
     patch = kopf.Patch()
-    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), ([], []), [])
+    with pytest.raises(kopf.TemporaryError):
+        _reconcile.reconcile(
+            kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), ([], []), []
+        )
     assert fake.calls == [] and not patch
-    model["metadata"]["annotations"] = {_reconcile.REMEDIATION_ANNOTATION: "c1"}
-    assert not _reconcile.predates_roll_out(model)  # the remediation's own version: reconciled
-    model["metadata"]["annotations"] = {}
+    model["status"]["remediation"] = {"handledCrashes": ["c0", "c1"]}
+    assert not _reconcile.predates_roll_out(model)  # the decision's own version: reconciled
+    del model["status"]["remediation"]
     assert not _reconcile.predates_roll_out(model)  # and the guard ended with it
 
 

@@ -131,8 +131,7 @@ def build_deployed_status(
     conditions = merge_conditions(
         previous.get("conditions", []) or [],
         [
-            build_condition(PLANNED, True, "Planned", message, generation),
-            build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
+            *_applied_conditions(message, generation),
             build_condition(READY, ready, "Available" if ready else "Progressing", ready_message, generation),
         ],
         now,
@@ -142,6 +141,31 @@ def build_deployed_status(
         # The readiness detail lives in the Ready condition only, so that the readiness timer and a
         # later resync agree on the message and a resync writes nothing.
         message=needs_person or message,
+        observed_generation=generation,
+        plan=PlanSummary.model_validate(plan_summary),
+        conditions=conditions,
+    )
+
+
+def _applied_conditions(message: str, generation: int | None) -> list[Condition]:
+    return [
+        build_condition(PLANNED, True, "Planned", message, generation),
+        build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
+    ]
+
+
+def build_replanned_status(
+    previous: Mapping[str, Any], *, plan_summary: Mapping[str, Any], generation: int | None, now: str,
+    message: str,
+) -> Status:  # fmt: skip
+    """What :func:`build_deployed_status` writes for a re-plan whose workload is about to be applied
+    (a crash's remediation, written with its decision), less readiness: the phase and the Ready
+    condition are the workload's to say, from its watch events, once the roll-out has begun."""
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [], _applied_conditions(message, generation), now
+    )
+    return _status_patch(
+        message=message,
         observed_generation=generation,
         plan=PlanSummary.model_validate(plan_summary),
         conditions=conditions,

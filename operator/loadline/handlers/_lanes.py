@@ -9,13 +9,10 @@ stands in. What needs no network (is a crash new, is a readiness check due) is d
 loop first, and only the work that reads or writes the cluster takes a thread.
 
 - :data:`MODELS`: reconciling an InferenceModel (create, update, resume), and rolling out a crash's
-  remediation (submitted by the crash's handler, which does not wait for it).
+  remediation (submitted by the crash's handler, which does not wait for it; under the model's lock,
+  as reconcile is).
 - :data:`CRASHES`: handling a container crash (classify, remediate).
 - :data:`CHECKS`: a due readiness look of a Deploying model (its timer ticks on the event loop).
-- :data:`FOLLOW_UPS`: what follows a crash's roll-out and nobody waits for (the annotation that asks
-  reconcile to write the plan to status). Few threads on purpose: a burst of crashes leaves a backlog
-  of follow-ups here rather than their requests crowding the API server while later crashes of the
-  burst are still being decided and rolled out.
 - everything else: kopf's own pool.
 
 The time each call waited for a thread is ``loadline_lane_wait_seconds{lane}``.
@@ -35,14 +32,14 @@ from typing import ParamSpec, TypeVar
 
 from prometheus_client import Histogram
 
-__all__ = ["CHECKS", "CRASHES", "FOLLOW_UPS", "LANE_WAIT", "MODELS", "Lane"]
+__all__ = ["CHECKS", "CRASHES", "LANE_WAIT", "MODELS", "Lane"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 LANE_WAIT = Histogram(
     "loadline_lane_wait_seconds",
-    "Time a handler waited for a thread of its lane (models, crashes, checks, follow-ups).",
+    "Time a handler waited for a thread of its lane (models, crashes, checks).",
     ["lane"],
     buckets=(0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
 )
@@ -106,4 +103,3 @@ def _log_failure(future: Future[object]) -> None:
 MODELS = Lane("models", 16)
 CRASHES = Lane("crashes", 16)
 CHECKS = Lane("checks", 4)
-FOLLOW_UPS = Lane("follow-ups", 4)

@@ -2,15 +2,15 @@
 
 Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). The handler writes the
 incident, the crash id and the decision (new overrides, a restart request) to the InferenceModel's
-status in one patch guarded by its resourceVersion; when the decision changes the children it
-rolls the workload out at once from the model that patch answered with (:func:`_reconcile.roll_out`:
-reconcile's own planning and rendering, the workload only, on the MODELS lane) and then stamps
-:data:`REMEDIATION_ANNOTATION` on the object (on the FOLLOW_UPS lane; the crash's thread is free once
-its decision is written), so that kopf runs the ordinary reconcile after it: the
-path that writes the plan to status and every child, with kopf's retries and back-off when a roll-out
-fails (no free GPUs, an API error). An operator that dies between the writes loses nothing: reconcile
-runs on resume and applies the overrides from status; the crash id in status means no crash is acted
-on twice.
+status in one patch guarded by its resourceVersion. When the decision changes the children, the same
+patch carries the plan they are rendered from (:func:`_reconcile.plan_remediation`, planned on the
+crash's thread before the write) and the workload is then applied at once, on the MODELS lane
+(:func:`_reconcile.apply_remediation`): one plan, one status write and one apply per crash. What
+that roll-out cannot do alone (a move between layouts, a failed plan, a refused apply) it hands to
+reconcile, by stamping :data:`_reconcile.REMEDIATION_ANNOTATION` on the model: the path that applies
+every child, with kopf's retries and back-off. An operator that dies between the writes loses
+nothing: reconcile runs on resume and applies the overrides from status; the crash id in status
+means no crash is acted on twice.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -126,20 +127,30 @@ def has_new_crash(body: Mapping[str, Any]) -> bool:
     return False
 
 
+@dataclass(frozen=True)
+class RollOut:
+    """How the operator rolls a crash's remediation out itself. ``plan``: the remediation of the model
+    as the decision will leave it (:func:`_reconcile.plan_remediation`; None leaves it to reconcile),
+    asked before the decision is written so that the write carries its plan. ``start``: given the model
+    as the write answered, the crash's id and that remediation, applies the workload or asks reconcile
+    (the operator does it on the MODELS lane), not waited for."""
+
+    plan: Callable[[dict[str, Any]], _reconcile.Remediation | None]
+    start: Callable[[dict[str, Any], str, _reconcile.Remediation | None], object]
+
+
 def on_pod_event(
     body: kopf.Body,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
     policies: list[FleetPolicy] | None = None,
     known: Mapping[str, Any] | None = None,
-    roll_out: Callable[[dict[str, Any], str], object] | None = None,
+    roll_out: RollOut | None = None,
 ) -> None:
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
     it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
-    ``roll_out``: given the model as the decision's write left it and the crash's id, applies its
-    workload and then asks reconcile to follow (the operator passes :func:`_reconcile.roll_out` on the
-    MODELS lane, then :func:`_reconcile.ask_reconcile` on the FOLLOW_UPS lane), not waited for;
-    without it the crash's thread asks reconcile, and the roll-out waits for it."""
+    ``roll_out``: how a remediation is rolled out (:class:`RollOut`); without it the crash's thread
+    asks reconcile (:func:`_reconcile.ask_reconcile`), and the roll-out waits for it."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
@@ -168,7 +179,7 @@ def _handle_crash(
     settings: OperatorSettings,
     policies: list[FleetPolicy],
     known: Mapping[str, Any] | None = None,
-    roll_out: Callable[[dict[str, Any], str], object] | None = None,
+    roll_out: RollOut | None = None,
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
     The remediation limits are the governing FleetPolicies', else the operator's environment.
@@ -197,6 +208,7 @@ def _handle_crash(
     container = str(status.get("name", ""))
     # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
     needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
+    expected = False  # whether reconcile was told to pass over versions older than this decision
     for attempt in range(CONFLICT_RETRIES):
         parent = (
             dict(known)
@@ -268,6 +280,16 @@ def _handle_crash(
             previous = (parent.get("status") or {}).get("maintenance")
             record = _maintenance.pending_record(record_from_status(previous), action, urgent, now)
             changes["maintenance"] = _build.maintenance_patch(previous, record)
+        remediation = None
+        if roll_out is not None and decision.apply:
+            # Planned before the write, from the model as the write will leave it, so that the write
+            # carries the plan: no reconcile has to follow the roll-out to write it.
+            remediation = roll_out.plan({**parent, "status": {**(parent.get("status") or {}), **changes}})
+            if remediation is not None:
+                changes = {**changes, **remediation.status}
+            # From before the write: reconcile passes over versions without this decision meanwhile.
+            _reconcile.expect_roll_out(namespace, name, cid)
+            expected = True
         try:
             written = _kube.patch_status(parent, changes)
         except ApiException as exc:
@@ -275,17 +297,15 @@ def _handle_crash(
                 logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
                 time.sleep(min(0.05 * 2**attempt, 1.0))
                 continue
+            if expected:
+                _reconcile.forget_roll_out(namespace, name)
             raise
-        if decision.apply:
-            if roll_out is not None:
-                # At once, from the model as this write left it, and not on this thread: the crash
-                # lane holds a crash for its decision only. The roll-out then asks reconcile to
-                # follow (the annotation: the plan in status, the other children, retries), which
-                # passes over older versions meanwhile.
-                _reconcile.expect_roll_out(namespace, name, cid)
-                roll_out(written, cid)
-            else:
-                _reconcile.ask_reconcile(parent, cid, logger)
+        if roll_out is not None and decision.apply:
+            # At once, from the model as this write left it, and not on this thread: the crash lane
+            # holds a crash for its decision only.
+            roll_out.start(written, cid, remediation)
+        elif decision.apply:
+            _reconcile.ask_reconcile(parent, cid, logger)
         # A roll-out that starts now is said in the Remediated Event (one Event, not a RestartStarted
         # beside it in the same second: Events are the largest share of a crash burst's writes).
         starting = record.reason if action is not None and urgent is not None else None
@@ -296,6 +316,8 @@ def _handle_crash(
         if finished is not None:
             _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
         return True
+    if expected:
+        _reconcile.forget_roll_out(namespace, name)
     logger.warning(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )

@@ -425,9 +425,9 @@ def _applied_already(meta: Mapping[str, Any], child: Mapping[str, Any], fingerpr
     changes the workload, not its Service or PodDisruptionBudget: applying those again was two of a
     crash's requests at 1,000 crashes. A new generation (someone changed the spec) or a new process
     (a restart, a shard handed over) applies every child again, which also puts back one deleted or
-    edited by hand. The workload is applied every time (its answer is the model's readiness), but by
-    the reconcile that follows its own roll-out, which takes the roll-out's answer
-    (:func:`_take_rolled_workload`)."""
+    edited by hand. Reconcile applies the workload every time (its answer is the model's readiness); a
+    crash's roll-out applies it alone, and only when every other child was applied so already
+    (:func:`plan_remediation`)."""
     key = (str(meta.get("namespace")), str(meta.get("name")))
     with _APPLIED_LOCK:
         known = _APPLIED.get(key)
@@ -469,49 +469,57 @@ def _plan_and_render(
     return inputs, plan, render_manifests(inputs.obj, plan)
 
 
-#: Set on the model by a crash's decision that changes its children (the crash's id): kopf's update
+#: Set on the model when a crash's remediation is left to reconcile (the crash's id): kopf's update
 #: handler sees the change and reconciles. Outside the "loadline.dev/" prefix on purpose: kopf leaves
 #: annotations of its own storage prefix out of the diff it triggers update handlers on.
 REMEDIATION_ANNOTATION = "remediation.loadline.dev/crash"
 
-#: How long a remediation rolled out by :func:`roll_out` makes reconcile pass over versions of the model
-#: written before it (its annotation's watch event normally follows within seconds; a version still
-#: without it after this long is not older than it: someone else rewrote the annotation).
+#: How long a remediation being rolled out makes reconcile pass over versions of the model written
+#: before its decision (the decision's own version normally reaches the operator within seconds; one
+#: that never comes, because the write failed, must not hold reconcile off for longer than this).
 ROLL_OUT_GUARD_SECONDS = 60.0
-_ROLLED_OUT: dict[tuple[str, str], tuple[str, float | None]] = {}
-#: The workload a roll-out applied, per model: (the model's uid, the manifest's fingerprint, the apply's
-#: answer), taken by the reconcile that follows so it does not apply the same workload again.
-_ROLLED_WORKLOAD: dict[tuple[str, str], tuple[str, str, dict[str, Any]]] = {}
+_ROLLED_OUT: dict[tuple[str, str], tuple[str, float]] = {}
 _ROLLED_OUT_LOCK = threading.Lock()
-#: Attempts at the annotation that asks reconcile to follow a roll-out, and the pause before the next.
+#: One lock per model, held by reconcile from its guard check through its last apply and by a crash's
+#: roll-out around its apply: a reconcile of an older version of the model that is already past its
+#: guard applies its workload before the roll-out does, never after (which would put the memory back).
+_MODEL_LOCKS: dict[tuple[str, str], threading.Lock] = {}
+#: Attempts at the annotation that asks reconcile to take a remediation over, and the pause before the next.
 ASK_ATTEMPTS = 3
 ASK_PAUSE_SECONDS = 1.0
 
 
-def expect_roll_out(namespace: str, name: str, crash: str) -> None:
-    """Note that this process is rolling out the remediation of ``crash`` itself, ahead of the
-    annotation (``REMEDIATION_ANNOTATION``) that asks reconcile for it."""
+def model_lock(namespace: str, name: str) -> threading.Lock:
     with _ROLLED_OUT_LOCK:
-        _ROLLED_OUT[(namespace, name)] = (crash, None)  # no expiry before the annotation is written
+        return _MODEL_LOCKS.setdefault((namespace, name), threading.Lock())
+
+
+def expect_roll_out(namespace: str, name: str, crash: str) -> None:
+    """Note, before its decision is written, that this process rolls out the remediation of ``crash``
+    itself: reconcile passes over versions of the model that do not carry that decision yet."""
+    with _ROLLED_OUT_LOCK:
+        _ROLLED_OUT[(namespace, name)] = (crash, time.monotonic())
 
 
 def forget_roll_out(namespace: str, name: str) -> None:
     with _ROLLED_OUT_LOCK:
         _ROLLED_OUT.pop((namespace, name), None)
-        _ROLLED_WORKLOAD.pop((namespace, name), None)
+
+
+def forget_model(namespace: str, name: str) -> None:
+    """A deleted model's guard and lock go with it."""
+    with _ROLLED_OUT_LOCK:
+        _ROLLED_OUT.pop((namespace, name), None)
+        _MODEL_LOCKS.pop((namespace, name), None)
 
 
 def ask_reconcile(body: Mapping[str, Any], crash: str, logger: logging.Logger | kopf.Logger) -> bool:
     """Stamp ``crash`` as :data:`REMEDIATION_ANNOTATION` on the model, so that kopf runs reconcile on
-    it: the plan in status and every child, with kopf's retries. After a roll-out this is follow-up
-    work, off the crash's path (the operator runs it on the FOLLOW_UPS lane, whose few threads keep a
-    burst of crashes' follow-ups from crowding the API server while other crashes are rolled out).
+    it: the plan, every child and the status, with kopf's retries. The path of a remediation the crash's
+    own roll-out cannot make (:func:`plan_remediation` said no, or its apply was refused).
 
     A refused write is tried :data:`ASK_ATTEMPTS` times (a crash already decided is not decided
-    again, so nothing else would write it); when it never lands, or the model is gone, the roll-out's
-    guard ends (no version will carry the annotation, and reconcile must not pass over the next one).
-    The guard's time runs from the annotation's write, not from the roll-out: a backlog of follow-ups
-    does not let it lapse before the annotated version could arrive. True when it was written."""
+    again, so nothing else would write it). True when it was written."""
     meta = body["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])
     for attempt in range(ASK_ATTEMPTS):
@@ -519,7 +527,6 @@ def ask_reconcile(body: Mapping[str, Any], crash: str, logger: logging.Logger | 
             _kube.annotate(body, {REMEDIATION_ANNOTATION: crash})
         except ApiException as exc:
             if exc.status == 404 or attempt == ASK_ATTEMPTS - 1:
-                forget_roll_out(namespace, name)
                 logger.error(
                     "%s/%s: the remediation of %s was not handed to reconcile (%s)",
                     namespace, name, crash, _kube.api_error_text(exc),
@@ -527,35 +534,15 @@ def ask_reconcile(body: Mapping[str, Any], crash: str, logger: logging.Logger | 
                 return False
             time.sleep(ASK_PAUSE_SECONDS * 2**attempt)
             continue
-        except BaseException:
-            forget_roll_out(namespace, name)
-            raise
-        with _ROLLED_OUT_LOCK:
-            found = _ROLLED_OUT.get((namespace, name))
-            if found is not None and found[0] == crash:
-                _ROLLED_OUT[(namespace, name)] = (crash, time.monotonic())
         return True
     return False
 
 
-def _take_rolled_workload(meta: Mapping[str, Any], fingerprint: str) -> dict[str, Any] | None:
-    """The answer of the roll-out that applied exactly this workload for this model, once: the
-    reconcile that follows a remediation renders the same workload, and applying it again was a
-    request per crash for nothing. Any other reconcile (a different workload, a later one) applies it,
-    which also repairs one edited by hand."""
-    key = (str(meta.get("namespace")), str(meta.get("name")))
-    with _ROLLED_OUT_LOCK:
-        found = _ROLLED_WORKLOAD.pop(key, None)
-    if found is None or found[:2] != (meta.get("uid"), fingerprint):
-        return None
-    return found[2]
-
-
 def predates_roll_out(body: Mapping[str, Any]) -> bool:
-    """Whether ``body`` is a version of the model older than a remediation this process rolled out:
-    one without that crash's annotation, until it is written and for :data:`ROLL_OUT_GUARD_SECONDS`
-    after. Reconciling it would put the memory back as it was, and roll the pods twice. A version
-    carrying it ends the guard."""
+    """Whether ``body`` is a version of the model older than the decision of a remediation this process
+    is rolling out: one whose ``status.remediation.handledCrashes`` lacks that crash, for
+    :data:`ROLL_OUT_GUARD_SECONDS` at most. Reconciling it would put the memory back as it was, and roll
+    the pods twice. A version carrying the decision ends the guard."""
     meta = body.get("metadata") or {}
     key = (str(meta.get("namespace") or ""), str(meta.get("name") or ""))
     with _ROLLED_OUT_LOCK:
@@ -563,56 +550,99 @@ def predates_roll_out(body: Mapping[str, Any]) -> bool:
         if found is None:
             return False
         crash, since = found
-        if (meta.get("annotations") or {}).get(REMEDIATION_ANNOTATION) == crash or (
-            since is not None and time.monotonic() - since > ROLL_OUT_GUARD_SECONDS
-        ):
+        handled = ((body.get("status") or {}).get("remediation") or {}).get("handledCrashes") or []
+        if crash in handled or time.monotonic() - since > ROLL_OUT_GUARD_SECONDS:
             del _ROLLED_OUT[key]
             return False
         return True
 
 
-def roll_out(
+WORKLOAD_KINDS = frozenset({"Deployment", "LeaderWorkerSet"})
+
+
+@dataclass(frozen=True)
+class Remediation:
+    """A crash's remediation planned before its decision is written. Its ``status`` (the plan, what
+    reconcile would write for it) goes in the decision's one status patch and its ``workload`` is then
+    applied by the crash's roll-out: one plan, one status write and one apply per crash, where the
+    roll-out used to be followed by an annotation asking reconcile to plan and render again and
+    write the plan (two more writes of the model and a second plan per crash, a third of the
+    operator's time in a burst of 1,000)."""
+
+    plan: Plan
+    replicas: int
+    workload: dict[str, Any]
+    status: _build.Status
+
+
+def plan_remediation(
     body: Mapping[str, Any],
-    logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
     view: ClusterView | None = None,
-) -> bool:
-    """Apply the workload of the model's plan now: a crash's remediation, from the version of the model
-    its decision wrote (``body``, the status patch's answer), without waiting for the watch event of
-    the annotation that asks reconcile for it (seconds at fleet scale: at 100 crashes the model's
-    events reached the operator 2.6-4.7 s after the write, p50). Reconcile still follows on that
-    event and writes the plan to status; this only moves the roll-out forward. Nothing but the
-    workload is applied, and nothing when the remediation moves the model between layouts (reconcile
-    removes the old one's children) or the plan fails: reconcile then does all of it, with its
-    retries. True when the workload was applied."""
+    policies: list[FleetPolicy] | None = None,
+) -> Remediation | None:
+    """The remediation of ``body`` (the model with the decision's status merged in) when its roll-out
+    is the workload alone: None, leaving it to reconcile, when the plan fails, the model moves between
+    layouts (reconcile removes the old one's children), another child would change or this process has
+    not applied the others for this generation (a restart, a shard handed over: reconcile applies them
+    all), or what the model keeps of its FleetPolicies would change (reconcile writes it and the
+    policies' counts)."""
     meta = body["metadata"]
     try:
         inputs, plan, manifests = _plan_and_render(body, settings, view)
-    except (LoadlineError, kopf.TemporaryError) as exc:
-        logger.info("%s/%s: remediation left to reconcile (%s)", meta["namespace"], meta["name"], exc)
-        return False
-    if _build.layout_changed((body.get("status") or {}).get("plan"), plan.chosen.nodes):
-        return False
+    except (LoadlineError, kopf.TemporaryError):
+        return None
+    previous = dict(body.get("status") or {})
+    if _build.layout_changed(previous.get("plan"), plan.chosen.nodes):
+        return None
     owner = _build.build_owner_reference(body)
-    applied = False
+    workload = None
     for manifest in manifests:
-        if manifest["kind"] not in {"Deployment", "LeaderWorkerSet"}:
-            continue
         child = _build.with_owner(manifest, owner, meta["namespace"])
+        if child["kind"] in WORKLOAD_KINDS:
+            workload = child
+        elif not _applied_already(meta, child, _fingerprint(child)):
+            return None
+    if workload is None:
+        return None
+    status = _build.build_replanned_status(
+        previous, plan_summary=plan.summary(), generation=meta.get("generation"), now=_build.now_iso(),
+        message=_plan_message(plan),
+    )  # fmt: skip
+    judged = {**body, "status": {**previous, **status}}
+    compliance = _policies.compliance_status(judged, inputs.obj.spec, policies or [], inputs.plan)
+    if _build.status_changes(previous, compliance):
+        return None
+    return Remediation(plan, inputs.obj.spec.replicas, workload, _build.status_changes(previous, status))
+
+
+def apply_remediation(
+    body: Mapping[str, Any],
+    remediation: Remediation,
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+) -> bool:
+    """Apply a remediation's workload (``body``: the model as the decision's write answered). False
+    when the API server refused it: reconcile then takes it over, with kopf's retries."""
+    meta = body["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    child = remediation.workload
+    with model_lock(namespace, name):
         try:
-            result, changed = _kube.apply(child, settings.field_manager)
+            _, changed = _kube.apply(child, settings.field_manager)
         except ApiException as exc:
-            logger.info("%s/%s: remediation left to reconcile (%s)", meta["namespace"], meta["name"],
-                        _kube.api_error_text(exc))  # fmt: skip
+            error = _kube.api_error_text(exc)
+            logger.info("%s/%s: remediation left to reconcile (%s)", namespace, name, error)
             return False
-        with _ROLLED_OUT_LOCK:
-            _ROLLED_WORKLOAD[(meta["namespace"], meta["name"])] = (meta["uid"], _fingerprint(child), result)
-        applied = True
-        if changed:
-            logger.info("rolled out %s/%s", child["kind"], child["metadata"]["name"])
-    if applied:
-        note_planned(meta["namespace"], meta["name"], plan, inputs.obj.spec.replicas)
-    return applied
+    _note_applied(meta, child, _fingerprint(child))
+    note_planned(namespace, name, remediation.plan, remediation.replicas)
+    if changed:
+        logger.info("rolled out %s/%s", child["kind"], child["metadata"]["name"])
+    plan = remediation.plan
+    if plan.fallback_from:
+        fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
+        _event(body, warning=True, reason="GPUFallback", message=fallback)
+    return True
 
 
 def reconcile(
@@ -624,16 +654,32 @@ def reconcile(
     policies: list[FleetPolicy] | None = None,
 ) -> None:
     """Bring an InferenceModel's children to what its spec asks for, and say whether it keeps the
-    FleetPolicies that govern it (``policies``: every FleetPolicy of the cluster)."""
+    FleetPolicies that govern it (``policies``: every FleetPolicy of the cluster).
+
+    Under the model's lock (:func:`model_lock`), so that a crash's roll-out never lands between this
+    reconcile's guard check and its apply. A version older than a remediation being rolled out is
+    not reconciled: kopf tries again shortly, on the newest version it has seen by then (returning
+    would count the change it brought, a spec edit, as handled)."""
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    if predates_roll_out(body):
-        logger.info(
-            "%s/%s: this version predates the remediation this process rolled out; its own event follows",
-            namespace,
-            name,
-        )
-        return
+    with model_lock(namespace, name):
+        if predates_roll_out(body):
+            raise kopf.TemporaryError(
+                "this version predates a remediation being rolled out; reconciling the newer one", delay=1
+            )
+        _reconcile_unguarded(body, patch, logger, settings, view, policies)
+
+
+def _reconcile_unguarded(
+    body: kopf.Body,
+    patch: kopf.Patch,
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+    view: ClusterView | None,
+    policies: list[FleetPolicy] | None,
+) -> None:
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
     try:
         inputs, plan, manifests = _plan_and_render(body, settings, view)
         obj, state = inputs.obj, inputs.state
@@ -674,20 +720,13 @@ def reconcile(
     owner = _build.build_owner_reference(body)
     changed_children = []
     applied_workload: dict[str, Any] | None = None
-    follows_roll_out = False  # this workload is the one a crash's roll-out applied (its Event said so)
     removed: list[str] = []
     try:
         for manifest in manifests:
             child = _build.with_owner(manifest, owner, namespace)
-            workload = child["kind"] in {"Deployment", "LeaderWorkerSet"}
+            workload = child["kind"] in WORKLOAD_KINDS
             fingerprint = _fingerprint(child)
             if not workload and _applied_already(meta, child, fingerprint):
-                continue
-            rolled = _take_rolled_workload(meta, fingerprint) if workload else None
-            if rolled is not None:
-                _note_applied(meta, child, fingerprint)
-                applied_workload = rolled
-                follows_roll_out = True
                 continue
             result, changed = _kube.apply(child, settings.field_manager)
             _note_applied(meta, child, fingerprint)
@@ -753,12 +792,11 @@ def reconcile(
         logger.info("%s", applied)
     # One Event per decision: a new plan names the children it changed (a remediation's re-plan was two
     # Events, Planned and Applied, a third of what a crash cost the API server in Events); "Applied"
-    # alone is a re-apply under the same plan (a child repaired). The plan a crash's roll-out applied is
-    # that crash's decision, which its Remediated Event said: no Planned after it (half an Event a crash).
+    # alone is a re-apply under the same plan (a child repaired). A crash's remediation wrote its plan
+    # with its decision, which its Remediated Event said: a reconcile taking it over says "Applied".
     if previous.get("plan") != status["plan"]:
         said = f"{message}; {applied}" if applied else message
-        if not (follows_roll_out and not applied):
-            _event(body, warning=False, reason="Planned", message=said[:1000])
+        _event(body, warning=False, reason="Planned", message=said[:1000])
         if plan.fallback_from:
             fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
             _event(body, warning=True, reason="GPUFallback", message=fallback)

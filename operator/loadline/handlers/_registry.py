@@ -86,9 +86,8 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     _lanes.MODELS.resize(SETTINGS.max_workers)
     _lanes.CRASHES.resize(SETTINGS.max_workers)
     _lanes.CHECKS.resize(max(1, SETTINGS.max_workers // 4))
-    _lanes.FOLLOW_UPS.resize(max(1, SETTINGS.max_workers // 4))
     # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
-    _kube.set_pool_size(SETTINGS.max_workers * 3 + _lanes.CHECKS.workers + _lanes.FOLLOW_UPS.workers + 4)
+    _kube.set_pool_size(SETTINGS.max_workers * 3 + _lanes.CHECKS.workers + 4)
     _metrics.serve(SETTINGS.metrics_port)
 
 
@@ -276,38 +275,30 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     known = next(iter(kwargs["owned_models"].get(model, ())), None)
-    roll_out = functools.partial(_roll_out_soon, logger, kwargs["gpu_nodes"], kwargs["gpu_pods"])
+    gpu_nodes, gpu_pods = kwargs["gpu_nodes"], kwargs["gpu_pods"]
+
+    def plan(model: dict[str, Any]) -> _reconcile.Remediation | None:
+        view = _index.view(gpu_nodes, gpu_pods)
+        return _reconcile.plan_remediation(model, SETTINGS, view, policies)
+
+    roll_out = _oom.RollOut(plan=plan, start=functools.partial(_roll_out_soon, logger))
     await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies, known, roll_out)
 
 
 def _roll_out_soon(
-    logger: kopf.Logger,
-    gpu_nodes: kopf.Index[str, dict[str, Any]],
-    gpu_pods: kopf.Index[str, dict[str, Any]],
-    model: dict[str, Any],
-    crash: str,
+    logger: kopf.Logger, model: dict[str, Any], crash: str, remediation: _reconcile.Remediation | None
 ) -> Future[object]:
     """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
-    return _lanes.MODELS.submit(_roll_out_model, model, crash, logger, gpu_nodes, gpu_pods)
+    return _lanes.MODELS.submit(_roll_out_model, model, crash, remediation, logger)
 
 
 def _roll_out_model(
-    model: dict[str, Any],
-    crash: str,
-    logger: kopf.Logger,
-    gpu_nodes: kopf.Index[str, dict[str, Any]],
-    gpu_pods: kopf.Index[str, dict[str, Any]],
+    model: dict[str, Any], crash: str, remediation: _reconcile.Remediation | None, logger: kopf.Logger
 ) -> None:
-    """Roll out, then ask reconcile to follow: on the FOLLOW_UPS lane once the workload is out, at
-    once when the roll-out left it to reconcile (then reconcile *is* the roll-out)."""
-    rolled = False
-    try:
-        rolled = _reconcile.roll_out(model, logger, SETTINGS, _index.view(gpu_nodes, gpu_pods))
-    finally:
-        if rolled:
-            _lanes.FOLLOW_UPS.submit(_reconcile.ask_reconcile, model, crash, logger)
-        else:
-            _reconcile.ask_reconcile(model, crash, logger)
+    """Apply the remediation's workload; what it cannot do alone (no remediation planned, the apply
+    refused) is handed to reconcile at once."""
+    if remediation is None or not _reconcile.apply_remediation(model, remediation, logger, SETTINGS):
+        _reconcile.ask_reconcile(model, crash, logger)
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
@@ -324,7 +315,7 @@ async def model_deleted(namespace: str | None, name: str, **_: Any) -> None:
     _metrics.forget(namespace or "", name)
     _reconcile.forget_planned(namespace or "", name)
     _reconcile.forget_applied(namespace or "", name)
-    _reconcile.forget_roll_out(namespace or "", name)
+    _reconcile.forget_model(namespace or "", name)
 
 
 def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
