@@ -250,6 +250,29 @@ def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(monkeypat
     assert later is not first and gpus(_reconcile._free_gpus("mine", "ns", later)) == {"L4": [1]}
 
 
+def test_a_crashs_remediation_plans_on_the_last_snapshot_for_longer(monkeypatch: Any) -> None:
+    """A burst of crashes re-plans a model each; a snapshot (which only ever shows less room than there
+    is) serves them for REMEDIATION_VIEW_SECONDS, while reconcile still asks for one of half a second."""
+    import time
+
+    from loadline.handlers import _index
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
+    pods_index: dict[str, list[dict[str, Any]]] = {}
+    first = _index.view(nodes_index, pods_index)
+    clock[0] += _index.VIEW_SECONDS
+    age = _index.REMEDIATION_VIEW_SECONDS
+    assert _index.view(nodes_index, pods_index, max_age=age) is first
+    clock[0] += age
+    later = _index.view(nodes_index, pods_index, max_age=age)
+    assert later is not first
+    assert _index.view(nodes_index, pods_index, max_age=age) is later
+    clock[0] += _index.VIEW_SECONDS
+    assert _index.view(nodes_index, pods_index) is not later  # reconcile's
+
+
 def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(monkeypatch: Any) -> None:
     """The race a stale snapshot opens: model a is planned and its pod bound after the snapshot was
     taken. Its reservation is live (this process's plans, every Deployment's watch event) and counts

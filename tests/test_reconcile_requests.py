@@ -16,7 +16,7 @@ import yaml
 from loadline.handlers import _build, _index, _kube, _reconcile
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
-from tests.test_capacity import node
+from tests.test_capacity import node, pod
 
 REPO_EXAMPLE = "examples/chat-llama-8b.yaml"
 
@@ -567,6 +567,13 @@ def test_what_the_workload_alone_cannot_carry_is_left_to_reconcile(fake: FakeKub
     assert plan_remediation(moved) is None
     assert plan_remediation(remediated(status, memory_gib=4096)) is None  # no node has that much memory
     assert plan_remediation(remediated(status)) is not None
+    # No room in the snapshot it plans on (which may be seconds old): reconcile plans on a fresh one.
+    held = pod("l4", 1, labels={INSTANCE_LABEL: "other"})
+    full = (
+        [node("l4", "NVIDIA-L4", 1)],
+        [held | {"metadata": {"namespace": "team-a", "labels": held["metadata"]["labels"]}}],
+    )
+    assert _reconcile.plan_remediation(remediated(status), OperatorSettings(), full) is None
     _reconcile.forget_applied("team-a", "chat")
     assert plan_remediation(remediated(status)) is None
     assert fake.calls == []

@@ -109,24 +109,31 @@ _VIEW: tuple[Mapping[str, Any], Mapping[str, Any], float, tuple[list[Any], list[
 _VIEW_LOCK = threading.Lock()
 
 
+#: How old a snapshot a crash's remediation plans on: up to this, the last one built serves. A snapshot
+#: only ever shows less room than there is (``_reconcile._capacity``), and a remediation that finds
+#: none in it is left to reconcile, which plans on a fresh one; in a burst of 1,000 crashes, working out
+#: the capacity of a new snapshot twice a second was 14 % of the operator's time (py-spy).
+REMEDIATION_VIEW_SECONDS = 10.0
+
+
 def view(
-    nodes: Mapping[str, Any], pods: Mapping[str, Any]
+    nodes: Mapping[str, Any], pods: Mapping[str, Any], max_age: float = VIEW_SECONDS
 ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(nodes, pods) as lists from two kopf indexes (key → collection of entries). The entries
     themselves, not copies: every reader only reads them, and a plan reads every GPU node and pod.
 
-    One snapshot serves for :data:`VIEW_SECONDS`: a burst of creations plans several models a second,
-    and each plan went over every one of 2,000 nodes and 1,000 pods (the lists, the free GPUs, the node
-    shapes: a third of the operator's CPU while 1,000 models were created, py-spy). The same snapshot
-    object also lets the capacity derived from it be computed once (``_reconcile``). Half a second
-    adds little to what the indexes already trail the API server by (their watch events come seconds
-    late under that load), and GPUs planned meanwhile are reserved from this process's own record of
-    its plans, which the snapshot does not hold."""
+    One snapshot serves for ``max_age`` (:data:`VIEW_SECONDS`): a burst of creations plans several
+    models a second, and each plan went over every one of 2,000 nodes and 1,000 pods (the lists, the
+    free GPUs, the node shapes: a third of the operator's CPU while 1,000 models were created,
+    py-spy). The same snapshot object also lets the capacity derived from it be computed once
+    (``_reconcile``). Half a second adds little to what the indexes already trail the API server by
+    (their watch events come seconds late under that load), and GPUs planned meanwhile are reserved
+    from this process's own record of its plans, which the snapshot does not hold."""
     global _VIEW
     now = time.monotonic()
     with _VIEW_LOCK:
         last = _VIEW
-    if last is not None and last[0] is nodes and last[1] is pods and now - last[2] < VIEW_SECONDS:
+    if last is not None and last[0] is nodes and last[1] is pods and now - last[2] < max_age:
         return last[3]
     built = ([v for store in nodes.values() for v in store], [v for store in pods.values() for v in store])
     with _VIEW_LOCK:

@@ -278,7 +278,7 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None
     gpu_nodes, gpu_pods = kwargs["gpu_nodes"], kwargs["gpu_pods"]
 
     def plan(model: dict[str, Any]) -> _reconcile.Remediation | None:
-        view = _index.view(gpu_nodes, gpu_pods)
+        view = _index.view(gpu_nodes, gpu_pods, max_age=_index.REMEDIATION_VIEW_SECONDS)
         return _reconcile.plan_remediation(model, SETTINGS, view, policies)
 
     roll_out = _oom.RollOut(plan=plan, start=functools.partial(_roll_out_soon, logger))

@@ -15,7 +15,7 @@ none, and dropped with the first write of the state to status (once per model).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
 import kopf
 
@@ -37,6 +37,15 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         self._legacy = kopf.AnnotationsDiffBaseStorage(prefix=prefix, key=legacy_key)
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        if not extra_fields:
+            # kopf deep-copies the whole object and then drops its status and metadata (but labels and
+            # annotations): on every event of every model. Status and managedFields are most of a
+            # model's bytes, and that copy was 8 % of the operator's time in a burst of 1,000 crashes
+            # (py-spy), so only what the essence keeps is handed over.
+            meta = body.get("metadata") or {}
+            kept: dict[str, Any] = {k: v for k, v in body.items() if k not in ("status", "metadata")}
+            kept["metadata"] = {k: meta[k] for k in ("labels", "annotations") if k in meta}
+            body = kopf.Body(cast(kopf.RawBody, kept))
         essence = super().build(body=body, extra_fields=extra_fields)
         annotations = essence.get("metadata", {}).get("annotations", {})
         for key in [key for key in annotations if key.startswith(f"{self._prefix}/")]:
