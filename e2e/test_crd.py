@@ -233,3 +233,64 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
     with pytest.raises(ApiException) as unequal:
         write([{"op": "test", "path": "/status/message", "value": status["message"]}])
     assert unequal.value.status == 422
+
+
+def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_or_another_decision(
+    kubectl: Kubectl, crd: str, namespace: str
+) -> None:
+    """A crash's decision is written as a JSON patch testing what it read (``_build.build_decision_patch``):
+    on the real API server it must land over the readiness its own crash wrote meanwhile, and be
+    refused (422) once the spec's generation (tested through the status subresource) or the last crash
+    handled moved."""
+    from kubernetes import client, config
+    from kubernetes.client.exceptions import ApiException
+
+    from loadline.handlers._build import build_decision_patch
+    from loadline.handlers._kube import build_tested_status_patch
+
+    code, err = create(kubectl, namespace, minimal_model("decided"))
+    assert code == 0, err
+    loaded = config.new_client_from_config(config_file=str(kubectl.kubeconfig))  # type: ignore[no-untyped-call]
+    api = client.CustomObjectsApi(loaded)
+
+    def write(ops: Any) -> Any:
+        return api.patch_namespaced_custom_object_status(
+            "loadline.dev", "v1alpha1", namespace, "inferencemodels", "decided", ops,
+            _content_type="application/json-patch+json",
+        )  # fmt: skip
+
+    def merge(status: dict[str, Any]) -> None:
+        args = ("patch", "inferencemodel", "decided", "-n", namespace, "--subresource=status", "--type=merge")
+        kubectl(*args, "-p", json.dumps({"status": status}))
+
+    merge({"phase": "Ready", "observedGeneration": 1, "remediation": {"handledCrashes": ["c0"]}})
+
+    def decision(crash: str) -> Any:
+        read = kubectl.json("get", "inferencemodel", "decided", "-n", namespace)
+        handled = [*read["status"]["remediation"]["handledCrashes"], crash]
+        built = build_decision_patch(read, {"remediation": {"handledCrashes": handled}})
+        assert built is not None
+        ops = build_tested_status_patch(read, *built)
+        assert ops is not None and {"op": "test", "path": "/metadata/generation", "value": 1} in ops
+        return ops
+
+    ops = decision("c1")
+    merge({"phase": "Deploying"})  # the crash's own readiness, meanwhile
+    write(ops)
+    status = kubectl.json("get", "inferencemodel", "decided", "-n", namespace)["status"]
+    assert status["phase"] == "Deploying" and status["remediation"]["handledCrashes"] == ["c0", "c1"]
+
+    ops = decision("c2")
+    merge({"remediation": {"handledCrashes": ["c0", "c1", "other"]}})  # another crash decided meanwhile
+    with pytest.raises(ApiException) as refused:
+        write(ops)
+    assert refused.value.status == 422
+
+    ops = decision("c3")
+    kubectl("patch", "inferencemodel", "decided", "-n", namespace, "--type=merge", "-p",
+            json.dumps({"spec": {"maxModelLen": 2048}}))  # fmt: skip
+    with pytest.raises(ApiException) as respecified:
+        write(ops)
+    assert respecified.value.status == 422
+    status = kubectl.json("get", "inferencemodel", "decided", "-n", namespace)["status"]
+    assert status["remediation"]["handledCrashes"] == ["c0", "c1", "other"]

@@ -24,6 +24,7 @@ def parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     model = FakeParent({"phase": "Ready"})
     monkeypatch.setattr(_kube, "get", model.get)
     monkeypatch.setattr(_kube, "patch_status", model.patch_status)
+    monkeypatch.setattr(_kube, "patch_status_tested", model.patch_status_tested)
     monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: model.calls.append("annotate"))
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
@@ -48,11 +49,30 @@ def test_a_crash_is_decided_on_the_indexed_model_without_reading_it(parent: Fake
     assert parent.calls == ["patch", "annotate"] and decided(parent)
 
 
-def test_a_stale_indexed_model_is_read_again_and_the_crash_still_decided(parent: FakeParent) -> None:
+def test_a_readiness_write_meanwhile_does_not_refuse_the_decision(parent: FakeParent) -> None:
+    """The crash makes the workload unavailable, whose event writes the model's phase and Ready
+    condition, often before the crash is decided on the index's older entry: the decision did not read
+    them, so its write tests what it read and lands at once, keeping what readiness wrote."""
     known = _index.model_entry(parent.model)
-    known["metadata"]["resourceVersion"] = "6"  # the model changed since the index saw it
+    parent.model["status"]["phase"] = "Deploying"  # written meanwhile by the workload's event
+    parent.model["metadata"]["resourceVersion"] = "8"
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    assert parent.calls == ["patch", "annotate"] and decided(parent)
+    assert parent.model["status"]["phase"] == "Deploying"
+
+
+def test_a_model_changed_in_what_the_decision_read_is_read_again_and_decided_again(
+    parent: FakeParent,
+) -> None:
+    """Another crash of the model decided meanwhile (the entry the decision was made on does not show
+    it): the write's test refuses it, and the crash is decided again on the model as it is now, so the
+    other crash's decision is kept and counted."""
+    known = _index.model_entry(parent.model)
+    parent.model["status"]["remediation"] = {"handledCrashes": ["earlier"], "actionsToday": 1}
+    parent.model["metadata"]["resourceVersion"] = "8"
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)
+    assert parent.model["status"]["remediation"]["handledCrashes"][0] == "earlier"
 
 
 def test_without_an_indexed_model_the_crash_reads_it(parent: FakeParent) -> None:
@@ -80,11 +100,11 @@ def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
         parent.calls.append("start")
         handed.append((model, crash, planned_remediation))
 
-    def write(model: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+    def write(model: dict[str, Any], sets: Any, tested: Any, changes: dict[str, Any]) -> dict[str, Any]:
         assert _reconcile.predates_roll_out(parent.model)  # guarded before the write
-        return parent.patch_status(model, changes)
+        return parent.patch_status_tested(model, sets, tested, changes)
 
-    monkeypatch.setattr(_kube, "patch_status", write)
+    monkeypatch.setattr(_kube, "patch_status_tested", write)
     known = _index.model_entry(parent.model)
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, _oom.RollOut(plan, start))  # type: ignore[arg-type]
     assert parent.calls == ["plan", "patch", "start"]
@@ -153,10 +173,10 @@ def test_a_decision_whose_write_fails_ends_the_guard(
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    def refuse(obj: Any, changes: Any) -> Any:
+    def refuse(*args: Any) -> Any:
         raise ApiException(status=500, reason="etcd timeout")
 
-    monkeypatch.setattr(_kube, "patch_status", refuse)
+    monkeypatch.setattr(_kube, "patch_status_tested", refuse)
     roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
     with pytest.raises(ApiException):
         _oom.on_pod_event(

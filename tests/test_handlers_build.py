@@ -327,3 +327,43 @@ def test_a_reading_the_api_would_not_take_fails_here() -> None:
         _build.build_measured_status({}, {**READING, "source": "nvidia-smi"}, now=T0)
     with pytest.raises(pydantic.ValidationError):
         _build.build_measured_status({}, {**READING, "gpus": -1}, now=T0)
+
+
+def test_a_decision_is_written_as_the_merge_patch_would_leave_it_testing_what_it_read() -> None:
+    """Members merged as RFC 7386 merges them (a null member removed), conditions set in place, and a
+    test of each thing the decision read; the phase and the Ready condition, which the crash's own
+    readiness writes meanwhile, are not tested."""
+    status = {
+        "phase": "Ready",
+        "observedGeneration": 2,
+        "remediation": {
+            "handledCrashes": ["a", "b"],
+            "heldOverrides": {"maxNumSeqs": 64},
+            "day": "2026-11-27",
+        },
+        "maintenance": {"state": "Scheduled", "action": "remediation"},
+        "plan": {"gpu": "L4x1", "gpusPerReplica": 1, "maxModelLen": 8192},
+        "conditions": [
+            {"type": "Planned", "status": "True", "message": "old"},
+            {"type": "Ready", "status": "True", "message": "1/1"},
+        ],
+    }
+    model = {"metadata": {"generation": 2}, "status": status}
+    changes = {
+        "remediation": {"handledCrashes": ["a", "b", "c"], "heldOverrides": None},
+        "plan": {"gpu": "L4x1", "maxModelLen": 4096},
+        "conditions": [{**status["conditions"][0], "message": "new"}, status["conditions"][1]],
+    }
+    built = _build.build_decision_patch(model, changes)
+    assert built is not None
+    sets, tested = built
+    assert sets["/status/remediation"] == {"handledCrashes": ["a", "b", "c"], "day": "2026-11-27"}
+    assert sets["/status/plan"] == {"gpu": "L4x1", "gpusPerReplica": 1, "maxModelLen": 4096}
+    assert sets["/status/conditions/0"]["message"] == "new" and "/status/conditions/1" not in sets
+    assert {"/metadata/generation", "/status/observedGeneration", "/status/remediation/handledCrashes/1",
+            "/status/maintenance/state", "/status/plan/gpu", "/status/conditions/0/type"} <= set(tested)  # fmt: skip
+    assert not [path for path in tested if path in ("/status/phase", "/status/conditions/1/status")]
+    # The resourceVersion guard instead: nothing to test against, a member removed, conditions reordered.
+    assert _build.build_decision_patch({"metadata": {}, "status": {}}, changes) is None
+    assert _build.build_decision_patch(model, {"maintenance": None}) is None
+    assert _build.build_decision_patch(model, {"conditions": status["conditions"][::-1]}) is None

@@ -530,10 +530,18 @@ def test_a_remediation_carries_its_plan_and_its_roll_out_applies_the_workload_on
     said.clear()
     fake.calls.clear()
     model = remediated(status)
+    for condition in model["status"]["conditions"]:  # an apply refused earlier: only an apply says more
+        if condition["type"] == "Deployed":
+            condition.update(status="False", reason="ApplyFailed")
     remediation = plan_remediation(model)
     assert remediation is not None and fake.calls == []  # planning asks the API server nothing
     assert remediation.status["plan"] != status["plan"]
     assert "phase" not in remediation.status
+    after = {**model["status"], **remediation.status}
+    conditions = {c["type"]: c for c in after["conditions"]}
+    assert conditions["Planned"]["message"] == after["message"]
+    before = {c["type"]: c for c in model["status"]["conditions"]}
+    assert conditions["Deployed"]["status"] == "False" and conditions["Ready"] == before["Ready"]
     assert workload_memory(remediation.workload) == "40Gi"
     assert remediation.workload["metadata"]["ownerReferences"][0]["uid"] == model["metadata"]["uid"]
     assert _reconcile.apply_remediation(model, remediation, logging.getLogger("t"), OperatorSettings())

@@ -131,7 +131,8 @@ def build_deployed_status(
     conditions = merge_conditions(
         previous.get("conditions", []) or [],
         [
-            *_applied_conditions(message, generation),
+            build_condition(PLANNED, True, "Planned", message, generation),
+            build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
             build_condition(READY, ready, "Available" if ready else "Progressing", ready_message, generation),
         ],
         now,
@@ -147,22 +148,18 @@ def build_deployed_status(
     )
 
 
-def _applied_conditions(message: str, generation: int | None) -> list[Condition]:
-    return [
-        build_condition(PLANNED, True, "Planned", message, generation),
-        build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
-    ]
-
-
 def build_replanned_status(
     previous: Mapping[str, Any], *, plan_summary: Mapping[str, Any], generation: int | None, now: str,
     message: str,
 ) -> Status:  # fmt: skip
     """What :func:`build_deployed_status` writes for a re-plan whose workload is about to be applied
-    (a crash's remediation, written with its decision), less readiness: the phase and the Ready
+    (a crash's remediation, written with its decision), less what only the apply can say: the
+    Deployed condition stays as it was (an apply refused turns it False), and the phase and the Ready
     condition are the workload's to say, from its watch events, once the roll-out has begun."""
     conditions = merge_conditions(
-        previous.get("conditions", []) or [], _applied_conditions(message, generation), now
+        previous.get("conditions", []) or [],
+        [build_condition(PLANNED, True, "Planned", message, generation)],
+        now,
     )
     return _status_patch(
         message=message,
@@ -257,6 +254,68 @@ def build_readiness_patch(
         return sets, tuple(tested)
     sets[f"/status/conditions/{index}"] = next(c for c in after if c.get("type") == READY)
     tested += [f"/status/conditions/{index}/{key}" for key in _READY_IDENTITY]
+    return sets, tuple(tested)
+
+
+#: Of the plan a crash's decision read, what identifies it as plain scalars (its floats and texts with
+#: ``<`` in them cannot be tested: :func:`loadline.handlers._kube.testable`).
+_PLAN_IDENTITY = ("gpu", "gpusPerReplica", "nodesPerReplica", "maxModelLen", "maxNumSeqs", "engineVersion")
+
+
+def merged(target: Any, patch: Any) -> Any:
+    """``patch`` merged into ``target`` as a JSON merge patch (RFC 7386) merges it: objects member by
+    member, a null member removed, anything else replaced."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result
+
+
+def build_decision_patch(
+    model: Mapping[str, Any], changes: Mapping[str, Any]
+) -> tuple[dict[str, Any], tuple[str, ...]] | None:
+    """A crash's decision (``changes``, a merge patch of ``status``) as JSON-patch sets into ``status``
+    and the paths to test first: what the decision read, as scalars that change whenever it does (the
+    spec's generation, the last crash handled, the maintenance record's state, the plan's identity,
+    the observed generation), so that the readiness its own crash causes (the phase, the Ready
+    condition, written meanwhile by the workload's events) no longer refuses it: at 1,000 crashes the
+    resourceVersion guard refused 0.8 decisions per crash, each a refused PATCH, a GET and the
+    decision and its plan made again. Conditions are set in place, and every other member as the
+    merge patch would leave it (:func:`merged`). None when the model has no status to test against,
+    a member is removed, or its conditions change in number or order: the resourceVersion guard then."""
+    status = model.get("status") or {}
+    if not status or any(value is None for value in changes.values()):
+        return None  # (a member removed: the merge patch says it as null, which "add" would write)
+    tested = ["/metadata/generation", "/status/observedGeneration"]
+    remediation = status.get("remediation")
+    handled = (remediation or {}).get("handledCrashes") if isinstance(remediation, Mapping) else None
+    if handled:
+        tested.append(f"/status/remediation/handledCrashes/{len(handled) - 1}")
+    else:
+        tested.append("/status/remediation/handledCrashes" if remediation else "/status/remediation")
+    tested.append("/status/maintenance/state" if status.get("maintenance") else "/status/maintenance")
+    if status.get("plan"):
+        tested += [f"/status/plan/{key}" for key in _PLAN_IDENTITY]
+    else:
+        tested.append("/status/plan")
+    sets = {
+        f"/status/{key}": merged(status.get(key), value)
+        for key, value in changes.items()
+        if key != "conditions"
+    }
+    if "conditions" in changes:
+        before, after = list(status.get("conditions") or []), list(changes["conditions"] or [])
+        if [c.get("type") for c in before] != [c.get("type") for c in after]:
+            return None
+        for index, (old, new) in enumerate(zip(before, after, strict=True)):
+            if old != new:
+                sets[f"/status/conditions/{index}"] = new
+                tested.append(f"/status/conditions/{index}/type")
     return sets, tuple(tested)
 
 

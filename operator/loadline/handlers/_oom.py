@@ -2,13 +2,14 @@
 
 Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). The handler writes the
 incident, the crash id and the decision (new overrides, a restart request) to the InferenceModel's
-status in one patch guarded by its resourceVersion. When the decision changes the children, the same
-patch carries the plan they are rendered from (:func:`_reconcile.plan_remediation`, planned on the
-crash's thread before the write) and the workload is then applied at once, on the MODELS lane
-(:func:`_reconcile.apply_remediation`): one plan, one status write and one apply per crash. What
-that roll-out cannot do alone (a move between layouts, a failed plan, a refused apply) it hands to
-reconcile, by stamping :data:`_reconcile.REMEDIATION_ANNOTATION` on the model: the path that applies
-every child, with kopf's retries and back-off. An operator that dies between the writes loses
+status in one patch, on condition that what the decision read still holds (a test of each, so that
+the readiness its own crash causes meanwhile does not refuse it). When the decision changes the
+children, the same patch carries the plan they are rendered from (:func:`_reconcile.plan_remediation`,
+planned on the crash's thread before the write) and the workload is then applied at once, on the
+MODELS lane (:func:`_reconcile.apply_remediation`): one plan, one status write and one apply per
+crash. What that roll-out cannot do alone (a move between layouts, a failed plan, a refused apply) it
+hands to reconcile, by stamping :data:`_reconcile.REMEDIATION_ANNOTATION` on the model: the path that
+applies every child, with kopf's retries and back-off. An operator that dies between the writes loses
 nothing: reconcile runs on resume and applies the overrides from status; the crash id in status
 means no crash is acted on twice.
 """
@@ -291,12 +292,12 @@ def _handle_crash(
             _reconcile.expect_roll_out(namespace, name, cid)
             expected = True
         try:
-            written = _kube.patch_status(parent, changes)
-        except ApiException as exc:
-            if exc.status == 409:
-                logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
-                time.sleep(min(0.05 * 2**attempt, 1.0))
-                continue
+            written = _write_decision(parent, changes)
+        except _kube.Changed:
+            logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
+            time.sleep(min(0.05 * 2**attempt, 1.0))
+            continue
+        except ApiException:
             if expected:
                 _reconcile.forget_roll_out(namespace, name)
             raise
@@ -322,6 +323,21 @@ def _handle_crash(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
     return False
+
+
+def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+    """Write a crash's decision on condition that what it read still holds
+    (:func:`_build.build_decision_patch`), else by the resourceVersion; :class:`_kube.Changed` when the
+    model changed in what it read (or, in the fallback, at all)."""
+    built = _build.build_decision_patch(parent, changes)
+    if built is not None:
+        return _kube.patch_status_tested(parent, built[0], built[1], changes)
+    try:
+        return _kube.patch_status(parent, changes)
+    except ApiException as exc:
+        if exc.status == 409:
+            raise _kube.Changed("the model changed since it was read") from None
+        raise
 
 
 def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,
