@@ -263,12 +263,16 @@ def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_o
         args = ("patch", "inferencemodel", "decided", "-n", namespace, "--subresource=status", "--type=merge")
         kubectl(*args, "-p", json.dumps({"status": status}))
 
-    merge({"phase": "Ready", "observedGeneration": 1, "remediation": {"handledCrashes": ["c0"]}})
+    merge(
+        {"phase": "Ready", "observedGeneration": 1, "remediation": {"handledCrashes": ["c0"], "revision": 1}}
+    )
 
     def decision(crash: str) -> Any:
         read = kubectl.json("get", "inferencemodel", "decided", "-n", namespace)
-        handled = [*read["status"]["remediation"]["handledCrashes"], crash]
-        built = build_decision_patch(read, {"remediation": {"handledCrashes": handled}})
+        remediation = read["status"]["remediation"]
+        handled = [*remediation["handledCrashes"], crash]
+        changes = {"remediation": {"handledCrashes": handled, "revision": remediation["revision"] + 1}}
+        built = build_decision_patch(read, changes)
         assert built is not None
         ops = build_tested_status_patch(read, *built)
         assert ops is not None and {"op": "test", "path": "/metadata/generation", "value": 1} in ops
@@ -281,7 +285,8 @@ def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_o
     assert status["phase"] == "Deploying" and status["remediation"]["handledCrashes"] == ["c0", "c1"]
 
     ops = decision("c2")
-    merge({"remediation": {"handledCrashes": ["c0", "c1", "other"]}})  # another crash decided meanwhile
+    other = {"handledCrashes": ["c0", "c1", "other"], "revision": 3}
+    merge({"remediation": other})  # another crash decided meanwhile
     with pytest.raises(ApiException) as refused:
         write(ops)
     assert refused.value.status == 422

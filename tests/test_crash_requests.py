@@ -47,6 +47,7 @@ def test_a_crash_is_decided_on_the_indexed_model_without_reading_it(parent: Fake
     known = _index.model_entry(parent.model)
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "annotate"] and decided(parent)
+    assert parent.model["status"]["remediation"]["revision"] == 1  # what the next decision's write tests
 
 
 def test_a_readiness_write_meanwhile_does_not_refuse_the_decision(parent: FakeParent) -> None:
@@ -68,7 +69,7 @@ def test_a_model_changed_in_what_the_decision_read_is_read_again_and_decided_aga
     it): the write's test refuses it, and the crash is decided again on the model as it is now, so the
     other crash's decision is kept and counted."""
     known = _index.model_entry(parent.model)
-    parent.model["status"]["remediation"] = {"handledCrashes": ["earlier"], "actionsToday": 1}
+    parent.model["status"]["remediation"] = {"handledCrashes": ["earlier"], "actionsToday": 1, "revision": 1}
     parent.model["metadata"]["resourceVersion"] = "8"
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)

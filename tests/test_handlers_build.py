@@ -339,7 +339,7 @@ def test_a_decision_is_written_as_the_merge_patch_would_leave_it_testing_what_it
         "remediation": {
             "handledCrashes": ["a", "b"],
             "heldOverrides": {"maxNumSeqs": 64},
-            "day": "2026-11-27",
+            "revision": 2,
         },
         "maintenance": {"state": "Scheduled", "action": "remediation"},
         "plan": {"gpu": "L4x1", "gpusPerReplica": 1, "maxModelLen": 8192},
@@ -350,17 +350,17 @@ def test_a_decision_is_written_as_the_merge_patch_would_leave_it_testing_what_it
     }
     model = {"metadata": {"generation": 2}, "status": status}
     changes = {
-        "remediation": {"handledCrashes": ["a", "b", "c"], "heldOverrides": None},
+        "remediation": {"handledCrashes": ["a", "b", "c"], "heldOverrides": None, "revision": 3},
         "plan": {"gpu": "L4x1", "maxModelLen": 4096},
         "conditions": [{**status["conditions"][0], "message": "new"}, status["conditions"][1]],
     }
     built = _build.build_decision_patch(model, changes)
     assert built is not None
     sets, tested = built
-    assert sets["/status/remediation"] == {"handledCrashes": ["a", "b", "c"], "day": "2026-11-27"}
+    assert sets["/status/remediation"] == {"handledCrashes": ["a", "b", "c"], "revision": 3}
     assert sets["/status/plan"] == {"gpu": "L4x1", "gpusPerReplica": 1, "maxModelLen": 4096}
     assert sets["/status/conditions/0"]["message"] == "new" and "/status/conditions/1" not in sets
-    assert {"/metadata/generation", "/status/observedGeneration", "/status/remediation/handledCrashes/1",
+    assert {"/metadata/generation", "/status/observedGeneration", "/status/remediation/revision",
             "/status/maintenance/state", "/status/plan/gpu", "/status/conditions/0/type"} <= set(tested)  # fmt: skip
     assert not [path for path in tested if path in ("/status/phase", "/status/conditions/1/status")]
     # The resourceVersion guard instead: nothing to test against, a member removed, conditions reordered.

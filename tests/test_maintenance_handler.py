@@ -333,3 +333,21 @@ def test_a_claim_of_a_model_deleted_mid_restart_expires(monkeypatch: pytest.Monk
     monkeypatch.setitem(_maintenance._CLAIMED, "team-a/gone", 1000.0)
     assert _maintenance._live_claims(1000.0 + _maintenance.CLAIM_SECONDS - 1) == ["team-a/gone"]
     assert _maintenance._live_claims(1000.0 + _maintenance.CLAIM_SECONDS + 1) == []
+
+
+def test_releasing_held_overrides_moves_the_remediation_revision(
+    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The window came: the held overrides are rendered and released. The write moves the stanza's
+    revision, which a crash's decision made meanwhile on the held overrides tests
+    (_build.build_decision_patch), so that decision is refused and made again instead of holding them
+    again."""
+    rendered: list[Any] = []
+    monkeypatch.setattr(_reconcile, "reconcile", lambda body, *a, **k: rendered.append(body["status"]))
+    start = datetime.now(UTC) - timedelta(seconds=5)
+    running = {"action": "remediation", "state": "Running", "startedAt": iso(start), "trigger": "window"}
+    body = model(running)
+    body["status"]["remediation"] = {"overrides": {"maxNumSeqs": 32}, "heldOverrides": {}, "revision": 4}
+    patch = tend(body)
+    assert rendered and rendered[0]["remediation"]["heldOverrides"] is None
+    assert patch.status["remediation"] == {"heldOverrides": None, "revision": 5}

@@ -695,6 +695,12 @@ class RemediationState(_Model):
     needs_person: str = Field(
         default="", description="Set when the daily budget is spent: what a person should look at."
     )
+    revision: int = Field(
+        default=0,
+        ge=0,
+        description="Moved by every write of this stanza (a crash's decision, a held remediation "
+        "released): a decision's write tests it, so that it never overwrites another's.",
+    )
 
 
 MaintenanceAction = Literal["restart", "remediation"]

@@ -281,8 +281,8 @@ def build_decision_patch(
 ) -> tuple[dict[str, Any], tuple[str, ...]] | None:
     """A crash's decision (``changes``, a merge patch of ``status``) as JSON-patch sets into ``status``
     and the paths to test first: what the decision read, as scalars that change whenever it does (the
-    spec's generation, the last crash handled, the maintenance record's state, the plan's identity,
-    the observed generation), so that the readiness its own crash causes (the phase, the Ready
+    spec's generation, the remediation stanza's revision, the maintenance record's state, the plan's
+    identity, the observed generation), so that the readiness its own crash causes (the phase, the Ready
     condition, written meanwhile by the workload's events) no longer refuses it: at 1,000 crashes the
     resourceVersion guard refused 0.8 decisions per crash, each a refused PATCH, a GET and the
     decision and its plan made again. Conditions are set in place, and every other member as the
@@ -292,12 +292,9 @@ def build_decision_patch(
     if not status or any(value is None for value in changes.values()):
         return None  # (a member removed: the merge patch says it as null, which "add" would write)
     tested = ["/metadata/generation", "/status/observedGeneration"]
-    remediation = status.get("remediation")
-    handled = (remediation or {}).get("handledCrashes") if isinstance(remediation, Mapping) else None
-    if handled:
-        tested.append(f"/status/remediation/handledCrashes/{len(handled) - 1}")
-    else:
-        tested.append("/status/remediation/handledCrashes" if remediation else "/status/remediation")
+    # Every write of the remediation stanza moves its revision (absent on a model no decision wrote yet,
+    # which tests as null): the crashes handled are a list, which grows where a test cannot reach.
+    tested.append("/status/remediation/revision" if status.get("remediation") else "/status/remediation")
     tested.append("/status/maintenance/state" if status.get("maintenance") else "/status/maintenance")
     if status.get("plan"):
         tested += [f"/status/plan/{key}" for key in _PLAN_IDENTITY]

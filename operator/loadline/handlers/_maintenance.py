@@ -434,7 +434,14 @@ def _roll_remediation(
     _reconcile.reconcile(
         cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
     )
-    patch.status["remediation"] = {**patch.status.get("remediation", {}), "heldOverrides": None}
+    # A write of the stanza moves its revision, which a crash's decision decided on the held overrides
+    # tests (_build.build_decision_patch): it is refused and decided again rather than holding them again.
+    revision = int((status.get("remediation") or {}).get("revision") or 0) + 1
+    patch.status["remediation"] = {
+        **patch.status.get("remediation", {}),
+        "heldOverrides": None,
+        "revision": revision,
+    }
 
 
 def _finish(

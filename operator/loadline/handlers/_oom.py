@@ -255,6 +255,7 @@ def _handle_crash(
         new_state = decision.state
         new_state.handled_crashes = [*new_state.handled_crashes, cid][-MAX_HANDLED:]
         new_state.observed_generation = parent["metadata"].get("generation")
+        new_state.revision = state.revision + 1  # what the next decision's write tests
         evidence = list(diagnosis.evidence) + ([diagnosis.caller_note] if diagnosis.caller_note else [])
         incidents = _build.merge_incident(
             (parent.get("status") or {}).get("incidents") or [],

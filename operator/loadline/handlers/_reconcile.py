@@ -327,7 +327,7 @@ def remediation_state(body: Mapping[str, Any]) -> RemediationState:
     state = RemediationState.model_validate(raw) if raw else RemediationState()
     if state.observed_generation != body["metadata"].get("generation"):
         return RemediationState(day=state.day, actions_today=state.actions_today, history=state.history,
-                                handled_crashes=state.handled_crashes)  # fmt: skip
+                                handled_crashes=state.handled_crashes, revision=state.revision)  # fmt: skip
     return state
 
 
