@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -171,6 +172,29 @@ def test_printer_columns(kubectl: Kubectl, crd: str, namespace: str) -> None:
     assert "cols" in kubectl("get", "loadline", "-n", namespace)
 
 
+def status_writers(
+    kubectl: Kubectl, namespace: str, name: str
+) -> tuple[Callable[[Any], Any], Callable[[dict[str, Any]], None]]:
+    """Two hands writing one model's status: a JSON patch as the operator sends it (``write``), and a
+    merge patch of other fields, as another writer would, meanwhile (``merge``)."""
+    from kubernetes import client, config
+
+    loaded = config.new_client_from_config(config_file=str(kubectl.kubeconfig))  # type: ignore[no-untyped-call]
+    api = client.CustomObjectsApi(loaded)
+
+    def write(ops: Any) -> Any:
+        return api.patch_namespaced_custom_object_status(
+            "loadline.dev", "v1alpha1", namespace, "inferencemodels", name, ops,
+            _content_type="application/json-patch+json",
+        )  # fmt: skip
+
+    def merge(status: dict[str, Any]) -> None:
+        args = ("patch", "inferencemodel", name, "-n", namespace, "--subresource=status", "--type=merge")
+        kubectl(*args, "-p", json.dumps({"status": status}))
+
+    return write, merge
+
+
 def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_changed(
     kubectl: Kubectl, crd: str, namespace: str
 ) -> None:
@@ -180,7 +204,6 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
     (HTTP 422, what ``_kube.patch_status_tested`` raises ``Changed`` for) once a tested field changed.
     And why only plain scalars are tested: the server compares a test's strings as the bytes its own
     encoder wrote, so an equal string with "<" in it does not match."""
-    from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
     from loadline.handlers._build import build_readiness_patch, build_readiness_status
@@ -193,19 +216,7 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
                    "lastTransitionTime": stamp, "observedGeneration": 1}  # fmt: skip
     risk = {"type": "OOMRisk", "status": "Unknown", "reason": "InsufficientData", "lastTransitionTime": stamp,
             "message": "Theil–Sen over 25 bins: 0.40 < 1.645"}  # fmt: skip
-    loaded = config.new_client_from_config(config_file=str(kubectl.kubeconfig))  # type: ignore[no-untyped-call]
-    api = client.CustomObjectsApi(loaded)
-
-    def write(ops: Any) -> Any:
-        return api.patch_namespaced_custom_object_status(
-            "loadline.dev", "v1alpha1", namespace, "inferencemodels", "tested", ops,
-            _content_type="application/json-patch+json",
-        )  # fmt: skip
-
-    def merge(status: dict[str, Any]) -> None:
-        args = ("patch", "inferencemodel", "tested", "-n", namespace, "--subresource=status", "--type=merge")
-        kubectl(*args, "-p", json.dumps({"status": status}))
-
+    write, merge = status_writers(kubectl, namespace, "tested")
     merge({"phase": "Deploying", "observedGeneration": 1, "conditions": [progressing, risk]})
     read = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)
     changes = build_readiness_status(read["status"], ready=True, message="1/1 replicas available", now=stamp)
@@ -242,7 +253,6 @@ def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_o
     on the real API server it must land over the readiness its own crash wrote meanwhile, and be
     refused (422) once the spec's generation (tested through the status subresource) or the last crash
     handled moved."""
-    from kubernetes import client, config
     from kubernetes.client.exceptions import ApiException
 
     from loadline.handlers._build import build_decision_patch
@@ -250,19 +260,7 @@ def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_o
 
     code, err = create(kubectl, namespace, minimal_model("decided"))
     assert code == 0, err
-    loaded = config.new_client_from_config(config_file=str(kubectl.kubeconfig))  # type: ignore[no-untyped-call]
-    api = client.CustomObjectsApi(loaded)
-
-    def write(ops: Any) -> Any:
-        return api.patch_namespaced_custom_object_status(
-            "loadline.dev", "v1alpha1", namespace, "inferencemodels", "decided", ops,
-            _content_type="application/json-patch+json",
-        )  # fmt: skip
-
-    def merge(status: dict[str, Any]) -> None:
-        args = ("patch", "inferencemodel", "decided", "-n", namespace, "--subresource=status", "--type=merge")
-        kubectl(*args, "-p", json.dumps({"status": status}))
-
+    write, merge = status_writers(kubectl, namespace, "decided")
     merge(
         {"phase": "Ready", "observedGeneration": 1, "remediation": {"handledCrashes": ["c0"], "revision": 1}}
     )
