@@ -77,25 +77,6 @@ def test_incident_from_a_crashed_pod_carries_what_the_classifier_needs() -> None
     assert diagnosis.oom_class.value == "batch_misconfiguration"
 
 
-def test_an_instance_ready_in_the_second_it_started_was_ready() -> None:
-    """Times are whole seconds: a Ready transition stamped with the instance's own start second came
-    while it ran (its crash is not a start-up failure, and its log's start need not be read); one
-    before it started belongs to an earlier instance."""
-    p = pod("OOMKilled", 137)
-    terminated = p["status"]["containerStatuses"][0]["lastState"]["terminated"]
-
-    def ever_ready(transition: str) -> Any:
-        model = {**MODEL, "status": {**MODEL["status"], "conditions": [
-            {"type": "Ready", "status": "True", "lastTransitionTime": transition}
-        ]}}  # fmt: skip
-        incident = build_incident(p, p["status"]["containerStatuses"][0], model)
-        return (incident or {}).get("ever_ready")
-
-    assert ever_ready(terminated["startedAt"]) is True
-    assert ever_ready("2026-11-21T11:51:00Z") is True
-    assert ever_ready("2026-11-21T11:49:59Z") is None  # an earlier instance's (and no startup probe)
-
-
 def test_crash_ids_are_stable_per_termination_and_loops_group_restarts() -> None:
     first, again, next_crash = pod("OOMKilled", 137), pod("OOMKilled", 137), pod("OOMKilled", 137, restarts=2)
     status = lambda p: p["status"]["containerStatuses"][0]  # noqa: E731

@@ -92,15 +92,13 @@ def _readiness(
 ) -> tuple[bool | None, float | None]:
     """(ever_ready, seconds_since_ready) of the crashed container instance, when we can tell.
 
-    The InferenceModel turning Ready while this instance ran says it was Ready (from the second it
-    started: the API server's times are whole seconds, so an instance Ready within its first second
-    shows its start and the transition as the same time); an instance that lived longer than its
-    startup probe allows must have passed the probe (vLLM's /health), so it was up.
+    The InferenceModel turning Ready while this instance ran says it was Ready; an instance that lived
+    longer than its startup probe allows must have passed the probe (vLLM's /health), so it was up.
     """
     for cond in model_status.get("conditions") or []:
         if cond.get("type") == "Ready" and cond.get("status") == "True":
             when = _time(cond.get("lastTransitionTime"))
-            if when and started and finished and started <= when <= finished:
+            if when and started and finished and started < when <= finished:
                 return True, (finished - when).total_seconds()
     budget = startup_budget_seconds(container)
     if uptime is not None and budget is not None and uptime > budget:
