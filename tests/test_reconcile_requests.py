@@ -548,6 +548,22 @@ def test_a_remediation_carries_its_plan_and_its_roll_out_applies_the_workload_on
     assert fake.calls == [("apply", "Deployment")] and said == []
 
 
+def test_a_remediation_that_changes_the_plans_message_is_still_the_workload_alone(fake: FakeKube) -> None:
+    """A lower gpu_memory_utilization changes the KV cache the plan's message (and its Planned
+    condition) states: still a roll-out of the workload alone, the new message written with the
+    decision, as long as what the model keeps of its FleetPolicies stays as it was."""
+    status = run(body())
+    model = body(copy.deepcopy(status))
+    model["status"]["remediation"] = {
+        "handledCrashes": ["c1"], "overrides": {"gpuMemoryUtilization": 0.8}, "observedGeneration": 1,
+    }  # fmt: skip
+    remediation = plan_remediation(model)
+    assert remediation is not None
+    assert remediation.status["message"] != status["message"]
+    planned = next(c for c in remediation.status["conditions"] if c["type"] == "Planned")
+    assert planned["message"] == remediation.status["message"]
+
+
 def test_the_next_reconcile_of_a_remediated_model_finds_its_plan_written(fake: FakeKube) -> None:
     """The model as the decision's patch left it (plan included): a later reconcile (a resync, a
     restart of the operator) plans the same, writes no plan, and applies the workload as always (which

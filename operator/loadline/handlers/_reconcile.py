@@ -611,7 +611,7 @@ def plan_remediation(
     )  # fmt: skip
     judged = {**body, "status": {**previous, **status}}
     compliance = _policies.compliance_status(judged, inputs.obj.spec, policies or [], inputs.plan)
-    if _build.status_changes(previous, compliance):
+    if _build.status_changes(judged["status"], compliance):
         return None
     return Remediation(plan, inputs.obj.spec.replicas, workload, _build.status_changes(previous, status))
 
