@@ -205,3 +205,15 @@ def test_a_crash_whose_fix_rolls_now_posts_two_events(
         ("Normal", "Remediated"),
     ]
     assert said[1][2].endswith("Restart: " + parent.model["status"]["maintenance"]["reason"])
+
+
+def test_with_nothing_to_test_against_the_decision_is_guarded_by_the_resource_version(
+    parent: FakeParent,
+) -> None:
+    """A model whose conditions the decision would reorder (or with no status to test) is written as a
+    merge patch guarded by its resourceVersion: a stale entry is refused, read again and decided again."""
+    known = _index.model_entry(parent.model)
+    known["status"] = {}  # nothing the write could test
+    parent.model["metadata"]["resourceVersion"] = "8"
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)

@@ -156,9 +156,13 @@ class FakeParent:
         return self._written()
 
     def patch_status_tested(
-        self, obj: dict[str, Any], sets: dict[str, Any], tested: tuple[str, ...], changes: dict[str, Any]
+        self,
+        obj: dict[str, Any],
+        sets: dict[str, Any] | None,
+        tested: tuple[str, ...],
+        changes: dict[str, Any],
     ) -> dict[str, Any]:
-        ops = _kube.build_tested_status_patch(obj, sets, tested)
+        ops = None if sets is None else _kube.build_tested_status_patch(obj, sets, tested)
         if ops is None:  # a value the API server cannot test: the resourceVersion guard
             from kubernetes.client.exceptions import ApiException
 

@@ -302,19 +302,23 @@ def _set_op(obj: Mapping[str, Any], path: str) -> str:
 
 
 def patch_status_tested(
-    obj: Mapping[str, Any], sets: Mapping[str, Any], tested: tuple[str, ...], changes: Mapping[str, Any]
+    obj: Mapping[str, Any],
+    sets: Mapping[str, Any] | None,
+    tested: tuple[str, ...],
+    changes: Mapping[str, Any],
 ) -> dict[str, Any]:
     """Write ``sets`` (JSON pointers into ``status``) on condition that the values the decision read
     (``tested``) still hold what ``obj`` shows, else raise :class:`Changed`. When a tested value is not
-    :func:`testable`, ``changes`` (the same write as a merge patch of ``status``) is written guarded by
-    the resourceVersion instead, a 409 raising :class:`Changed` likewise.
+    :func:`testable`, or there are no ``sets`` (the caller found nothing to test against),
+    ``changes`` (the same write as a merge patch of ``status``) is written guarded by the
+    resourceVersion instead, a 409 raising :class:`Changed` likewise.
 
     Optimistic concurrency per field, where :func:`patch_status`'s resourceVersion guard is per object:
     at fleet scale a model is written by several hands at once (a crash's decision, its children's
     readiness, kopf's reconcile, the maintenance timer), and a guard on the whole object refused most
     of the readiness writes (2.4 conflicts per crash at 100 crashes, each a refused PATCH and a GET)
     though none had read what another wrote."""
-    ops = build_tested_status_patch(obj, sets, tested)
+    ops = None if sets is None else build_tested_status_patch(obj, sets, tested)
     meta = obj["metadata"]
     try:
         if ops is None:

@@ -330,15 +330,8 @@ def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> di
     """Write a crash's decision on condition that what it read still holds
     (:func:`_build.build_decision_patch`), else by the resourceVersion; :class:`_kube.Changed` when the
     model changed in what it read (or, in the fallback, at all)."""
-    built = _build.build_decision_patch(parent, changes)
-    if built is not None:
-        return _kube.patch_status_tested(parent, built[0], built[1], changes)
-    try:
-        return _kube.patch_status(parent, changes)
-    except ApiException as exc:
-        if exc.status == 409:
-            raise _kube.Changed("the model changed since it was read") from None
-        raise
+    sets, tested = _build.build_decision_patch(parent, changes) or (None, ())
+    return _kube.patch_status_tested(parent, sets, tested, changes)
 
 
 def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,

@@ -638,11 +638,15 @@ def apply_remediation(
     note_planned(namespace, name, remediation.plan, remediation.replicas)
     if changed:
         logger.info("rolled out %s/%s", child["kind"], child["metadata"]["name"])
-    plan = remediation.plan
+    _report_fallback(body, remediation.plan)
+    return True
+
+
+def _report_fallback(body: Mapping[str, Any], plan: Plan) -> None:
+    """A Warning when a new plan took a dearer GPU type because the cheaper one was absent or full."""
     if plan.fallback_from:
         fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
         _event(body, warning=True, reason="GPUFallback", message=fallback)
-    return True
 
 
 def reconcile(
@@ -797,9 +801,7 @@ def _reconcile_unguarded(
     if previous.get("plan") != status["plan"]:
         said = f"{message}; {applied}" if applied else message
         _event(body, warning=False, reason="Planned", message=said[:1000])
-        if plan.fallback_from:
-            fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
-            _event(body, warning=True, reason="GPUFallback", message=fallback)
+        _report_fallback(body, plan)
     elif changed_children:
         _event(body, warning=False, reason="Applied", message=applied)
 
