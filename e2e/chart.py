@@ -287,16 +287,25 @@ class ChartOperator:
         self._write_targets()
         return replica
 
-    def start(self, replica: Replica) -> Replica:
+    def start(self, replica: Replica, kubeconfig: Path | None = None) -> Replica:
         image_args = [str(a) for a in self.container.get("args") or ["run"]]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": os.environ.get("HOME", "/root"),
-               **replica.env, "KUBECONFIG": str(self.kubeconfig)}  # fmt: skip
+               **replica.env, "KUBECONFIG": str(kubeconfig or self.kubeconfig)}  # fmt: skip
         out = replica.log.open("ab")
         replica.log_offset = out.tell()
         # The image's ENTRYPOINT is `loadline` (Dockerfile); the chart gives its args.
         replica.process = subprocess.Popen([str(LOADLINE), *image_args], stdout=out, stderr=subprocess.STDOUT,
                                            env=env, start_new_session=self.detach)  # fmt: skip
         return replica
+
+    def side_replica(self, kubeconfig: Path) -> Replica:
+        """One more replica like the chart's, run against ``kubeconfig``, that the webhook Service does
+        not send to and the harness does not restart: a test talks to its ports itself."""
+        replica = self.new_replica()
+        self.replicas.remove(replica)
+        self._write_targets()
+        replica.keep_running = False
+        return self.start(replica, kubeconfig)
 
     def scale_to(self, count: int) -> None:
         while len([r for r in self.replicas if r.alive()]) < count:
@@ -434,25 +443,31 @@ def install(
             [sys.executable, str(E2E_DIR / "forwarder.py"), str(forward_port), str(chart.webhook_targets)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=detach,
         )  # fmt: skip
-    # The ServiceAccount's token exists as soon as the ServiceAccount does (TokenRequest).
-    wait_for(
-        lambda: (
-            kubectl.run(
-                "get", "serviceaccount", chart.service_account, "-n", namespace, check=False
-            ).returncode
-            == 0
-        ),
-        timeout=30,
-        what="the chart's ServiceAccount",
-    )
-    token_kubeconfig(kubectl, chart.service_account, namespace, chart.kubeconfig)
-    wanted = replicas if replicas is not None else int(chart.deployment["spec"].get("replicas", 1))
-    chart.detach = detach
-    chart.scale_to(wanted)
-    if supervise:
-        chart.supervise()
-    if chart.webhook_url:
-        chart.wait_webhooks()
+    try:
+        # The ServiceAccount's token exists as soon as the ServiceAccount does (TokenRequest).
+        wait_for(
+            lambda: (
+                kubectl.run(
+                    "get", "serviceaccount", chart.service_account, "-n", namespace, check=False
+                ).returncode
+                == 0
+            ),
+            timeout=30,
+            what="the chart's ServiceAccount",
+        )
+        token_kubeconfig(kubectl, chart.service_account, namespace, chart.kubeconfig)
+        wanted = replicas if replicas is not None else int(chart.deployment["spec"].get("replicas", 1))
+        chart.detach = detach
+        chart.scale_to(wanted)
+        if supervise:
+            chart.supervise()
+        if chart.webhook_url:
+            chart.wait_webhooks()
+    except BaseException:
+        # No fixture tears down what failed to install: its replicas would hold the Lease (and the
+        # forwarder its port) into the next run.
+        chart.stop()
+        raise
     return chart
 
 

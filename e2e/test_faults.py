@@ -10,15 +10,20 @@ import json
 import os
 import random
 import signal
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
+import uuid
+from pathlib import Path
 from typing import Any
 
-from chart import ChartOperator
+from chart import ChartOperator, free_port
 from crash import crash_container
-from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
+from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, kubectl_binary, wait_for
 from operator_helpers import example, pods_of, wait_phase
 from test_oom import deploy_chat, remediated
 
@@ -280,3 +285,113 @@ def test_api_server_and_etcd_restart_under_the_operator(
     kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
     wait_phase(kubectl, namespace, "chat", "Ready", timeout=30)
     print(f"\nAPI server back → new model Ready in {time.monotonic() - back:.1f}s")
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return bool(answer.status == 200)
+    except OSError:
+        return False
+
+
+def _review(url: str, namespace: str) -> str:
+    """POST the AdmissionReview the API server sends for ``kubectl apply`` of a model (dry run) to a
+    replica's webhook; what came back: ``allowed``, ``denied``, ``HTTP <code>``, or ``closed``."""
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    review = {
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": str(uuid.uuid4()),
+            "kind": {"group": "loadline.dev", "version": "v1alpha1", "kind": "InferenceModel"},
+            "resource": {"group": "loadline.dev", "version": "v1alpha1", "resource": "inferencemodels"},
+            "namespace": namespace,
+            "operation": "CREATE",
+            "userInfo": {"username": "e2e"},
+            "object": doc,
+            "oldObject": None,
+            "dryRun": True,
+        },
+    }
+    tls = ssl.create_default_context()
+    tls.check_hostname = False
+    tls.verify_mode = ssl.CERT_NONE  # the answer is under test here, not the certificate
+    request = urllib.request.Request(
+        url, data=json.dumps(review).encode(), headers={"Content-Type": "application/json"}
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=5, context=tls) as answer:
+            allowed = json.loads(answer.read())["response"]["allowed"]
+            return "allowed" if allowed else "denied"
+    except urllib.error.HTTPError as exc:
+        return f"HTTP {exc.code}"
+    except (urllib.error.URLError, OSError):
+        return "closed"
+
+
+def test_a_replica_started_before_discovery_lists_the_crds_serves_admission_once_it_does(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    """For a moment after it starts, the API server serves the CRDs' objects but its discovery does not
+    list them. A replica (re)started then (its leader lost the Lease during a control-plane restart)
+    once kept kopf's view without loadline.dev: its webhooks answered every model 404, and with
+    failurePolicy Fail every ``kubectl apply`` was refused until it was restarted (CI, after the test
+    above). Now the replica waits: its webhook port stays closed (the Service skips it, as a pod not
+    ready) while discovery does not list the CRDs, and it answers as soon as it does.
+
+    The replica runs against the real API server through ``e2e/discovery_gap.py``, which hides
+    loadline.dev from discovery (only) while a flag file exists, behind a ``kubectl proxy`` holding the
+    chart's ServiceAccount token."""
+    flag = tmp_path / "hide-loadline.dev"
+    flag.touch()
+    hidden_answers = flag.with_name(flag.name + ".hidden")
+    proxy_port, gap_port = free_port(), free_port()
+    proxy = subprocess.Popen(
+        [str(kubectl_binary()), "--kubeconfig", str(operator.kubeconfig), "proxy", f"--port={proxy_port}"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    gap = subprocess.Popen(
+        [sys.executable, str(E2E_DIR / "discovery_gap.py"), str(gap_port), f"http://127.0.0.1:{proxy_port}",
+         str(flag)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(json.dumps({
+        "apiVersion": "v1", "kind": "Config", "current-context": "gap",
+        "clusters": [{"name": "gap", "cluster": {"server": f"http://127.0.0.1:{gap_port}"}}],
+        "users": [{"name": "gap", "user": {}}],
+        "contexts": [{"name": "gap", "context": {"cluster": "gap", "user": "gap"}}],
+    }))  # fmt: skip
+    wait_for(lambda: _answers(f"http://127.0.0.1:{gap_port}/version") or None, timeout=30,
+             what="kubectl proxy and the discovery gap in front of it")  # fmt: skip
+    replica = operator.side_replica(kubeconfig)
+    url = f"https://127.0.0.1:{replica.env['LOADLINE_WEBHOOK_PORT']}/mutate-inferencemodel"
+    try:
+        # While hidden: the replica has read discovery (and again, as it waits); its webhooks never answer.
+        while_hidden: list[str] = []
+        wait_for(lambda: hidden_answers.exists() or None, timeout=60, what="the replica reading discovery")
+        looked = time.monotonic()
+        while time.monotonic() - looked < 8:
+            while_hidden.append(_review(url, namespace))
+            time.sleep(0.5)
+        assert replica.alive(), replica.log.read_text(errors="replace")[-2000:]
+        assert set(while_hidden) == {"closed"}, while_hidden
+        reads_while_hidden = len(hidden_answers.read_text().split())
+
+        flag.unlink()
+        listed = time.monotonic()
+        answered = wait_for(
+            lambda: (outcome if (outcome := _review(url, namespace)) != "closed" else None),
+            timeout=30, what="the replica's webhook answering once discovery lists the CRDs",
+        )  # fmt: skip
+        print(f"\nwebhook closed while discovery hid the CRDs ({reads_while_hidden} discovery reads); "
+              f"answered {answered!r} {time.monotonic() - listed:.1f} s after it listed them")  # fmt: skip
+        assert answered == "allowed"
+        assert reads_while_hidden >= 2  # it kept looking, rather than keeping its first view
+    finally:
+        if replica.alive():
+            operator.kill(replica, signal.SIGTERM, restart=False)
+        for process in (gap, proxy):
+            process.terminate()
+            process.wait(timeout=10)

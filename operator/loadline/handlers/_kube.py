@@ -53,6 +53,28 @@ def load_config() -> None:
     client.ApiClient.set_default(CountingApiClient())  # type: ignore[no-untyped-call]  # CoreV1Api() too
 
 
+def read_discovery(path: str) -> dict[str, Any] | None:
+    """A discovery document (``/apis``, ``/apis/<group>/<version>``) as plain dicts, None on 404.
+
+    Read with a client of its own, made from the same config: kopf's startup handlers call this before
+    the operator's ``configure`` has sized the shared client's pool (see :func:`set_pool_size`)."""
+    configuration = client.Configuration()
+    try:
+        config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+    with CountingApiClient(configuration) as api:
+        request = api.param_serialize("GET", path, auth_settings=["BearerToken"])
+        response = api.call_api(*request, _request_timeout=10)
+        response.read()
+    if response.status == 404:
+        return None
+    if not 200 <= response.status < 300:
+        raise ApiException(http_resp=response)
+    document: dict[str, Any] = json.loads(response.data)
+    return document
+
+
 class CountingApiClient(client.ApiClient):
     """The official client, counting each request in ``loadline_api_requests_total`` (verb, resource,
     code): the operator's own share of its API traffic, which the API server cannot split from kopf's."""

@@ -18,6 +18,7 @@ import kopf
 from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import (
     _admission,
+    _discovery,
     _fleet,
     _index,
     _kube,
@@ -89,6 +90,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
     _kube.set_pool_size(SETTINGS.max_workers * 3 + _lanes.CHECKS.workers + 4)
     _metrics.serve(SETTINGS.metrics_port)
+
+
+@kopf.on.startup(id="discovery", backoff=_discovery.RETRY_SECONDS)
+def wait_for_discovery(**_: Any) -> None:
+    """kopf watches what discovery lists when it starts: not before it lists loadline's resources."""
+    _discovery.check_served()
 
 
 def select_watches(settings: kopf.OperatorSettings) -> None:
@@ -352,6 +359,12 @@ def configure_admission(settings: kopf.OperatorSettings, **_: Any) -> None:
         pkeyfile=cert_dir / "tls.key",
         file_check_interval=SETTINGS.webhook_cert_check_seconds,
     )
+
+
+@kopf.on.startup(registry=ADMISSION, id="discovery", backoff=_discovery.RETRY_SECONDS)
+def wait_for_discovery_admission(**_: Any) -> None:
+    """Nor serves webhooks before then: it would answer 404 for every model, for good."""
+    _discovery.check_served()
 
 
 @kopf.on.login(registry=ADMISSION)
