@@ -790,3 +790,19 @@ def test_child_kinds_are_exactly_what_either_layout_renders() -> None:
     # The workload of each layout is one of them, so the operator can always find the one left behind.
     for multi_node in (False, True):
         assert workload_ref("llama-405b", multi_node)[:2] in kinds
+
+
+def test_each_character_yaml_cannot_carry_raw_is_escaped_and_reads_back_the_same() -> None:
+    """Every code point, once: those YAML forbids in a stream or folds as a line break come out as
+    \\uXXXX, every other one as JSON writes it, and YAML reads such values back as they were."""
+    from loadline.render._template import _YAML_UNSAFE
+
+    for code in range(0x110000):
+        char = chr(code)
+        placed = quote(f"a{char}b")
+        if code in _YAML_UNSAFE:
+            assert placed == f'"a\\u{code:04x}b"', hex(code)
+        else:
+            assert char in placed or code < 0x20 or char in '"\\', hex(code)
+    for char in ("\x85", "\u2028", "\u2029", "\ufeff", "\x7f", "é", "🦙"):
+        assert yaml.safe_load(f"v: {quote(char)}") == {"v": char}

@@ -12,6 +12,7 @@ output of a macro: template text and ``q`` values only). Undefined variables rai
 from __future__ import annotations
 
 import json
+import re
 from functools import cache
 from typing import Any
 
@@ -22,6 +23,9 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 # would fold them away), but JSON leaves raw. They are written as \uXXXX escapes, which YAML reads back
 # as the same character.
 _YAML_UNSAFE = frozenset([*range(0x7F, 0xA0), 0x2028, 0x2029, 0xFEFF, 0xFFFE, 0xFFFF, *range(0xD800, 0xE000)])
+#: The same set as one character class: searched in C (a Python loop over every character of every
+#: value was a fifth of a Deployment's rendering time).
+_YAML_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 
 
 class Placed(str):
@@ -29,9 +33,7 @@ class Placed(str):
 
 
 def _escape_unsafe(text: str) -> str:
-    if not any(ord(ch) in _YAML_UNSAFE for ch in text):
-        return text
-    return "".join(f"\\u{ord(ch):04x}" if ord(ch) in _YAML_UNSAFE else ch for ch in text)
+    return _YAML_UNSAFE_RE.sub(lambda found: f"\\u{ord(found.group()):04x}", text)
 
 
 def quote(value: Any) -> Placed:
