@@ -273,6 +273,33 @@ def test_a_crashs_remediation_plans_on_the_last_snapshot_for_longer(monkeypatch:
     assert _index.view(nodes_index, pods_index) is not later  # reconcile's
 
 
+def test_a_remediations_snapshot_and_its_capacity_outlive_reconciles_newer_ones(monkeypatch: Any) -> None:
+    """Reconcile and the maintenance timer take a new snapshot every half second; the crashes of a burst
+    keep planning on theirs (and its capacity is worked out once) until it is REMEDIATION_VIEW_SECONDS
+    old, rather than switching to each newer one."""
+    import time
+
+    from loadline.handlers import _index
+
+    clock = [100.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
+    pods_index: dict[str, list[dict[str, Any]]] = {}
+    age = _index.REMEDIATION_VIEW_SECONDS
+    remediations = _index.view(nodes_index, pods_index, max_age=age)
+    capacity = _reconcile._capacity(remediations)
+    reconciles = [remediations]
+    for _ in range(5):
+        clock[0] += _index.VIEW_SECONDS
+        reconciles.append(_index.view(nodes_index, pods_index))
+        _reconcile._capacity(reconciles[-1])
+        assert _index.view(nodes_index, pods_index, max_age=age) is remediations
+        assert _reconcile._capacity(remediations) is capacity  # not worked out again
+    assert len({id(v) for v in reconciles}) == 6  # reconcile's were new each time
+    clock[0] += age
+    assert _index.view(nodes_index, pods_index, max_age=age) is not remediations
+
+
 def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(monkeypatch: Any) -> None:
     """The race a stale snapshot opens: model a is planned and its pod bound after the snapshot was
     taken. Its reservation is live (this process's plans, every Deployment's watch event) and counts

@@ -105,7 +105,10 @@ def model_entry(body: Mapping[str, Any]) -> dict[str, Any]:
 
 #: How long one snapshot of the GPU node and pod indexes serves every plan made meanwhile.
 VIEW_SECONDS = 0.5
-_VIEW: tuple[Mapping[str, Any], Mapping[str, Any], float, tuple[list[Any], list[Any]]] | None = None
+#: The last snapshot built for each ``max_age`` asked for: a remediation keeps planning on its own while
+#: reconcile and the maintenance timer take a new one every half second (one slot for all of them made
+#: the remediations' capacity be worked out again for each of those).
+_VIEWS: dict[float, tuple[Mapping[str, Any], Mapping[str, Any], float, tuple[list[Any], list[Any]]]] = {}
 _VIEW_LOCK = threading.Lock()
 
 
@@ -129,20 +132,23 @@ def view(
     (``_reconcile``). Half a second adds little to what the indexes already trail the API server by
     (their watch events come seconds late under that load), and GPUs planned meanwhile are reserved
     from this process's own record of its plans, which the snapshot does not hold."""
-    global _VIEW
     now = time.monotonic()
     with _VIEW_LOCK:
-        last = _VIEW
-    if last is not None and last[0] is nodes and last[1] is pods and now - last[2] < max_age:
-        return last[3]
+        own = _VIEWS.get(max_age)
+        if own is not None and own[0] is nodes and own[1] is pods and now - own[2] < max_age:
+            return own[3]
+        # Else the newest snapshot young enough for this caller (another's), kept as this one's own.
+        young = [v for v in _VIEWS.values() if v[0] is nodes and v[1] is pods and now - v[2] < max_age]
+        if young:
+            _VIEWS[max_age] = newest = max(young, key=lambda v: v[2])
+            return newest[3]
     built = ([v for store in nodes.values() for v in store], [v for store in pods.values() for v in store])
     with _VIEW_LOCK:
-        _VIEW = (nodes, pods, now, built)
+        _VIEWS[max_age] = (nodes, pods, now, built)
     return built
 
 
 def forget_view() -> None:
     """Drop the snapshot (tests, and nothing else: a fresh process starts without one)."""
-    global _VIEW
     with _VIEW_LOCK:
-        _VIEW = None
+        _VIEWS.clear()

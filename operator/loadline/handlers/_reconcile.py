@@ -203,7 +203,11 @@ class _Capacity:
     own: dict[tuple[str, str], dict[str, int]]
 
 
-_CAPACITY: tuple[ClusterView, _Capacity] | None = None
+#: The capacity of the snapshots used last (each kept with its snapshot: an identity is never reused
+#: while its object is held): reconcile's half-second ones and a remediation's longer-lived one are in
+#: use at once (``_index.view``).
+_CAPACITY: list[tuple[ClusterView, _Capacity]] = []
+_CAPACITIES_KEPT = 4
 _CAPACITY_LOCK = threading.Lock()
 #: Node name → (the index entry last seen, what capacity and the node shapes make of it). An index
 #: entry is a new object whenever its node changes, so an entry that is the one seen before needs no
@@ -239,11 +243,12 @@ def _capacity(view: ClusterView) -> _Capacity:
     Why a snapshot a moment old stays safe: a pod bound since is missing from ``bound`` too, so its
     model's reservation (the plans and Deployments below are live) still holds its GPUs; a pod gone
     since is still counted as using them. Either way the plan sees less room, never more."""
-    global _CAPACITY
     with _CAPACITY_LOCK:
-        last = _CAPACITY
-    if last is not None and last[0] is view:
-        return last[1]
+        known = next((entry for entry in _CAPACITY if entry[0] is view), None)
+        if known is not None:  # the most recently used first
+            _CAPACITY.remove(known)
+            _CAPACITY.insert(0, known)
+            return known[1]
     nodes, pods = view
     bound: Counter[str] = Counter()
     used: dict[str, int] = {}
@@ -263,15 +268,15 @@ def _capacity(view: ClusterView) -> _Capacity:
     ready, shapes = _read_nodes(nodes)
     capacity = _Capacity(shapes, ready, used, free_rooms(ready.values(), used), bound, own)
     with _CAPACITY_LOCK:
-        _CAPACITY = (view, capacity)
+        _CAPACITY[:] = [(view, capacity), *_CAPACITY[: _CAPACITIES_KEPT - 1]]
     return capacity
 
 
 def forget_capacity() -> None:
     """Drop the memos (tests: a fresh process starts without them)."""
-    global _CAPACITY, _NODES_READ
+    global _NODES_READ
     with _CAPACITY_LOCK:
-        _CAPACITY = None
+        _CAPACITY.clear()
         _NODES_READ = {}
 
 
