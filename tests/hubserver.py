@@ -10,7 +10,7 @@ import threading
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
-from tests.promserver import QuietHTTPServer
+from tests.promserver import QuietHTTPServer, send_json
 
 TOKEN = "hf_test_token"
 
@@ -49,12 +49,7 @@ def _handler(root: Path) -> type[BaseHTTPRequestHandler]:
             if root.resolve() not in path.parents or not path.is_file():
                 self.send_error(404)
                 return
-            body = path.read_bytes()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
+            send_json(self, path.read_bytes())
 
         def log_message(self, *_: object) -> None:
             return

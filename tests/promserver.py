@@ -14,6 +14,15 @@ from urllib.parse import parse_qs, urlsplit
 Answer = Callable[[str], dict[str, Any]]  # PromQL → the JSON body of the answer
 
 
+def send_json(handler: BaseHTTPRequestHandler, body: bytes, status: int = 200) -> None:
+    """Answer a request with ``body`` as application/json (the stand-ins' one way of answering)."""
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class QuietHTTPServer(ThreadingHTTPServer):
     """A test server that does not print a client's broken pipe to stderr: the time-bound tests make
     clients give up on purpose, and the server's late write would otherwise land, traceback and all,
@@ -39,12 +48,7 @@ class FakePrometheus:
                 query = parse_qs(urlsplit(self.path).query)["query"][0]
                 fake.queries.append(query)
                 time.sleep(fake.delay)
-                data = json.dumps(fake.answer(query)).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+                send_json(self, json.dumps(fake.answer(query)).encode())
 
             def log_message(self, *args: Any) -> None:
                 pass

@@ -22,7 +22,7 @@ import yaml
 
 from loadline.api import GROUP, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import _discovery, _registry
-from tests.promserver import QuietHTTPServer
+from tests.promserver import QuietHTTPServer, send_json
 
 TOKEN = "discovery-test-token"
 
@@ -92,12 +92,7 @@ class FakeDiscovery:
                 if document is None:
                     self.send_error(404)
                     return
-                body = json.dumps(document).encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
+                send_json(self, json.dumps(document).encode())
 
             def log_message(self, *_: Any) -> None:
                 pass

@@ -13,7 +13,7 @@ from urllib.parse import parse_qs, urlsplit
 import pytest
 
 from loadline.traffic import query_range, query_range_async
-from tests.promserver import QuietHTTPServer
+from tests.promserver import QuietHTTPServer, send_json
 
 MATRIX = {
     "status": "success",
@@ -41,11 +41,7 @@ class _Handler(BaseHTTPRequestHandler):
             body, code = b"<html>not prometheus</html>", 200
         else:
             body, code = json.dumps(MATRIX).encode(), 200
-        self.send_response(code)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_json(self, body, code)
 
     def log_message(self, *args: object) -> None:
         pass
