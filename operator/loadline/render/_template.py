@@ -23,8 +23,8 @@ from jinja2 import Environment, PackageLoader, StrictUndefined
 # would fold them away), but JSON leaves raw. They are written as \uXXXX escapes, which YAML reads back
 # as the same character.
 _YAML_UNSAFE = frozenset([*range(0x7F, 0xA0), 0x2028, 0x2029, 0xFEFF, 0xFFFE, 0xFFFF, *range(0xD800, 0xE000)])
-#: The same set as one character class: searched in C (a Python loop over every character of every
-#: value was a fifth of a Deployment's rendering time).
+#: The same set as one character class, searched in C rather than by a Python loop over every character
+#: of every value (the chat example's three manifests: 1.20 → 1.13 ms a render, without a profiler).
 _YAML_UNSAFE_RE = re.compile("[\x7f-\x9f\u2028\u2029\ufeff\ufffe\uffff\ud800-\udfff]")
 
 
