@@ -20,7 +20,8 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-GROUP = "loadline.dev"
+from loadline.api import GROUP, VERSION
+
 HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "content-encoding", "host"}
 
 
@@ -41,7 +42,7 @@ def main(argv: list[str]) -> int:
     counter = flag.with_name(flag.name + ".hidden")
 
     def hidden(path: str) -> bool:
-        group_documents = (f"/apis/{GROUP}", f"/apis/{GROUP}/v1alpha1")
+        group_documents = (f"/apis/{GROUP}", f"/apis/{GROUP}/{VERSION}")
         return flag.exists() and (path == "/apis" or path.rstrip("/") in group_documents)
 
     async def handle(request: web.Request) -> web.StreamResponse:

@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
@@ -113,3 +114,12 @@ def wait_for(check: Callable[[], T | None], *, timeout: float, what: str, interv
         if time.monotonic() >= deadline:
             raise TimeoutError(f"timed out after {timeout:.0f}s waiting for {what}")
         time.sleep(interval)
+
+
+def answers(url: str, timeout: float = 2) -> bool:
+    """Whether ``url`` answers a GET with a success (a refusal, a timeout or an error status: no)."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout):
+            return True
+    except OSError:
+        return False

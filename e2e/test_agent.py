@@ -29,7 +29,7 @@ from tests.conftest import inference_model
 from tests.fake_nvml import GIB, FakeGPU, build, nvml_env, write_script
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, render, uninstall
-from kube import Kubectl, lib_var, wait_for
+from kube import Kubectl, answers, lib_var, wait_for
 from loadline.handlers._build import planned_gpu_gib
 from loadline.traffic import gpu_memory_used_query, incident_metrics, measured_gpu_memory
 from operator_helpers import model, pods_of, wait_phase
@@ -62,11 +62,7 @@ def _wait_http(url: str, what: str, proc: subprocess.Popen[bytes], log: Path) ->
     def ok() -> bool:
         if proc.poll() is not None:
             raise AssertionError(f"{what} exited:\n{log.read_text()[-3000:]}")
-        try:
-            with urllib.request.urlopen(url, timeout=2):
-                return True
-        except OSError:
-            return False
+        return answers(url)
 
     wait_for(ok, timeout=60, what=what, interval=0.2)
 

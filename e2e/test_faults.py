@@ -23,7 +23,8 @@ from typing import Any
 
 from chart import ChartOperator, free_port
 from crash import crash_container
-from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, kubectl_binary, wait_for
+from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, answers, kubectl_binary, wait_for
+from loadline.api import GROUP, KIND, PLURAL, VERSION
 from operator_helpers import example, pods_of, wait_phase
 from test_oom import deploy_chat, remediated
 
@@ -287,14 +288,6 @@ def test_api_server_and_etcd_restart_under_the_operator(
     print(f"\nAPI server back → new model Ready in {time.monotonic() - back:.1f}s")
 
 
-def _answers(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(url, timeout=2) as answer:
-            return bool(answer.status == 200)
-    except OSError:
-        return False
-
-
 def _review(url: str, namespace: str) -> str:
     """POST the AdmissionReview the API server sends for ``kubectl apply`` of a model (dry run) to a
     replica's webhook; what came back: ``allowed``, ``denied``, ``HTTP <code>``, or ``closed``."""
@@ -304,8 +297,8 @@ def _review(url: str, namespace: str) -> str:
         "kind": "AdmissionReview",
         "request": {
             "uid": str(uuid.uuid4()),
-            "kind": {"group": "loadline.dev", "version": "v1alpha1", "kind": "InferenceModel"},
-            "resource": {"group": "loadline.dev", "version": "v1alpha1", "resource": "inferencemodels"},
+            "kind": {"group": GROUP, "version": VERSION, "kind": KIND},
+            "resource": {"group": GROUP, "version": VERSION, "resource": PLURAL},
             "namespace": namespace,
             "operation": "CREATE",
             "userInfo": {"username": "e2e"},
@@ -363,7 +356,7 @@ def test_a_replica_started_before_discovery_lists_the_crds_serves_admission_once
         "users": [{"name": "gap", "user": {}}],
         "contexts": [{"name": "gap", "context": {"cluster": "gap", "user": "gap"}}],
     }))  # fmt: skip
-    wait_for(lambda: _answers(f"http://127.0.0.1:{gap_port}/version") or None, timeout=30,
+    wait_for(lambda: answers(f"http://127.0.0.1:{gap_port}/version") or None, timeout=30,
              what="kubectl proxy and the discovery gap in front of it")  # fmt: skip
     replica = operator.side_replica(kubeconfig)
     url = f"https://127.0.0.1:{replica.env['LOADLINE_WEBHOOK_PORT']}/mutate-inferencemodel"

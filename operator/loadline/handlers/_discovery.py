@@ -26,7 +26,6 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import GROUP, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import _kube
-from loadline.handlers._election import UNREACHABLE
 
 SERVED: tuple[str, ...] = (PLURAL, f"{PLURAL}/status", POLICY_PLURAL)
 """What both registries need listed: the models (watched, their status written), and the FleetPolicies
@@ -80,7 +79,7 @@ def check_served() -> None:
         raise kopf.TemporaryError(
             f"discovery cannot be read ({_kube.api_error_text(exc)}): waiting", delay=RETRY_SECONDS
         ) from None
-    except UNREACHABLE as exc:
+    except _kube.UNREACHABLE as exc:
         raise kopf.TemporaryError(
             f"the API server is unreachable ({type(exc).__name__}): waiting", delay=RETRY_SECONDS
         ) from None

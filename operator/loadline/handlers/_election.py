@@ -36,8 +36,6 @@ import time
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 
-import urllib3
-from kubernetes import client, config
 from kubernetes.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import Gauge
@@ -78,7 +76,7 @@ CONFLICT_RETRIES = 3
 
 #: What a Lease request may fail with besides the API's answer (by status): no answer (refused, reset,
 #: timed out). The shards' Lease watch (_lease_watch) lapses on the same.
-UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
+UNREACHABLE = _kube.UNREACHABLE
 
 
 def _utcnow() -> datetime:
@@ -137,11 +135,7 @@ def coordination_api() -> CoordinationV1Api:
     """A client of its own (in-cluster config, else KUBECONFIG) without urllib3's hidden retries: the
     election loop retries every period itself, and a round must end within its timeout to keep the
     renew deadline."""
-    try:
-        config.load_incluster_config()  # type: ignore[no-untyped-call]
-    except config.ConfigException:
-        config.load_kube_config()  # type: ignore[no-untyped-call]
-    configuration = client.Configuration.get_default_copy()
+    configuration = _kube.client_configuration()
     configuration.retries = 0
     return CoordinationV1Api(_kube.CountingApiClient(configuration))
 

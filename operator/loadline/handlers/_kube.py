@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -53,17 +54,28 @@ def load_config() -> None:
     client.ApiClient.set_default(CountingApiClient())  # type: ignore[no-untyped-call]  # CoreV1Api() too
 
 
-def read_discovery(path: str) -> dict[str, Any] | None:
-    """A discovery document (``/apis``, ``/apis/<group>/<version>``) as plain dicts, None on 404.
+#: What a request may fail with besides the API's answer (by status): no answer (refused, reset, timed
+#: out). Leases (_election, _lease_watch) and the startup's discovery read (_discovery) go on after it.
+UNREACHABLE = (urllib3.exceptions.HTTPError, OSError)
 
-    Read with a client of its own, made from the same config: kopf's startup handlers call this before
-    the operator's ``configure`` has sized the shared client's pool (see :func:`set_pool_size`)."""
+
+def client_configuration() -> client.Configuration:
+    """A new client configuration from the in-cluster config, else KUBECONFIG, for a client of its own
+    (its own retries, its own pool), leaving the default that :func:`load_config` sets alone."""
     configuration = client.Configuration()
     try:
         config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
-    with CountingApiClient(configuration) as api:
+    return configuration
+
+
+def read_discovery(path: str) -> dict[str, Any] | None:
+    """A discovery document (``/apis``, ``/apis/<group>/<version>``) as plain dicts, None on 404.
+
+    Read with a client of its own: kopf's startup handlers call this before the operator's ``configure``
+    has sized the shared client's pool (see :func:`set_pool_size`)."""
+    with CountingApiClient(client_configuration()) as api:
         request = api.param_serialize("GET", path, auth_settings=["BearerToken"])
         response = api.call_api(*request, _request_timeout=10)
         response.read()

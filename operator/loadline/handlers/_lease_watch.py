@@ -24,7 +24,7 @@ from kubernetes import watch
 from kubernetes.client import V1Lease
 from kubernetes.client.exceptions import ApiException
 
-from loadline.handlers._election import UNREACHABLE
+from loadline.handlers._kube import UNREACHABLE
 
 __all__ = ["LeaseWatch"]
 
