@@ -9,10 +9,10 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.handlers import _index, _kube, _oom, _reconcile
+from loadline.handlers import _build, _index, _kube, _oom, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from tests.test_oom_operator_side import pod
-from tests.test_reconcile_requests import FakeParent
+from tests.test_reconcile_requests import FakeParent, available_deployment
 
 LOG = logging.getLogger("test")
 
@@ -217,3 +217,44 @@ def test_with_nothing_to_test_against_the_decision_is_guarded_by_the_resource_ve
     parent.model["metadata"]["resourceVersion"] = "8"
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)
+
+
+def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_writes_only_ready(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The decision's one write says the model is Deploying because its remediation rolls out (the
+    Ready condition's reason Remediating, naming the fix); the workload's steps meanwhile cost no
+    request, and its availability is one write, back to Ready. Before, the phase going Deploying was
+    a write of its own, and the roll-out's progress more: half of a crash's writes of the model."""
+    conditions = _build.merge_conditions(
+        [],
+        [_build.build_condition(_build.READY, True, "Available", "1/1 replicas available", 1)],
+        _build.now_iso(),
+    )
+    parent = FakeParent({"phase": "Ready", "observedGeneration": 1, "conditions": conditions})
+    for name in ("get", "patch_status", "patch_status_tested"):
+        monkeypatch.setattr(_kube, name, getattr(parent, name))
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
+    monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
+    remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
+    roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out)  # type: ignore[arg-type]
+    assert parent.calls == ["patch"] and decided(parent)
+    status = parent.model["status"]
+    assert status["phase"] == "Deploying"
+    condition = next(c for c in status["conditions"] if c["type"] == "Ready")
+    assert (
+        condition["reason"] == _build.REMEDIATING
+        and status["incidents"][-1]["result"] in condition["message"]
+    )
+
+    parent.calls.clear()
+    rolling = available_deployment(parent.model)
+    rolling["metadata"]["generation"] = 2  # the raised limit applied, not yet observed
+    known = _index.model_entry(parent.model)
+    _reconcile.on_workload_event(kopf.Body(rolling), LOG, known)
+    assert parent.calls == []
+    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), LOG, known)
+    assert parent.calls == ["patch"] and parent.model["status"]["phase"] == "Ready"

@@ -111,6 +111,38 @@ def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_faile
     assert build_readiness_status(failed, ready=True, message="", now=T0) is None
 
 
+def ready_condition(status: dict[str, Any]) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == "Ready")
+
+
+def test_a_remediation_rolling_out_is_deploying_until_the_workload_is_available_or_stuck() -> None:
+    """The decision says the roll-out (phase and Ready condition) in its own write; the roll-out's
+    progress then writes nothing, its availability writes Ready, and a pod the scheduler cannot place
+    says so in the condition."""
+    ready = deployed({}, True, T0)
+    said = _build.build_remediating_status(ready, result="applied: memoryGiB 12 → 15", now=T1)
+    assert said["phase"] == "Deploying"
+    condition = ready_condition(said)
+    assert (condition["status"], condition["reason"]) == ("False", _build.REMEDIATING)
+    assert "memoryGiB 12 → 15" in condition["message"] and condition["lastTransitionTime"] == T1
+    # Only the Ready condition changes: the others keep their times and words.
+    assert [c for c in said["conditions"] if c["type"] != "Ready"] == [
+        c for c in ready["conditions"] if c["type"] != "Ready"
+    ]
+    rolling = {**ready, **said}
+    for step in ("rolling out generation 3", "0/1 replicas available, 1 updated"):
+        assert build_readiness_status(rolling, ready=False, message=step, now=T2) is None
+    back = build_readiness_status(rolling, ready=True, message="1/1 replicas available", now=T2)
+    assert back is not None and back["phase"] == "Ready" and ready_condition(back)["reason"] == "Available"
+    stuck = build_readiness_status(
+        rolling, ready=False, message="0/1 replicas available; 0/4 nodes are available", now=T3, stuck=True
+    )
+    assert stuck is not None and ready_condition(stuck)["reason"] == "Progressing"
+    # Another phase is decided elsewhere: a Degraded or Failed model is not said to be rolling out.
+    for phase in ("Degraded", "Failed", "Pending"):
+        assert _build.build_remediating_status({**ready, "phase": phase}, result="x", now=T1) == {}
+
+
 def test_a_readiness_change_is_an_event_unless_loadlines_own_restart_rolls_the_pods() -> None:
     ready = deployed({}, True, T0)
     going = build_readiness_status(ready, ready=False, message="0/1 replicas available", now=T2)

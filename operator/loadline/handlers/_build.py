@@ -28,6 +28,10 @@ Status = dict[str, Any]
 
 PLANNED, DEPLOYED, READY = "Planned", "Deployed", "Ready"
 
+REMEDIATING = "Remediating"
+"""The Ready condition's reason while a crash's remediation rolls out: said by the decision's own write
+(:func:`build_remediating_status`) and kept until the workload is available or cannot be scheduled."""
+
 
 def now_iso() -> str:
     return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
@@ -207,12 +211,20 @@ def build_apply_failed_status(
 
 
 def build_readiness_status(
-    previous: Mapping[str, Any], *, ready: bool, message: str, now: str
+    previous: Mapping[str, Any], *, ready: bool, message: str, now: str, stuck: bool = False
 ) -> Status | None:
-    """Status change when a child workload's availability changes; None when nothing changes."""
+    """Status change when a child workload's availability changes; None when nothing changes.
+
+    While a crash's remediation rolls out (the Ready condition's reason :data:`REMEDIATING`), the
+    workload's progress does not replace what the decision said: only its availability does, or a
+    roll-out that is ``stuck`` (the scheduler's reason in ``message``). The roll-out's steps would
+    otherwise each be a write of the model, and at fleet scale a crash's phase going Deploying and its
+    progress were half of the model's writes (:func:`build_remediating_status`)."""
     phase = previous.get("phase")
     if phase not in {"Deploying", "Ready"}:
         return None  # Failed/Pending/Degraded are decided elsewhere
+    if not ready and not stuck and phase == "Deploying" and ready_reason(previous) == REMEDIATING:
+        return None
     new_phase = "Ready" if ready else "Deploying"
     generation = previous.get("observedGeneration")
     conditions = merge_conditions(
@@ -223,6 +235,33 @@ def build_readiness_status(
     if new_phase == phase and conditions == previous.get("conditions"):
         return None
     return _status_patch(phase=new_phase, conditions=conditions)
+
+
+def ready_reason(status: Mapping[str, Any]) -> str | None:
+    """The Ready condition's reason, if the status has one."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == READY:
+            return str(condition.get("reason"))
+    return None
+
+
+def build_remediating_status(previous: Mapping[str, Any], *, result: str, now: str) -> Status:
+    """The phase and Ready condition of a model whose crash's remediation rolls out now, written with
+    the decision (``previous``: the status as the decision leaves it): ``Deploying``, the Ready
+    condition False with reason :data:`REMEDIATING` and what the remediation changes. Said by the
+    decision's own write, so that the workload's roll-out need not write the model until it is
+    available (:func:`build_readiness_status`). Nothing for a model in another phase (Failed, Pending,
+    Degraded are decided elsewhere)."""
+    if previous.get("phase") not in {"Deploying", "Ready"}:
+        return {}
+    message = f"rolling out the remediation: {result}"
+    generation = previous.get("observedGeneration")
+    conditions = merge_conditions(
+        previous.get("conditions", []) or [],
+        [build_condition(READY, False, REMEDIATING, message, generation)],
+        now,
+    )
+    return _status_patch(phase="Deploying", conditions=conditions)
 
 
 #: What identifies the Ready condition a readiness decision read (all plain scalars: see

@@ -289,6 +289,11 @@ def _handle_crash(
             remediation = roll_out.plan({**parent, "status": {**(parent.get("status") or {}), **changes}})
             if remediation is not None:
                 changes = {**changes, **remediation.status}
+                # The phase the roll-out puts the model in, said now: its steps then write nothing.
+                leaves = {**(parent.get("status") or {}), **changes}
+                changes |= _build.build_remediating_status(
+                    leaves, result=decision.result, now=_build.now_iso()
+                )
             # From before the write: reconcile passes over versions without this decision meanwhile.
             _reconcile.expect_roll_out(namespace, name, cid)
             expected = True

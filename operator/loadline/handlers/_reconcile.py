@@ -1031,7 +1031,9 @@ def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str,
         if unschedulable:
             memo["readiness_reason_version"] = version
             message = f"{message}; {unschedulable}"
-    changes = _build.build_readiness_status(status, ready=ready, message=message, now=_build.now_iso())
+    changes = _build.build_readiness_status(
+        status, ready=ready, message=message, now=_build.now_iso(), stuck=bool(unschedulable)
+    )
     if changes:
         patch.status.update(changes)
         if changes.get("phase") == "Ready":
