@@ -9,7 +9,9 @@ would) from ``--injectors`` threads, as fast as they write or spread evenly over
 
 - detect → decided: from the crash being written to the incident and decision appearing in
   `status.remediation` (what the operator commits to before touching the children);
-- detect → rolled: until the Deployment's pod template carries the raised memory limit.
+- detect → rolled: until the Deployment's pod template carries the raised memory limit;
+- detect → Ready again: until the model's phase is Ready after its roll-out (what its users wait for;
+  its model writes are counted until then).
 
 It prints how many crashes were decided and rolled (every crash must be), the CPU each process used
 from the first crash until all were handled (``/proc``, by command name), and what the crashes cost the
@@ -142,8 +144,11 @@ def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
         if name in last and event["type"] == "MODIFIED":
             seen.put(("write", " + ".join(changed_paths(last[name], obj)), now))
         last[name] = obj
-        if ((obj.get("status") or {}).get("remediation") or {}).get("handledCrashes"):
+        status = obj.get("status") or {}
+        if (status.get("remediation") or {}).get("handledCrashes"):
             seen.put(("decided", name, now))
+            if status.get("phase") == "Ready":
+                seen.put(("ready", name, now))
 
 
 def watch_deployments(namespace: str, baseline: dict[str, str], seen: Any) -> None:
@@ -227,6 +232,7 @@ def main() -> int:
     crashed: dict[str, float] = {}  # wall clock: the watches run in processes of their own
     decided: dict[str, float] = {}
     rolled: dict[str, float] = {}
+    ready: dict[str, list[float]] = {}  # when the model was Ready with a crash handled, each time
     model_writes: Counter[str] = Counter()  # from 5 s before the first crash: what each model write changed
     seen: multiprocessing.Queue[tuple[str, str, float]] = multiprocessing.get_context("spawn").Queue()
     watchers: list[multiprocessing.process.BaseProcess] = []
@@ -284,6 +290,24 @@ def main() -> int:
             crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.time()
             core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
 
+        def note(what: str, key: str, when: float) -> None:
+            if what == "decided":
+                decided.setdefault(key, when)
+            elif what == "rolled":
+                rolled.setdefault(key, when)
+            elif what == "ready":
+                ready.setdefault(key, []).append(when)
+            else:
+                model_writes[key] += 1
+
+        def back_ready() -> dict[str, float]:
+            """When each rolled model was first Ready after its roll-out."""
+            return {
+                name: min(after)
+                for name, when in rolled.items()
+                if (after := [t for t in ready.get(name, []) if t >= when])
+            }
+
         cpu_before = cpu_seconds()
         start, wall_start = time.monotonic(), time.time()
         with ThreadPoolExecutor(args.injectors) as pool:
@@ -296,18 +320,19 @@ def main() -> int:
                 what, key, when = seen.get(timeout=0.5)
             except queue.Empty:
                 continue
-            if what == "decided":
-                decided.setdefault(key, when)
-            elif what == "rolled":
-                rolled.setdefault(key, when)
-            else:
-                model_writes[key] += 1
-        for watcher in watchers:
-            watcher.terminate()
+            note(what, key, when)
         cpu = cpu_used(cpu_before, cpu_seconds())
         own = own_requests(metrics_url) - own_before
         waits = lane_waits(metrics_url) - waits_before
         writes = apiserver_writes() - writes_before
+        # Then until every remediated model is Ready again (its model writes counted to the end).
+        while not args.direct and time.monotonic() < deadline and len(back_ready()) < len(rolled):
+            try:
+                note(*seen.get(timeout=0.5))
+            except queue.Empty:
+                continue
+        for watcher in watchers:
+            watcher.terminate()
         paced = f", spread over {args.over:g} s" if args.over else ", as fast as they write"
         print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads{paced})")
         if args.direct:
@@ -328,6 +353,15 @@ def main() -> int:
                 [rolled[n] - crashed[n] for n in rolled],
             )
         )
+        if not args.direct:
+            again = back_ready()
+            print(
+                summary(
+                    f"detect → Ready again after the roll-out ({len(again)} of {len(rolled)} within 120 s "
+                    "of the last crash)",
+                    [again[n] - crashed[n] for n in again],
+                )
+            )
         print(f"CPU from the first crash until all were handled, by process: {cpu}")
         crashes = max(1, len(crashed))
         print(
@@ -343,7 +377,10 @@ def main() -> int:
         )
         print(f"loadline's own requests per crash: {per_crash(own, crashes)}")
         print(f"API server writes per crash (everyone's, by resource): {per_crash(writes, crashes)}")
-        print(f"InferenceModel writes per crash (by what changed): {per_crash(model_writes, crashes)}")
+        print(
+            "InferenceModel writes per crash (by what changed, until Ready again): "
+            f"{per_crash(model_writes, crashes)}"
+        )
         events = events_since(core, namespace, wall_start)
         print(f"Events per crash (by who, reason): {per_crash(events, crashes)}")
     finally:
