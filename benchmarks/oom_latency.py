@@ -137,6 +137,7 @@ def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
     """In a process of its own (the injecting threads of the main one would hold up its reads): when
     each model's decision first shows in its status, and what each write to a model changed."""
     last: dict[str, dict[str, Any]] = {}
+    deploying: set[str] = set()  # decided, and Deploying since (the roll-out of the fix)
     group = ("loadline.dev", "v1alpha1", namespace, "inferencemodels")
     for event in watch_events("list_namespaced_custom_object", *group):
         obj, now = event["object"], time.time()
@@ -147,7 +148,10 @@ def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
         status = obj.get("status") or {}
         if (status.get("remediation") or {}).get("handledCrashes"):
             seen.put(("decided", name, now))
-            if status.get("phase") == "Ready":
+            if status.get("phase") == "Deploying":
+                deploying.add(name)
+            elif status.get("phase") == "Ready" and name in deploying:
+                deploying.discard(name)
                 seen.put(("ready", name, now))
 
 
@@ -232,7 +236,7 @@ def main() -> int:
     crashed: dict[str, float] = {}  # wall clock: the watches run in processes of their own
     decided: dict[str, float] = {}
     rolled: dict[str, float] = {}
-    ready: dict[str, list[float]] = {}  # when the model was Ready with a crash handled, each time
+    ready: dict[str, float] = {}  # when the model was first Ready again after Deploying its fix
     model_writes: Counter[str] = Counter()  # from 5 s before the first crash: what each model write changed
     seen: multiprocessing.Queue[tuple[str, str, float]] = multiprocessing.get_context("spawn").Queue()
     watchers: list[multiprocessing.process.BaseProcess] = []
@@ -296,17 +300,9 @@ def main() -> int:
             elif what == "rolled":
                 rolled.setdefault(key, when)
             elif what == "ready":
-                ready.setdefault(key, []).append(when)
+                ready.setdefault(key, when)
             else:
                 model_writes[key] += 1
-
-        def back_ready() -> dict[str, float]:
-            """When each rolled model was first Ready after its roll-out."""
-            return {
-                name: min(after)
-                for name, when in rolled.items()
-                if (after := [t for t in ready.get(name, []) if t >= when])
-            }
 
         cpu_before = cpu_seconds()
         start, wall_start = time.monotonic(), time.time()
@@ -326,7 +322,7 @@ def main() -> int:
         waits = lane_waits(metrics_url) - waits_before
         writes = apiserver_writes() - writes_before
         # Then until every remediated model is Ready again (its model writes counted to the end).
-        while not args.direct and time.monotonic() < deadline and len(back_ready()) < len(rolled):
+        while not args.direct and time.monotonic() < deadline and len(ready) < len(rolled):
             try:
                 note(*seen.get(timeout=0.5))
             except queue.Empty:
@@ -354,14 +350,21 @@ def main() -> int:
             )
         )
         if not args.direct:
-            again = back_ready()
             print(
                 summary(
-                    f"detect → Ready again after the roll-out ({len(again)} of {len(rolled)} within 120 s "
+                    f"detect → Ready again after the roll-out ({len(ready)} of {len(rolled)} within 120 s "
                     "of the last crash)",
-                    [again[n] - crashed[n] for n in again],
+                    [ready[n] - crashed[n] for n in ready],
                 )
             )
+            phases = Counter(
+                (model.get("status") or {}).get("phase")
+                for model in custom.list_namespaced_custom_object(
+                    "loadline.dev", "v1alpha1", namespace, "inferencemodels"
+                )["items"]
+            )
+            said = ", ".join(f"{phase} {n}" for phase, n in phases.items())
+            print(f"phases at the end (from the API server): {said}")
         print(f"CPU from the first crash until all were handled, by process: {cpu}")
         crashes = max(1, len(crashed))
         print(

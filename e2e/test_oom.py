@@ -18,7 +18,7 @@ import pytest
 
 from chart import ChartOperator
 from crash import crash_container, crashed_status, termination_for
-from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
+from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, kubectl_binary, wait_for
 from operator_helpers import example, pods_of, wait_phase
 from test_prometheus import HISTORY, STEP, Pod, llama_0, openmetrics
 
@@ -91,6 +91,33 @@ def age_readiness(kubectl: Kubectl, namespace: str, hours: float, name: str = "c
             "-p", json.dumps(patch))  # fmt: skip
 
 
+class ModelWrites:
+    """Every write of the model ``chat`` from now on, as ``kubectl get -w`` shows it (a watch delivers
+    each version: none is coalesced away), as (phase, the Ready condition's reason, crashes handled)."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str) -> None:
+        binary = kubectl.binary or kubectl_binary()
+        self._proc = subprocess.Popen(
+            [str(binary), "--kubeconfig", str(kubectl.kubeconfig), "get", "inferencemodel", "chat",
+             "-n", namespace, "-w", "--watch-only", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+        time.sleep(1)  # watching before the crash is written
+
+    def stop(self) -> list[tuple[str, str, int]]:
+        self._proc.terminate()
+        text, _ = self._proc.communicate(timeout=10)
+        decoder, at = json.JSONDecoder(), 0
+        seen: list[tuple[str, str, int]] = []
+        while (at := len(text) - len(text[at:].lstrip())) < len(text):
+            obj, at = decoder.raw_decode(text, at)
+            status = obj.get("status") or {}
+            reason = next((c["reason"] for c in status.get("conditions", []) if c["type"] == "Ready"), "")
+            handled = len((status.get("remediation") or {}).get("handledCrashes") or [])
+            seen.append((status.get("phase", ""), reason, handled))
+        return seen
+
+
 def remediated(kubectl: Kubectl, namespace: str, oom_class: str) -> dict[str, Any]:
     def check() -> dict[str, Any] | None:
         obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
@@ -158,6 +185,7 @@ def test_each_class_is_classified_remediated_and_rolled_out(
         age_container(kubectl, namespace, pod, age_hours)
         if age_hours > 1:
             age_readiness(kubectl, namespace, age_hours - 1)
+    writes = ModelWrites(kubectl, namespace)
     crash_container(kubectl, pod["metadata"]["name"], namespace, kind, message=message)  # type: ignore[arg-type]
     obj = remediated(kubectl, namespace, oom_class)
     incident = obj["status"]["incidents"][-1]
@@ -190,7 +218,18 @@ def test_each_class_is_classified_remediated_and_rolled_out(
     assert "RestartStarted" not in said, said
     final = wait_phase(kubectl, namespace, "chat", "Ready")
     assert final["status"]["observedGeneration"] == final["metadata"]["generation"]
+    seen = writes.stop()
+    decided = [i for i, (_, _, handled) in enumerate(seen) if handled]
+    assert decided, seen
+    if oom_class in ROLLED_BY_THE_WORKLOAD_ALONE:
+        # The decision's own write says the roll-out; its steps write nothing until the model is Ready.
+        after = [(phase, reason) for phase, reason, _ in seen[decided[0] :]]
+        assert after[0] == ("Deploying", "Remediating"), seen
+        assert ("Ready", "Available") in after and ("Deploying", "Progressing") not in after, seen
 
+
+#: Classes whose fix changes the workload alone (no move between layouts, which reconcile applies).
+ROLLED_BY_THE_WORKLOAD_ALONE = {"batch_misconfiguration", "host_memory"}
 
 #: Classes whose crash comes back only intermittently: their fix waits for the model's restart window.
 WAITS_FOR_THE_WINDOW = {"kv_cache_overflow", "fragmentation"}
