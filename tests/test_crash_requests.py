@@ -238,6 +238,7 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
     monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
+    monkeypatch.setattr(_reconcile, "_ROLLED_OUT", {})  # this test's roll-out guard stays its own
     remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
     roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
     _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out)  # type: ignore[arg-type]
@@ -258,3 +259,32 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     assert parent.calls == []
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), LOG, known)
     assert parent.calls == ["patch"] and parent.model["status"]["phase"] == "Ready"
+
+
+def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_the_decision(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The workload becomes available before the index shows the decision (Deploying, Remediating): on
+    the index's older entry (Ready) nothing would change, and the model would stay Deploying. The
+    model is read instead, and written Ready."""
+    conditions = _build.merge_conditions(
+        [],
+        [_build.build_condition(_build.READY, True, "Available", "1/1 replicas available", 1)],
+        _build.now_iso(),
+    )
+    parent = FakeParent({"phase": "Ready", "observedGeneration": 1, "conditions": conditions})
+    for name in ("get", "patch_status", "patch_status_tested"):
+        monkeypatch.setattr(_kube, name, getattr(parent, name))
+    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
+    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
+    monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
+    monkeypatch.setattr(_reconcile, "_ROLLED_OUT", {})  # this test's roll-out guard stays its own
+    stale = _index.model_entry(parent.model)  # the index, before the decision
+    remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
+    roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], stale, roll_out)  # type: ignore[arg-type]
+    assert parent.model["status"]["phase"] == "Deploying"
+    parent.calls.clear()
+    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), LOG, stale)
+    assert parent.calls == ["get", "patch"] and parent.model["status"]["phase"] == "Ready"

@@ -891,6 +891,11 @@ def on_workload_event(
     if not owners:
         return
     ready, message = _build.readiness_from_workload(dict(body))
+    if known is not None and predates_roll_out(known):
+        # The index has not seen this process's own decision yet (it said Deploying, Remediating):
+        # judged on that older entry, the roll-out's end would look like no change, and the model
+        # would stay Deploying until the readiness timer's next look, up to a minute later.
+        known = None
     for attempt in range(_kube.CONFLICT_RETRIES):
         parent = (
             dict(known)
