@@ -219,13 +219,10 @@ def test_with_nothing_to_test_against_the_decision_is_guarded_by_the_resource_ve
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)
 
 
-def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_writes_only_ready(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The decision's one write says the model is Deploying because its remediation rolls out (the
-    Ready condition's reason Remediating, naming the fix); the workload's steps meanwhile cost no
-    request, and its availability is one write, back to Ready. Before, the phase going Deploying was
-    a write of its own, and the roll-out's progress more: half of a crash's writes of the model."""
+@pytest.fixture
+def ready_parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
+    """A Ready model (its Ready condition Available) on the stand-in API server; Events and log reads
+    not recorded, and a roll-out guard of the test's own."""
     conditions = _build.merge_conditions(
         [],
         [_build.build_condition(_build.READY, True, "Available", "1/1 replicas available", 1)],
@@ -238,10 +235,26 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
     monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
-    monkeypatch.setattr(_reconcile, "_ROLLED_OUT", {})  # this test's roll-out guard stays its own
+    monkeypatch.setattr(_reconcile, "_ROLLED_OUT", {})
+    return parent
+
+
+def crash_rolled_now(parent: FakeParent, known: dict[str, Any]) -> None:
+    """A crash whose fix is the workload alone, decided on ``known`` (the index's entry)."""
     remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
     roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out)  # type: ignore[arg-type]
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
+
+
+def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_writes_only_ready(
+    ready_parent: FakeParent,
+) -> None:
+    """The decision's one write says the model is Deploying because its remediation rolls out (the
+    Ready condition's reason Remediating, naming the fix); the workload's steps meanwhile cost no
+    request, and its availability is one write, back to Ready. Before, the phase going Deploying was
+    a write of its own, and the roll-out's progress more: half of a crash's writes of the model."""
+    parent = ready_parent
+    crash_rolled_now(parent, _index.model_entry(parent.model))
     assert parent.calls == ["patch"] and decided(parent)
     status = parent.model["status"]
     assert status["phase"] == "Deploying"
@@ -262,28 +275,14 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
 
 
 def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_the_decision(
-    monkeypatch: pytest.MonkeyPatch,
+    ready_parent: FakeParent,
 ) -> None:
     """The workload becomes available before the index shows the decision (Deploying, Remediating): on
     the index's older entry (Ready) nothing would change, and the model would stay Deploying. The
     model is read instead, and written Ready."""
-    conditions = _build.merge_conditions(
-        [],
-        [_build.build_condition(_build.READY, True, "Available", "1/1 replicas available", 1)],
-        _build.now_iso(),
-    )
-    parent = FakeParent({"phase": "Ready", "observedGeneration": 1, "conditions": conditions})
-    for name in ("get", "patch_status", "patch_status_tested"):
-        monkeypatch.setattr(_kube, name, getattr(parent, name))
-    monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
-    monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
-    monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
-    monkeypatch.setattr(_reconcile, "_ROLLED_OUT", {})  # this test's roll-out guard stays its own
+    parent = ready_parent
     stale = _index.model_entry(parent.model)  # the index, before the decision
-    remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
-    roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], stale, roll_out)  # type: ignore[arg-type]
+    crash_rolled_now(parent, stale)
     assert parent.model["status"]["phase"] == "Deploying"
     parent.calls.clear()
     _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), LOG, stale)
