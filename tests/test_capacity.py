@@ -463,3 +463,49 @@ def test_reserving_by_bisection_places_every_pod_where_resorting_did_and_leaves_
         assert reserve_sorted(free, held) == placed_one_sort_per_pod(free, held)
         assert free == before
         assert reserve(free, held) == placed_one_sort_per_pod(free, held)
+
+
+# --- what fills a model's reservation: its live pods bound on nodes of the planned GPU type ---
+
+
+def model_pod(node_name: str, model: str, *, terminating: bool = False) -> dict[str, Any]:
+    """A one-GPU pod of ``model`` bound to ``node_name``, as the pod index keeps it."""
+    meta: dict[str, Any] = {"namespace": "ns", "labels": {"loadline.dev/inferencemodel": model}}
+    if terminating:
+        meta["deletionTimestamp"] = "2026-11-28T08:00:00Z"
+    return pod(node_name, 1) | {"metadata": meta}
+
+
+def test_a_terminating_pod_keeps_its_gpu_and_its_replacement_still_holds_one() -> None:
+    """A crash's roll-out (maxSurge 0) deletes model a's pod, then creates its replacement. While the
+    old pod terminates it still holds its GPU, and the replacement, not bound yet, needs one: both are
+    taken for model b's plan. Counted as filling a's reservation, the terminating pod let b's plan take
+    the replacement's GPU, and one of the two stayed Pending (issue 41's over-commit)."""
+    nodes = [node("l4-a", "NVIDIA-L4", 1), node("l4-b", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]
+    _reconcile._PLANNED["ns/a"] = Reservation("L4", 1, 1)
+    terminating = [model_pod("l4-a", "a", terminating=True)]
+    assert gpus(_reconcile._free_gpus("b", "ns", (nodes, terminating))) == {"L4": [0, 0], "L40S": [1]}
+    # Once the replacement is bound, the reservation is filled and nothing is counted twice.
+    replaced = [model_pod("l4-b", "a")]
+    assert gpus(_reconcile._free_gpus("b", "ns", (nodes, replaced))) == {"L4": [1, 0], "L40S": [1]}
+
+
+def test_pods_on_the_old_gpu_type_fill_nothing_of_a_model_replanned_onto_another() -> None:
+    """Model a ran on an L4 and was re-planned onto an L40S (a remediation's fallback): its L4 pod is
+    still bound until the roll-out replaces it, and holds the L4; the L40S its new pod will take is
+    not free for model b meanwhile."""
+    nodes = [node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]
+    _reconcile._PLANNED["ns/a"] = Reservation("L40S", 1, 1)
+    old = [model_pod("l4-a", "a")]
+    assert gpus(_reconcile._free_gpus("b", "ns", (nodes, old))) == {"L4": [0], "L40S": [0]}
+
+
+def test_the_pod_index_keeps_whether_a_pod_is_terminating() -> None:
+    """The capacity view reads the index's trimmed pods: the deletion mark must survive the trim."""
+    from loadline.handlers import _index
+
+    body = model_pod("l4-a", "a", terminating=True)
+    body["spec"]["containers"] = [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]
+    kept = _index.pod_entry(body)["l4-a"]
+    assert kept["metadata"]["deletionTimestamp"] == "2026-11-28T08:00:00Z"
+    assert "deletionTimestamp" not in _index.pod_entry(model_pod("l4-a", "a"))["l4-a"]["metadata"]

@@ -75,12 +75,15 @@ def pod_entry(body: Mapping[str, Any]) -> dict[str, Any]:
         return {}
     meta = body.get("metadata") or {}
     label = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    kept: dict[str, Any] = {
+        "namespace": meta.get("namespace"),
+        "labels": {INSTANCE_LABEL: label} if label else {},
+    }
+    if meta.get("deletionTimestamp"):  # still holds its GPUs, but fills no reservation (capacity)
+        kept["deletionTimestamp"] = meta["deletionTimestamp"]
     return {
         node: {
-            "metadata": {
-                "namespace": meta.get("namespace"),
-                "labels": {INSTANCE_LABEL: label} if label else {},
-            },
+            "metadata": kept,
             "spec": {"nodeName": node, "containers": limits},
             "status": {"phase": phase},
         }

@@ -192,14 +192,15 @@ def note_demand(body: Mapping[str, Any], deleted: bool = False) -> None:
 class _Capacity:
     """What every plan reads of one snapshot of the cluster (:func:`_index.view`), worked out once for
     it: the node shapes, the Ready GPU nodes by name, the GPUs held per node by every bound pod, the
-    free GPUs (rooms) per type that leaves, the pods bound per model (``namespace/model``), and per
-    model with pods in it (``(namespace, model)``) the GPUs its pods hold per node."""
+    free GPUs (rooms) per type that leaves, the pods that fill each model's reservation per
+    ``(namespace/model, GPU type)`` (:func:`_fills_reservation`), and per model with pods in it
+    (``(namespace, model)``) the GPUs its pods hold per node."""
 
     shapes: ClusterShapes | None
     nodes: dict[str, GPUNode]
     used: dict[str, int]
     free: dict[str, list[NodeRoom]]
-    bound: Counter[str]
+    bound: Counter[tuple[str, str]]
     own: dict[tuple[str, str], dict[str, int]]
 
 
@@ -250,22 +251,24 @@ def _capacity(view: ClusterView) -> _Capacity:
             _CAPACITY.insert(0, known)
             return known[1]
     nodes, pods = view
-    bound: Counter[str] = Counter()
+    ready, shapes = _read_nodes(nodes)
+    bound: Counter[tuple[str, str]] = Counter()
     used: dict[str, int] = {}
     own: dict[tuple[str, str], dict[str, int]] = {}
     for pod in pods:
         meta = pod.get("metadata") or {}
         model = (meta.get("labels") or {}).get(INSTANCE_LABEL)
         held = pod_gpus(pod)
-        if held is not None:
-            node, gpus = held
-            used[node] = used.get(node, 0) + gpus
-            if model:
-                mine = own.setdefault((str(meta.get("namespace")), str(model)), {})
-                mine[node] = mine.get(node, 0) + gpus
-        if (pod.get("spec") or {}).get("nodeName"):
-            bound[f"{meta.get('namespace')}/{model}"] += 1
-    ready, shapes = _read_nodes(nodes)
+        if held is None:
+            continue
+        node, gpus = held
+        used[node] = used.get(node, 0) + gpus
+        if model:
+            mine = own.setdefault((str(meta.get("namespace")), str(model)), {})
+            mine[node] = mine.get(node, 0) + gpus
+        filled = _fills_reservation(meta, ready.get(node))
+        if filled is not None:
+            bound[(f"{meta.get('namespace')}/{model}", filled)] += 1
     capacity = _Capacity(shapes, ready, used, free_rooms(ready.values(), used), bound, own)
     with _CAPACITY_LOCK:
         _CAPACITY[:] = [(view, capacity), *_CAPACITY[: _CAPACITIES_KEPT - 1]]
@@ -280,14 +283,29 @@ def forget_capacity() -> None:
         _NODES_READ = {}
 
 
-def _unbound(bound: Counter[str], leave_out: str) -> list[Reservation]:
+def _fills_reservation(meta: Mapping[str, Any], node: GPUNode | None) -> str | None:
+    """The GPU type whose reservation a bound pod fills, or None when it fills none.
+
+    A terminating pod fills none: its GPUs stay in ``used`` until it is gone (the scheduler counts them
+    until then too), and the pod that replaces it is not bound yet, so its model's reservation must still
+    hold a GPU for that pod (counted as filled, the replacement's GPU looked free to every other plan:
+    with ``maxSurge: 0`` every roll-out of a crash's remediation has such a pod). A pod on a node that is
+    not a Ready GPU node of a catalog type fills none either: it is no place the plan can count on."""
+    if meta.get("deletionTimestamp") or node is None:
+        return None
+    return node.gpu
+
+
+def _unbound(bound: Counter[tuple[str, str]], leave_out: str) -> list[Reservation]:
     """The reservations of the other models' pods that the scheduler has not bound yet (``bound``: the
-    pods bound per model): those of the loadline Deployments seen (every shard's) and of the plans this
-    process applied (a LeaderWorkerSet's, and a Deployment's until its first watch event comes)."""
+    pods that fill each model's reservation, per GPU type: a model re-planned onto another type still
+    has pods bound on the old one, and those fill nothing of the new plan): those of the loadline
+    Deployments seen (every shard's) and of the plans this process applied (a LeaderWorkerSet's, and a
+    Deployment's until its first watch event comes)."""
     with _PLANNED_LOCK:
         planned = list({**_PLANNED, **_DEMANDS}.items())
-    return [held._replace(pods=held.pods - bound[key]) for key, held in planned
-            if key != leave_out and held.pods > bound[key]]  # fmt: skip
+    return [held._replace(pods=held.pods - bound[key, held.gpu]) for key, held in planned
+            if key != leave_out and held.pods > bound[key, held.gpu]]  # fmt: skip
 
 
 def _free_gpus(name: str, namespace: str, view: ClusterView) -> dict[str, list[NodeRoom]]:
