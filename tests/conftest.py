@@ -59,6 +59,7 @@ def _fresh_operator_memory() -> Iterator[None]:
     with _reconcile._PLANNED_LOCK:
         _reconcile._PLANNED.clear()
         _reconcile._DEMANDS.clear()
+        _reconcile._HELD.clear()
     with _reconcile._ROLLED_OUT_LOCK:
         _reconcile._ROLLED_OUT.clear()
         _reconcile._MODEL_LOCKS.clear()

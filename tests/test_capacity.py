@@ -509,3 +509,26 @@ def test_the_pod_index_keeps_whether_a_pod_is_terminating() -> None:
     kept = _index.pod_entry(body)["l4-a"]
     assert kept["metadata"]["deletionTimestamp"] == "2026-11-28T08:00:00Z"
     assert "deletionTimestamp" not in _index.pod_entry(model_pod("l4-a", "a"))["l4-a"]["metadata"]
+
+
+def test_two_plans_made_before_either_is_applied_never_count_the_same_free_gpu() -> None:
+    """Reconciles run in several threads: model a's plan takes the last free L4, and model b is planned
+    while a's children are still being applied. b must see the L4 taken. Before, a plan's GPUs were
+    recorded only after its apply, so b was planned onto the same L4 and stayed Deploying, "cannot be
+    scheduled ... Insufficient nvidia.com/gpu" (issue 41: one model over a 240-GPU fleet's capacity)."""
+    from loadline.handlers._settings import OperatorSettings
+
+    settings = OperatorSettings(hf_fetch=False, capacity_aware=True)
+    view = ([node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)], [])
+    gpu_types = {"gpu": {"types": ["L4", "L40S"]}, "maxModelLen": 4096, "concurrency": 1}
+    a = inference_model(**gpu_types) | {"metadata": {"name": "a", "namespace": "ns", "uid": "ua"}}
+    b = inference_model(**gpu_types) | {"metadata": {"name": "b", "namespace": "ns", "uid": "ub"}}
+    _, plan_a, _ = _reconcile._plan_and_render(a, settings, view)
+    _, plan_b, _ = _reconcile._plan_and_render(b, settings, view)  # a not applied yet
+    assert (plan_a.chosen.gpu.name, plan_b.chosen.gpu.name) == ("L4", "L40S")
+    # A plan that is never applied lets its GPUs go after the hold, not for good.
+    held, _until = _reconcile._HELD["ns/a"]
+    _reconcile._HELD["ns/a"] = (held, 0.0)
+    _reconcile._HELD.pop("ns/b")
+    _, again, _ = _reconcile._plan_and_render(b, settings, view)
+    assert again.chosen.gpu.name == "L4"

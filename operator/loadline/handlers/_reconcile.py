@@ -149,11 +149,7 @@ _PLANNED_LOCK = threading.Lock()
 
 def note_planned(namespace: str, name: str, plan: Plan, replicas: int) -> None:
     """Record the pods a model's children ask for (after they were applied)."""
-    chosen = plan.chosen
-    nodes = max(chosen.nodes, 1)
-    pod = chosen.pod
-    memory, cpu = (float(pod.memory_gib), float(pod.cpu)) if pod is not None else (0.0, 0.0)
-    reservation = Reservation(chosen.gpu.name, chosen.gpus // nodes, nodes * max(replicas, 1), memory, cpu)
+    reservation = _reservation(plan, replicas)
     with _PLANNED_LOCK:
         _PLANNED[f"{namespace}/{name}"] = reservation
 
@@ -163,6 +159,38 @@ def forget_planned(namespace: str, name: str) -> None:
     with _PLANNED_LOCK:
         _PLANNED.pop(f"{namespace}/{name}", None)
         _DEMANDS.pop(f"{namespace}/{name}", None)
+        _HELD.pop(f"{namespace}/{name}", None)
+
+
+#: How long a plan holds its GPUs in the other models' capacity views before anything else shows them:
+#: its apply (a few requests) and the Deployment's watch event normally come within seconds; a plan
+#: that is never applied (refused by the API server, or a remediation left to reconcile) lets them go
+#: after this.
+HOLD_SECONDS = 30.0
+#: Plans made in this process, newest per model: ``namespace/model`` → (its :class:`Reservation`,
+#: until when on the monotonic clock). Taken over the applied plans and the Deployments seen: it is
+#: the newest word on what the model's pods will ask for.
+_HELD: dict[str, tuple[Reservation, float]] = {}
+#: Held from a plan's read of the free GPUs to its hold (:func:`_plan_and_render`): two plans of this
+#: process never count the same free GPU. Planning is CPU-bound Python (the GIL runs one at a time
+#: anyway), so the lock costs the burst nothing; before it, the GPUs a plan took were recorded only
+#: after its children were applied, and every plan made meanwhile saw them free.
+_PLANNING_LOCK = threading.Lock()
+
+
+def _reservation(plan: Plan, replicas: int) -> Reservation:
+    """What a plan's pods ask the scheduler for."""
+    chosen = plan.chosen
+    nodes = max(chosen.nodes, 1)
+    pod = chosen.pod
+    memory, cpu = (float(pod.memory_gib), float(pod.cpu)) if pod is not None else (0.0, 0.0)
+    return Reservation(chosen.gpu.name, chosen.gpus // nodes, nodes * max(replicas, 1), memory, cpu)
+
+
+def _hold(namespace: str, name: str, plan: Plan, replicas: int) -> None:
+    """Hold a plan's GPUs from the moment it is made (see :data:`_HELD`)."""
+    with _PLANNED_LOCK:
+        _HELD[f"{namespace}/{name}"] = (_reservation(plan, replicas), time.monotonic() + HOLD_SECONDS)
 
 
 #: What each loadline Deployment of the cluster asks the scheduler for, from its watch events
@@ -302,8 +330,11 @@ def _unbound(bound: Counter[tuple[str, str]], leave_out: str) -> list[Reservatio
     has pods bound on the old one, and those fill nothing of the new plan): those of the loadline
     Deployments seen (every shard's) and of the plans this process applied (a LeaderWorkerSet's, and a
     Deployment's until its first watch event comes)."""
+    now = time.monotonic()
     with _PLANNED_LOCK:
-        planned = list({**_PLANNED, **_DEMANDS}.items())
+        for key in [key for key, (_, until) in _HELD.items() if until <= now]:
+            del _HELD[key]
+        planned = list({**_PLANNED, **_DEMANDS, **{key: held for key, (held, _) in _HELD.items()}}.items())
     return [held._replace(pods=held.pods - bound[key, held.gpu]) for key, held in planned
             if key != leave_out and held.pods > bound[key, held.gpu]]  # fmt: skip
 
@@ -482,13 +513,17 @@ def _plan_and_render(
     inputs = model_inputs(body, settings)
     state = inputs.state
     cluster = _cluster_view(view, pods=settings.capacity_aware)
-    free = _free_gpus(meta["name"], meta["namespace"], cluster) if settings.capacity_aware else None
-    plan = inputs.plan(
-        free_gpus=free,
-        cluster_shapes=_capacity(cluster).shapes,
-        min_gpus=state.overrides.min_gpus_per_replica or 1,
-        min_gpu_memory_gib=state.overrides.min_gpu_memory_gi_b or 0.0,
-    )
+    options: dict[str, Any] = {
+        "cluster_shapes": _capacity(cluster).shapes,
+        "min_gpus": state.overrides.min_gpus_per_replica or 1,
+        "min_gpu_memory_gib": state.overrides.min_gpu_memory_gi_b or 0.0,
+    }
+    if not settings.capacity_aware:
+        plan = inputs.plan(free_gpus=None, **options)
+    else:
+        with _PLANNING_LOCK:  # the free GPUs read and the ones this plan takes held, in one step
+            plan = inputs.plan(free_gpus=_free_gpus(meta["name"], meta["namespace"], cluster), **options)
+            _hold(meta["namespace"], meta["name"], plan, inputs.obj.spec.replicas)
     return inputs, plan, render_manifests(inputs.obj, plan)
 
 
