@@ -791,11 +791,12 @@ def _row_bounds(
 ) -> tuple[Bound, ...]:
     """Per layout, a bound below the sort key it has if feasible: its pods take shapes among the
     allowed ones with at least their GPUs (and an RDMA fabric across nodes), one instance per pod
-    (:func:`choose_shape`), and are charged at least their GPU share of it (:func:`~loadline.sizing._shapes.node_charge`), so its
-    price is at least the least GPU share of those times its nodes, and it is unpriced only if all of
-    those are; less a margin for the rounding of the price. A pod's host memory
-    and CPU only narrow the shapes further. Along a type's layouts (more GPUs per pod, more nodes) the
-    bound never falls. Memoised per type, layouts and allowed shapes."""
+    (:func:`choose_shape`), and are charged at least their GPU share of it
+    (:func:`~loadline.sizing._shapes.node_charge`), so its price is at least the least GPU share of
+    those times its nodes, and it is unpriced only if all of those are; less a margin for the rounding
+    of the price. A pod's host memory and CPU only narrow the shapes further. Along a type's layouts
+    (more GPUs per pod, more nodes) the bound never falls. Memoised per type, layouts and allowed
+    shapes."""
     key = (gpu.name, layouts, inputs.providers, inputs.cluster, catalog_file)
     return _ROW_BOUNDS.get(key, gpu, lambda: _new_row_bounds(gpu, layouts, inputs))
 
