@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from loadline.api import parse_inference_model
+from loadline.api import PlanSummary, parse_inference_model
 from loadline.render import render_manifests
 from loadline.sizing import Plan, find_gpu, node_shapes, plan_inference_model
 from loadline.sizing._data import GPU_CATALOG_ENV, gpu_catalog
@@ -126,6 +126,10 @@ def test_a_one_gpu_model_on_an_eight_gpu_instance_pays_an_eighth_of_it() -> None
     assert result.summary()["pricePerHour"] == 6.88  # not the whole node's $55.04/h
     assert result.summary()["priceBasis"] == "$6.88/h: 1/8 of p5.48xlarge's $55.04/h (GPU share)"
     assert shape["chargedShare"] == 0.125 and shape["wholeNode"] is False
+    # status.plan carries the same (the operator writes it through the API model).
+    status = PlanSummary.model_validate(result.summary())
+    assert status.price_basis.startswith("$6.88/h: 1/8 of p5.48xlarge")
+    assert status.node_shape is not None and status.node_shape.whole_node is False
 
 
 def test_dedicated_nodes_pay_the_whole_node_and_say_so() -> None:
@@ -277,6 +281,7 @@ def test_plan_text_names_the_shape_and_the_tuning(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "node shape: 1 × g2-standard-8 (gcp" in out and "pod asks 22 GiB, 3 CPU" in out
     assert "tuning: vLLM's defaults serve concurrency 4" in out
+    assert "  price per replica: $0.85/h: whole node, g2-standard-8's $0.85/h" in out
 
 
 def _l4_row(name: str, price: float, memory: str = "64Gi", **extra: Any) -> dict[str, Any]:
