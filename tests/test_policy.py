@@ -578,6 +578,29 @@ def test_max_price_per_hour_counts_every_replica() -> None:
     assert one.field == "spec.gpu.types" and "quantize" in one.fix
 
 
+def test_max_price_per_hour_is_judged_on_the_pods_share_of_its_node() -> None:
+    # A TP 4 70B model uses half of a p5.48xlarge: $27.52/h of the node's $55.04/h fits a $50/h budget;
+    # with dedicated nodes it pays the whole node and does not.
+    llama_70b = {
+        "model": {"name": "meta-llama/Llama-3.3-70B-Instruct"},
+        "maxModelLen": 16384,
+        "concurrency": 16,
+        "gpu": {"types": ["H100-80GB"], "providers": ["aws"]},
+    }
+    eff = combine([policy("budget", limits={"maxPricePerHour": 50})])
+    shared = parse_spec(llama_70b)
+    assert plan_inference_model(shared).chosen.tensor_parallel_size == 4
+    assert evaluate(shared, eff) == []
+    [two] = evaluate(parse_spec({**llama_70b, "replicas": 2}), eff)
+    assert two.field == "spec.replicas" and "= $55.04/h exceeds maxPricePerHour 50" in two.problem
+    assert "per replica $27.52/h: 1/2 of p5.48xlarge's $55.04/h (GPU share)" in two.problem
+    assert two.fix == "set spec.replicas to 1 or fewer"
+    dedicated = parse_spec({**llama_70b, "gpu": {**llama_70b["gpu"], "dedicatedNodes": True}})
+    [whole] = evaluate(dedicated, eff)
+    assert whole.field == "spec.gpu.types" and "$55.04/h: whole node" in whole.problem
+    assert "unset spec.gpu.dedicatedNodes" in whole.fix
+
+
 def test_max_model_len_written_or_taken_from_the_model() -> None:
     eff = combine([policy("ctx", limits={"maxModelLen": 16384})])
     [written] = evaluate(spec(maxModelLen=32768), eff)

@@ -1,9 +1,11 @@
-"""Node shapes: a plan names an instance type its pod fits, and its price is that of whole instances."""
+"""Node shapes: a plan names an instance type its pod fits, and its price is the pod's share of it (or the
+whole instance when the pod leaves no room for another GPU pod, or the spec asks for dedicated nodes)."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import math
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,11 +13,19 @@ from typing import Any
 
 import pytest
 
-from loadline.api import parse_inference_model
+from loadline.api import PlanSummary, parse_inference_model
 from loadline.render import render_manifests
 from loadline.sizing import Plan, find_gpu, node_shapes, plan_inference_model
 from loadline.sizing._data import GPU_CATALOG_ENV, gpu_catalog
-from loadline.sizing._shapes import ClusterShapes, PodRequest, choose_shape, reserve
+from loadline.sizing._shapes import (
+    ClusterShapes,
+    PodRequest,
+    charge_text,
+    choose_shape,
+    node_charge,
+    reserve,
+    smallest_gpu_pod,
+)
 from tests.conftest import inference_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -83,22 +93,105 @@ def test_the_rendered_pod_asks_what_the_plan_checked_against_the_shape() -> None
     assert shape["allocatableMemoryGiB"] >= shape["podMemoryGiB"]
 
 
-def test_two_l4_on_aws_price_the_whole_four_gpu_instance_and_say_two_stay_idle() -> None:
+def test_two_l4_on_aws_pay_half_the_four_gpu_instance_and_leave_two_gpus_to_other_pods() -> None:
     result = plan(
         maxModelLen=8192, concurrency=8, gpu={"types": ["L4"], "providers": ["aws"], "maxGPUsPerReplica": 2}
     )
     shape = shape_of(result)
     assert result.chosen.gpus == 2 and shape["name"] == "g6.12xlarge" and shape["gpusPerNode"] == 4
-    assert result.chosen.price_per_hour == shape["pricePerHour"] == 4.6016
-    assert "2 of 4 GPUs per instance stay idle" in shape["why"]
+    assert shape["pricePerHour"] == 4.6016 and result.chosen.price_per_hour == pytest.approx(4.6016 / 2)
+    assert shape["chargedShare"] == 0.5 and shape["wholeNode"] is False
+    assert "2 of 4 GPUs per instance left to other pods" in shape["why"]
+    assert result.summary()["priceBasis"] == "$2.30/h: 1/2 of g6.12xlarge's $4.60/h (GPU share)"
 
 
-def test_every_feasible_candidate_is_priced_by_its_instances() -> None:
+def test_every_feasible_candidate_is_priced_by_its_charge_of_its_instances() -> None:
     result = plan(model={"name": "meta-llama/Llama-3.3-70B-Instruct"}, maxModelLen=8192, concurrency=4)
     for c in result.candidates:
-        if c.shape is not None and c.shape.price_per_hour is not None:
-            assert c.price_per_hour == pytest.approx(c.shape.price_per_hour * c.instances)
-            assert c.pod is not None and c.shape.allocatable_memory_gib >= c.pod.memory_gib
+        if c.shape is not None and c.shape.price_per_hour is not None and c.pod is not None:
+            charge = node_charge(c.shape, c.pod)
+            assert c.charge == charge
+            assert c.price_per_hour == pytest.approx(c.shape.price_per_hour * charge.share * c.instances)
+            assert c.shape.allocatable_memory_gib >= c.pod.memory_gib
+
+
+H100_CHAT = {**CHAT, "gpu": {"types": ["H100-80GB"], "providers": ["aws"]}}
+
+
+def test_a_one_gpu_model_on_an_eight_gpu_instance_pays_an_eighth_of_it() -> None:
+    # An 8B model on one H100: the other seven GPUs of the p5.48xlarge serve other pods.
+    result = plan(**H100_CHAT)
+    shape = shape_of(result)
+    assert shape["name"] == "p5.48xlarge" and result.chosen.gpus == 1
+    assert result.summary()["pricePerHour"] == 6.88  # not the whole node's $55.04/h
+    assert result.summary()["priceBasis"] == "$6.88/h: 1/8 of p5.48xlarge's $55.04/h (GPU share)"
+    assert shape["chargedShare"] == 0.125 and shape["wholeNode"] is False
+    # status.plan carries the same (the operator writes it through the API model).
+    status = PlanSummary.model_validate(result.summary())
+    assert status.price_basis.startswith("$6.88/h: 1/8 of p5.48xlarge")
+    assert status.node_shape is not None and status.node_shape.whole_node is False
+
+
+def test_dedicated_nodes_pay_the_whole_node_and_say_so() -> None:
+    result = plan(**{**H100_CHAT, "gpu": {**H100_CHAT["gpu"], "dedicatedNodes": True}})
+    shape = shape_of(result)
+    assert shape["name"] == "p5.48xlarge" and result.summary()["pricePerHour"] == 55.04
+    assert result.summary()["priceBasis"] == (
+        "$55.04/h: whole node, p5.48xlarge's $55.04/h (spec.gpu.dedicatedNodes: the node runs this pod alone)"
+    )
+    assert shape["wholeNode"] is True and shape["chargedShare"] == 1.0
+    assert "7 of 8 GPUs per instance stay idle" in shape["why"]
+
+
+P5 = "p5.48xlarge"  # 8 GPUs, 1999.18 GiB and 190.95 CPU allocatable
+
+
+def p5() -> Any:
+    return next(s for s in node_shapes()["H100-80GB"] if s.name == P5)
+
+
+def test_the_largest_of_gpu_memory_and_cpu_shares_is_charged() -> None:
+    shape = p5()
+    gpu = node_charge(shape, PodRequest(gpus=2, memory_gib=100, cpu=5, shm_gib=4))
+    assert (gpu.share, gpu.basis) == (0.25, "GPU")
+    memory = node_charge(shape, PodRequest(gpus=1, memory_gib=1000, cpu=3, shm_gib=2))
+    assert memory.basis == "host-memory"
+    assert memory.share == pytest.approx(1000 / shape.allocatable_memory_gib)
+    cpu = node_charge(shape, PodRequest(gpus=1, memory_gib=16, cpu=96, shm_gib=2))
+    assert cpu.basis == "CPU" and cpu.share == pytest.approx(96 / shape.allocatable_cpu)
+    text = charge_text(shape, PodRequest(gpus=1, memory_gib=1000, cpu=3, shm_gib=2), 1, memory)
+    assert (
+        text
+        == "$27.53/h: 50.0% of p5.48xlarge's $55.04/h (host-memory share: 1000 of 1999.2 GiB allocatable)"
+    )
+
+
+def test_a_pod_that_leaves_no_room_for_another_gpu_pod_pays_the_whole_node() -> None:
+    shape = p5()
+    least = smallest_gpu_pod()
+    assert (least.gpus, least.memory_gib, least.cpu) == (1, 16, 3)  # pod_request of one GPU, nothing else
+    every_gpu = node_charge(shape, PodRequest(gpus=8, memory_gib=200, cpu=17, shm_gib=16))
+    assert every_gpu.whole and every_gpu.why == "the pod takes all 8 GPUs"
+    # Seven GPUs left, but 10 GiB of allocatable memory: no GPU pod fits beside it.
+    memory = node_charge(shape, PodRequest(gpus=1, memory_gib=1989, cpu=3, shm_gib=2))
+    assert memory.whole and "less than the 16 GiB another GPU pod asks" in memory.why
+    cpu = node_charge(shape, PodRequest(gpus=1, memory_gib=16, cpu=189, shm_gib=2))
+    assert cpu.whole and "less than the 3 another GPU pod asks" in cpu.why
+    # Exactly room for one more: shared.
+    room = shape.allocatable_memory_gib - least.memory_gib
+    assert not node_charge(shape, PodRequest(gpus=1, memory_gib=math.floor(room), cpu=3, shm_gib=2)).whole
+
+
+def test_the_shape_that_charges_least_wins_not_the_cheapest_instance() -> None:
+    # One A100-80GB: an eighth of AWS's p4de.24xlarge ($27.45/h) costs less than GCP's one-GPU
+    # a2-ultragpu-1g ($5.07/h), though that instance is cheaper.
+    a100 = find_gpu("A100-80GB")
+    choice = choose_shape(a100, PodRequest(gpus=1, memory_gib=60, cpu=3, shm_gib=2), 1, 1)
+    assert choice.shape is not None and choice.shape.name == "p4de.24xlarge"
+    assert choice.price_per_hour == pytest.approx(27.44705 / 8)
+    dedicated = choose_shape(a100, PodRequest(gpus=1, memory_gib=60, cpu=3, shm_gib=2), 1, 1, dedicated=True)
+    assert dedicated.shape is not None and dedicated.shape.name == "a2-ultragpu-1g"
+    assert dedicated.price_per_hour == pytest.approx(5.068798)
 
 
 def test_tensor_parallel_above_two_takes_nvlink_shapes_and_says_so() -> None:
@@ -188,6 +281,7 @@ def test_plan_text_names_the_shape_and_the_tuning(capsys: pytest.CaptureFixture[
     out = capsys.readouterr().out
     assert "node shape: 1 × g2-standard-8 (gcp" in out and "pod asks 22 GiB, 3 CPU" in out
     assert "tuning: vLLM's defaults serve concurrency 4" in out
+    assert "  price per replica: $0.85/h: whole node, g2-standard-8's $0.85/h" in out
 
 
 def _l4_row(name: str, price: float, memory: str = "64Gi", **extra: Any) -> dict[str, Any]:

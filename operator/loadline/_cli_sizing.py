@@ -182,6 +182,8 @@ def _plan_table(name: str, plan: Plan) -> str:
         )
         if shape["why"]:
             lines.append(f"    why: {shape['why']}")
+        if s["priceBasis"]:
+            lines.append(f"  price per replica: {s['priceBasis']}")
     if s["tuning"]:
         lines.append("  tuning: " + s["tuning"][0])
         lines.extend(f"    - {note}" for note in s["tuning"][1:])

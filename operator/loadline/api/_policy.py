@@ -235,7 +235,9 @@ class PolicyLimits(_SpecModel):
         default=None,
         gt=0,
         description=(
-            "Most a model may cost per hour, all replicas together, at the GPU catalog's prices (USD)."
+            "Most a model may cost per hour, all replicas together, at the plan's price (USD): each pod's "
+            "share of its node's catalog price, or the whole node when it leaves no room for another GPU "
+            "pod or the model sets spec.gpu.dedicatedNodes."
         ),
     )
     max_model_len: int | None = Field(

@@ -301,6 +301,14 @@ class GPUSelector(_SpecModel):
             "feasible type instead of waiting."
         ),
     )
+    dedicated_nodes: bool = Field(
+        default=False,
+        description=(
+            "Price each pod's node whole, as when no other pod shares it. Default false: a pod is charged "
+            "its share of the node (the largest of its GPU, host-memory and CPU shares), and the whole "
+            "node only when it leaves no room for another GPU pod."
+        ),
+    )
 
 
 class Resources(_SpecModel):
@@ -537,8 +545,20 @@ class NodeShapeSummary(_Model):
     price_as_of: str | None = Field(
         default=None, description="The date the price's source states (null: no dated source)."
     )
-    instances_per_replica: int = Field(
-        description="Instances one replica occupies (whole instances are priced)."
+    instances_per_replica: int = Field(description="Instances one replica occupies (one per pod).")
+    charged_share: float = Field(
+        default=1.0,
+        description=(
+            "Share of one instance's price each pod is charged: the largest of its GPU, host-memory and "
+            "CPU shares, or 1 for the whole node (see wholeNode)."
+        ),
+    )
+    whole_node: bool = Field(
+        default=True,
+        description=(
+            "Whether each pod is charged the whole instance: it leaves no room for another GPU pod, or "
+            "spec.gpu.dedicatedNodes is set."
+        ),
     )
     pod_memory_gi_b: int = Field(alias="podMemoryGiB", description="Host memory each pod requests (GiB).")
     pod_cpu: int = Field(alias="podCPU", description="CPUs each pod requests.")
@@ -574,7 +594,20 @@ class PlanSummary(_Model):
             "format), which online quantization does not shrink; sizes the model cache and start-up probe."
         ),
     )
-    price_per_hour: float = Field(default=0.0, description="Catalog price of one replica per hour (USD).")
+    price_per_hour: float = Field(
+        default=0.0,
+        description=(
+            "What all replicas cost per hour (USD): each pod's share of its node's catalog price, or whole "
+            "nodes (priceBasis says which)."
+        ),
+    )
+    price_basis: str = Field(
+        default="",
+        description=(
+            "How one replica's price was found, e.g. \"$6.88/h: 1/8 of p5.48xlarge's $55.04/h (GPU share)\" "
+            'or "whole node" and why.'
+        ),
+    )
     fallback_from: str = Field(default="", description="Cheaper GPU type that was absent or full, if any.")
     engine_version: str = Field(default="", description="vLLM version planned for.")
     enforce_eager: bool = Field(default=False, description="Whether the plan runs without CUDA graphs.")

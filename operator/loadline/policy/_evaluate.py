@@ -341,20 +341,23 @@ def _plan_checks(
         if total > lim.max_price_per_hour + 1e-9:
             budget = eff.max_price_per_hour.value if eff.max_price_per_hour else lim.max_price_per_hour
             most = math.floor(budget / per_replica + 1e-9) if per_replica > 0 else spec.replicas
+            basis = plan.price_basis
             problem = (
                 f"{spec.replicas} × {plan.chosen.label} at ${per_replica:.2f}/h = ${total:.2f}/h exceeds "
                 f"maxPricePerHour {_fmt(lim.max_price_per_hour)}"
+                + (f"; per replica {basis}" if basis else "")
             )
             if most >= 1:
                 out.append(Violation(name, "spec.replicas", problem, f"set spec.replicas to {most} or fewer"))
             else:
+                shared = " or unset spec.gpu.dedicatedNodes (pay a share of each node)"
                 out.append(
                     Violation(
                         name,
                         "spec.gpu.types",
                         problem,
-                        "make one replica cheaper: quantize, or lower "
-                        "maxModelLen or concurrency so a cheaper GPU fits",
+                        "make one replica cheaper: quantize, or lower maxModelLen or concurrency so a "
+                        "cheaper GPU fits" + (shared if spec.gpu.dedicated_nodes else ""),
                     )
                 )
     return out

@@ -6,8 +6,9 @@ divide the attention heads; what a node cannot hold goes to pipeline stages. A c
 when the engine starts (see :mod:`loadline.sizing._budget`), its KV cache holds ``concurrency``
 sequences of ``maxModelLen`` with settings tuned for it before more GPUs are tried
 (:mod:`loadline.sizing._tune`), and a node shape takes its pod's host memory and CPU
-(:mod:`loadline.sizing._shapes`). The cheapest feasible candidate per replica-hour (whole instances)
-wins (comparing every provider, verified prices first); ties go to fewer GPUs, then fewer nodes.
+(:mod:`loadline.sizing._shapes`). The cheapest feasible candidate per replica-hour (its pods' shares
+of their nodes, or whole nodes: :func:`loadline.sizing._shapes.node_charge`) wins (comparing every
+provider, verified prices first); ties go to fewer GPUs, then fewer nodes.
 When nothing is feasible, the error carries fixes that were re-planned and work (:func:`refusal_fixes`).
 
 The planner decides on figures (:func:`_verdicts`: the budget terms of :mod:`loadline.sizing._budget`,
@@ -44,11 +45,14 @@ from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._records import quick_init
 from loadline.sizing._resolve import ResolvedModel, SpecInputs, resolve_inputs, resolve_model
 from loadline.sizing._shapes import (
+    WHOLE_NODE,
     ClusterShapes,
+    NodeCharge,
     NodeShape,
     PodRequest,
     ShapeChoice,
     allowed_shapes,
+    charge_text,
     choose_shape,
     pod_request,
     verified_prices_first,
@@ -88,6 +92,7 @@ class Candidate:
     shape_note: str = ""  # why that shape: NVLink preference, idle GPUs, cheaper shapes that did not fit
     pod: PodRequest | None = None  # what each pod asks of its node besides GPUs
     tuning: tuple[str, ...] = ()  # the engine settings chosen for this layout, and why
+    charge: NodeCharge = WHOLE_NODE  # what each pod is charged of its instance
 
     @property
     def gpus(self) -> int:
@@ -104,11 +109,12 @@ class Candidate:
 
     @property
     def price_per_hour(self) -> float:
-        """Per replica: the whole instances of its shape (0 when the shape has no price, e.g. on-prem).
+        """Per replica: its pods' charges of their instances (shares or whole: ``charge``; 0 when the
+        shape has no price, e.g. on-prem).
 
         A candidate rejected before a shape was chosen keeps the catalog's per-GPU price, which only
         orders the rejections."""
-        return _price(self.gpu, self.gpus, self.shape, self.instances)
+        return _price(self.gpu, self.gpus, self.shape, self.instances, self.charge.share)
 
     @property
     def label(self) -> str:
@@ -133,6 +139,7 @@ class Candidate:
             self.shape_note,
             self.pod,
             self.tuning,
+            self.charge,
         )
 
     @property
@@ -144,9 +151,9 @@ def _priced(shape: NodeShape | None) -> bool:
     return shape is None or shape.price_per_hour is not None
 
 
-def _price(gpu: GPUType, gpus: int, shape: NodeShape | None, instances: int) -> float:
+def _price(gpu: GPUType, gpus: int, shape: NodeShape | None, instances: int, share: float = 1.0) -> float:
     if shape is not None:
-        return round((shape.price_per_hour or 0.0) * instances, 6)
+        return round((shape.price_per_hour or 0.0) * share * instances, 6)
     return round(gpu.price_per_gpu_hour * gpus, 4)
 
 
@@ -255,12 +262,22 @@ class Plan:
             },
             "downloadGiB": round(self.download.gib, 2),
             "pricePerHour": round(c.price_per_hour * self.replicas, 2),
+            "priceBasis": self.price_basis,
             "fallbackFrom": self.fallback_from,
             "engineVersion": self.inputs.version,
             "enforceEager": s.enforce_eager,
             "tuning": list(c.tuning),
             "nodeShape": self._shape_summary(),
         }
+
+    @property
+    def price_basis(self) -> str:
+        """How one replica's price was found: its pods' share of their node's price (and which share),
+        or the whole node and why (:func:`loadline.sizing._shapes.charge_text`)."""
+        c = self.chosen
+        if c.shape is None or c.pod is None:
+            return ""
+        return charge_text(c.shape, c.pod, c.instances, c.charge)
 
     def _shape_summary(self) -> dict[str, Any] | None:
         c = self.chosen
@@ -283,6 +300,8 @@ class Plan:
             "priceSource": shape.price_source,
             "priceAsOf": shape.price_as_of,
             "instancesPerReplica": c.instances,
+            "chargedShare": round(c.charge.share, 4),
+            "wholeNode": c.charge.whole,
             "podMemoryGiB": c.pod.memory_gib,
             "podCPU": c.pod.cpu,
             "why": c.shape_note,
@@ -468,6 +487,7 @@ def _evaluate_layout(
         choice.note,
         pod,
         notes,
+        choice.charge,
     )
 
 
@@ -497,6 +517,7 @@ def _placements(inputs: SpecInputs, catalog_file: str) -> Placements:
         inputs.memory_gib_override,
         inputs.cpu_override,
         inputs.providers,
+        inputs.dedicated_nodes,
         inputs.cluster,
         catalog_file,
     )
@@ -554,6 +575,7 @@ def _place(
         pp,
         nodes,
         inputs.providers,
+        inputs.dedicated_nodes,
         inputs.cluster,
         catalog_file,
     )
@@ -561,7 +583,7 @@ def _place(
 
 
 def _new_placed(inputs: SpecInputs, gpu: GPUType, pod: PodRequest, tp: int, pp: int, nodes: int) -> Placed:
-    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster)
+    choice = choose_shape(gpu, pod, tp, nodes, inputs.providers, inputs.cluster, inputs.dedicated_nodes)
     shape, gpus = choice.shape, tp * pp
     # The placements are memoised per providers and cluster, on which verified_prices_first depends.
     unverified = (
@@ -569,7 +591,8 @@ def _new_placed(inputs: SpecInputs, gpu: GPUType, pod: PodRequest, tp: int, pp: 
         and shape.unverified_price
         and verified_prices_first(inputs.providers, inputs.cluster)
     )
-    key = (not _priced(shape), unverified, _price(gpu, gpus, shape, choice.instances), gpus, nodes)
+    price = _price(gpu, gpus, shape, choice.instances, choice.charge.share)
+    key = (not _priced(shape), unverified, price, gpus, nodes)
     return gpu, pod, choice, not choice.rejection, key
 
 
@@ -768,10 +791,12 @@ def _row_bounds(
 ) -> tuple[Bound, ...]:
     """Per layout, a bound below the sort key it has if feasible: its pods take shapes among the
     allowed ones with at least their GPUs (and an RDMA fabric across nodes), one instance per pod
-    (:func:`choose_shape`), so its price is at least the cheapest of those times its nodes, and it is
-    unpriced only if all of those are; less a margin for the rounding of the price. A pod's host memory
-    and CPU only narrow the shapes further. Along a type's layouts (more GPUs per pod, more nodes) the
-    bound never falls. Memoised per type, layouts and allowed shapes."""
+    (:func:`choose_shape`), and are charged at least their GPU share of it
+    (:func:`~loadline.sizing._shapes.node_charge`), so its price is at least the least GPU share of
+    those times its nodes, and it is unpriced only if all of those are; less a margin for the rounding
+    of the price. A pod's host memory and CPU only narrow the shapes further. Along a type's layouts
+    (more GPUs per pod, more nodes) the bound never falls. Memoised per type, layouts and allowed
+    shapes."""
     key = (gpu.name, layouts, inputs.providers, inputs.cluster, catalog_file)
     return _ROW_BOUNDS.get(key, gpu, lambda: _new_row_bounds(gpu, layouts, inputs))
 
@@ -784,7 +809,7 @@ def _new_row_bounds(
     for tp, pp, nodes in layouts:
         per_pod = max((tp * pp) // max(nodes, 1), 1)  # pod_request's GPUs
         takers = [s for s in allowed if s.gpus >= per_pod and (nodes <= 1 or s.fabric)]
-        prices = [s.price_per_hour * nodes for s in takers if s.price_per_hour is not None]
+        prices = [s.price_per_hour * per_pod / s.gpus * nodes for s in takers if s.price_per_hour is not None]
         if prices:
             bounds.append((False, False, min(prices) * (1 - 1e-9) - 1e-6))
         elif takers:

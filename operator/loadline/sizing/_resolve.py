@@ -169,6 +169,8 @@ class SpecInputs:
     memory_gib_override: float | None = None
     cpu_override: int | None = None
     kv_offload_gib: float = 0.0
+    #: ``spec.gpu.dedicatedNodes``: pods are charged whole instances (see loadline.sizing._shapes).
+    dedicated_nodes: bool = False
     #: The node shapes the cluster has (the operator's view of its GPU nodes); None: not known.
     cluster: ClusterShapes | None = None
 
@@ -206,6 +208,7 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
         resources.memory_gi_b,  # memory_gib_override
         resources.cpu,  # cpu_override
         spec.kv_offload.cpu_gi_b if spec.kv_offload is not None else 0.0,  # kv_offload_gib
+        spec.gpu.dedicated_nodes,
     )
 
 

@@ -1,17 +1,23 @@
-"""Node shapes: the instances a GPU type comes in, what a vLLM pod asks of one, and which shape it takes.
+"""Node shapes: the instances a GPU type comes in, what a vLLM pod asks of one, which shape it takes, and
+what the pod is charged for it.
 
 A GPU price alone misleads: clouds rent whole instances, and an instance brings a fixed host memory and
 CPU count with its GPUs. A pod whose host-memory request exceeds the instance's allocatable memory never
 schedules there, whatever its GPUs cost. So a plan names the shape it assumes (``data/node_shapes.json``,
-one row per instance type with its source), the pod's requests are checked against that shape's
-*allocatable* resources (capacity minus the node's own reserve, a published formula kept as data), and
-the price is that of the whole instances one replica occupies.
+one row per instance type with its source), and the pod's requests are checked against that shape's
+*allocatable* resources (capacity minus the node's own reserve, a published formula kept as data).
 
-Why whole instances and not the fraction of a node a pod's GPUs take: the cloud bills the instance, and
-the GPUs a pod leaves idle on it are usable only by other pods that also fit its remaining host memory and
-CPU, which loadline cannot know when it plans one model. The planner picks the smallest shape that fits,
-so leftovers arise only where no shape has exactly the GPUs a pod needs (2×L4 on AWS takes a 4-GPU
-g6.12xlarge), and the plan says how many GPUs stay idle.
+What a pod is charged (:func:`node_charge`): its share of the instance's price, the largest of its GPU
+share (its GPUs of the instance's), host-memory share and CPU share (its requests of the instance's
+allocatable), because in a fleet the rest of the node serves other pods, and a pod that takes most of
+the memory of a node keeps others off it as surely as one that takes its GPUs. The whole instance is
+charged when the pod leaves no room for another GPU pod (no GPU left, or less allocatable memory or CPU
+left than the smallest pod loadline sizes for one GPU asks: :func:`smallest_gpu_pod`), since then
+nothing else can use what is left, and when the spec asks for dedicated nodes
+(``spec.gpu.dedicatedNodes``). Shares of pods that fill a node add up to the instance's price, since
+they are shares of allocatable, which is all the pods get. The planner picks the shape whose charge is
+lowest, so a one-GPU pod may take an eighth of an 8-GPU instance when that costs less than a one-GPU
+instance, and the plan says which it charged (:func:`charge_text`).
 
 The pod's host requests (memory, CPU) are computed here, once, and used both by the planner and by the
 renderer (``loadline.render``), so the shape checked is the shape the manifests ask for:
@@ -34,6 +40,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
+from fractions import Fraction
 from functools import cache
 from typing import Any
 
@@ -429,20 +436,114 @@ def pod_request(
     return PodRequest(gpus, memory, cpu_override or 1 + 2 * gpus, shm)  # gpus, memory_gib, cpu, shm_gib
 
 
+@cache
+def smallest_gpu_pod() -> PodRequest:
+    """The least any GPU pod loadline sizes asks of a node: one GPU, and the host memory and CPU
+    :func:`pod_request` gives one GPU with no weights, offload or overrides (16 GiB, 3 CPU). A node with
+    no GPU left, or less allocatable memory or CPU left than this, has no room for another GPU pod."""
+    return pod_request(
+        weights_gib_per_gpu=0.0,
+        gpus_per_pod=1,
+        nodes=1,
+        kv_offload_gib=0.0,
+        memory_override_gib=None,
+        cpu_override=None,
+    )
+
+
+@dataclass(frozen=True)
+class NodeCharge:
+    """The part of one instance's price a pod of a plan is charged (see the module's docstring)."""
+
+    share: float  # of one instance's price; 1.0: the whole instance
+    basis: str  # "GPU", "host-memory" or "CPU": the largest of the pod's shares; "" for the whole node
+    why: str = ""  # for the whole node: why (no room left for another GPU pod, or dedicated nodes)
+
+    @property
+    def whole(self) -> bool:
+        return not self.basis
+
+
+#: What a pod is charged where no charge was worked out (no shape chosen): the whole instance.
+WHOLE_NODE = NodeCharge(1.0, "", "")
+
+
+def node_charge(shape: NodeShape, pod: PodRequest, dedicated: bool = False) -> NodeCharge:
+    """What ``pod`` is charged of ``shape``, a shape that takes it: the whole instance when
+    ``dedicated`` or when it leaves no room for another GPU pod (:func:`smallest_gpu_pod`), else the
+    largest of its GPU, host-memory and CPU shares (requests against allocatable)."""
+    if dedicated:
+        return NodeCharge(1.0, "", "spec.gpu.dedicatedNodes: the node runs this pod alone")
+    least = smallest_gpu_pod()
+    free_gpus = shape.gpus - pod.gpus
+    free_memory = shape.allocatable_memory_gib - pod.memory_gib
+    free_cpu = shape.allocatable_cpu - pod.cpu
+    if free_gpus < least.gpus:
+        taken = "the node's one GPU" if shape.gpus == 1 else f"all {shape.gpus} GPUs"
+        return NodeCharge(1.0, "", f"the pod takes {taken}")
+    if free_memory < least.memory_gib:
+        return NodeCharge(
+            1.0,
+            "",
+            f"the pod leaves {free_memory:.1f} GiB of allocatable memory, less than the "
+            f"{least.memory_gib} GiB another GPU pod asks",
+        )
+    if free_cpu < least.cpu:
+        return NodeCharge(
+            1.0,
+            "",
+            f"the pod leaves {free_cpu:.2f} allocatable CPU, less than the {least.cpu} another GPU pod asks",
+        )
+    shares = (
+        (pod.gpus / shape.gpus, "GPU"),
+        (pod.memory_gib / shape.allocatable_memory_gib, "host-memory"),
+        (pod.cpu / shape.allocatable_cpu, "CPU"),
+    )
+    share, basis = max(shares, key=lambda s: s[0])  # the first of equal shares: GPU before the host's
+    return NodeCharge(share, basis)
+
+
+def _share_text(shape: NodeShape, pod: PodRequest, charge: NodeCharge) -> str:
+    if charge.basis == "GPU":
+        return str(Fraction(pod.gpus, shape.gpus))
+    return f"{charge.share:.1%}"
+
+
+def charge_text(shape: NodeShape, pod: PodRequest, instances: int, charge: NodeCharge) -> str:
+    """What the plan charges and why, e.g. "$6.88/h: 1/8 of p5.48xlarge's $55.04/h (GPU share)" or
+    "$110.08/h: whole node, 2 × p5.48xlarge's $55.04/h (the pod takes all 8 GPUs)"."""
+    times = f"{instances} × " if instances > 1 else ""
+    base = shape.price_text() if shape.price_per_hour is None else f"${shape.price_per_hour:.2f}/h"
+    if shape.price_per_hour is None:
+        total = "no price"
+    else:
+        total = f"${round(shape.price_per_hour * charge.share * instances, 6):.2f}/h"
+    if charge.whole:
+        return f"{total}: whole node, {times}{shape.name}'s {base} ({charge.why})"
+    of = ""
+    if charge.basis == "host-memory":
+        of = f": {pod.memory_gib} of {shape.allocatable_memory_gib:.1f} GiB allocatable"
+    elif charge.basis == "CPU":
+        of = f": {pod.cpu} of {shape.allocatable_cpu:.2f} allocatable CPU"
+    share = _share_text(shape, pod, charge)
+    return f"{total}: {times}{share} of {shape.name}'s {base} ({charge.basis} share{of})"
+
+
 @dataclass(frozen=True)
 class ShapeChoice:
-    """The shape a candidate assumes, or why none fits."""
+    """The shape a candidate assumes and what its pods are charged of it, or why none fits."""
 
     shape: NodeShape | None
     instances: int  # per replica
-    note: str  # why this shape (NVLink preference, idle GPUs, cheaper shapes that did not fit)
+    note: str  # why this shape (NVLink preference, GPUs left, cheaper shapes that did not fit)
     rejection: str = ""
+    charge: NodeCharge = WHOLE_NODE
 
     @property
     def price_per_hour(self) -> float | None:
         if self.shape is None or self.shape.price_per_hour is None:
             return None
-        return round(self.shape.price_per_hour * self.instances, 6)
+        return round(self.shape.price_per_hour * self.charge.share * self.instances, 6)
 
 
 def _misfit(shape: NodeShape, pod: PodRequest) -> str:
@@ -485,13 +586,14 @@ def choose_shape(
     nodes: int,
     providers: Sequence[str] = (),
     cluster: ClusterShapes | None = None,
+    dedicated: bool = False,
 ) -> ShapeChoice:
-    """The cheapest shape of ``gpu`` (within ``providers``; empty: all) that takes the pod, NVLink
-    first when tensor parallelism exceeds 2; with ``nodes`` > 1, one whole instance per pod and an RDMA
-    fabric between them. Shapes are listed cheapest first, so the first fit is the cheapest. When every
-    provider is compared (:func:`verified_prices_first`), fitting shapes with a verified price come
-    before those with an unverified one: an unverified figure is used only when no verified one fits,
-    and the note says so either way."""
+    """The shape of ``gpu`` (within ``providers``; empty: all) that takes the pod and charges it least
+    (:func:`node_charge`; ``dedicated``: whole instances), NVLink first when tensor parallelism exceeds
+    2; with ``nodes`` > 1, one instance per pod and an RDMA fabric between them. Equal charges go to the
+    cheaper instance. When every provider is compared (:func:`verified_prices_first`), fitting shapes
+    with a verified price come before those with an unverified one: an unverified figure is used only
+    when no verified one fits, and the note says so either way."""
     allowed = allowed_shapes(gpu, providers, cluster)
     if not allowed:
         where = ", ".join(providers or (cluster.providers if cluster is not None else ())) or "any provider"
@@ -518,6 +620,13 @@ def choose_shape(
             "",
             "no node shape takes the pod: " + "; ".join(_problem(s, pod, nodes) for _, s in misfits),
         )
+    # Lowest charge first (unpriced last); ``allowed`` is cheapest instance first, and the sort is stable.
+    charges = {id(s): node_charge(s, pod, dedicated) for _, s in fits}
+
+    def charged(shape: NodeShape) -> float:
+        return (shape.price_per_hour or 0.0) * charges[id(shape)].share
+
+    fits.sort(key=lambda fit: (fit[1].price_per_hour is None, charged(fit[1])))
     pool = fits
     notes = []
     if want_nvlink:
@@ -530,29 +639,31 @@ def choose_shape(
                 f"TP {tensor_parallel_size} over PCIe: no {gpu.name} shape with NVLink takes the pod "
                 "(all-reduce crosses PCIe; decode is slower than on NVLink)"
             )
-    rank, best = pool[0]
+    rank, best = 0, pool[0][1]
     verified_first = verified_prices_first(providers, cluster)
     if verified_first:
-        verified = [(o, s) for o, s in pool if s.price_verified]
-        if verified:
-            rank, best = verified[0]
-    idle = best.gpus - pod.gpus
-    if idle:
-        notes.append(
-            f"{idle} of {best.gpus} GPUs per instance stay idle (no {pod.gpus}-GPU {gpu.name} shape)"
-        )
-    # Shapes with too few GPUs are not alternatives worth naming; those whose host was too small are.
+        rank = next((i for i, (_, s) in enumerate(pool) if s.price_verified), 0)
+        best = pool[rank][1]
+    charge = charges[id(best)]
+    left = best.gpus - pod.gpus
+    if left and charge.whole:
+        notes.append(f"{left} of {best.gpus} GPUs per instance stay idle ({charge.why})")
+    elif left:
+        notes.append(f"{left} of {best.gpus} GPUs per instance left to other pods")
+    # Shapes with too few GPUs are not alternatives worth naming; those whose host was too small and
+    # whose whole instance costs less than the charge (so any share of it would) are.
     # (Too few GPUs is the first misfit _problem tells, so those are passed over before it writes why.)
+    price = charged(best) if best.price_per_hour is not None else math.inf
     cheaper = [
         p
-        for o, s in misfits
-        if o < rank and s.gpus >= pod.gpus
+        for _, s in misfits
+        if s.price_per_hour is not None and s.price_per_hour < price and s.gpus >= pod.gpus
         for p in (_problem(s, pod, nodes),)
         if " GPUs < " not in p
     ]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
-    passed = [s for o, s in pool if o < rank and s.unverified_price]
+    passed = [s for _, s in pool[:rank] if s.unverified_price]
     if passed:
         notes.append(
             "cheaper shapes with unverified prices passed over (verified prices are compared first): "
@@ -564,4 +675,4 @@ def choose_shape(
             notes.append(f"no {gpu.name} shape with a verified price takes the pod")
     elif best.price_per_hour is None:
         notes.append(f"no price ({best.price_source or 'none in the catalog'}); ranked after priced shapes")
-    return ShapeChoice(best, nodes, "; ".join(notes))
+    return ShapeChoice(best, nodes, "; ".join(notes), "", charge)
