@@ -153,3 +153,46 @@ def test_python_dash_m_entry_point() -> None:
         [sys.executable, "-m", "loadline", "crds"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0 and "kind: CustomResourceDefinition" in proc.stdout
+
+
+LLAMA_70B_AWQ = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "float16",
+    "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+}
+
+
+@pytest.mark.parametrize(
+    ("tp", "needle", "fix"),
+    [
+        # 28672 / 64 = 448 per rank: three and a half groups of 128 (vLLM: "The input size is not aligned
+        # with the quantized weight shape. This can be caused by too large tensor parallel size.")
+        (
+            "64",
+            "--tensor-parallel-size: 64: MLP intermediate size 28672 / TP 64 = 448 per rank is not a multiple "
+            "of the checkpoint's group_size 128 (awq_marlin; vLLM refuses to load it)",
+            "use 32,",
+        ),
+        ("128", "--tensor-parallel-size: 128 does not divide the model's 64 attention heads", "use 32,"),
+    ],
+)
+def test_size_refuses_a_tensor_parallel_size_vllm_cannot_build(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tp: str, needle: str, fix: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_70B_AWQ))
+    code, out, err = run(capsys, "size", "--config", str(path), "--tensor-parallel-size", tp, "--output", "json")
+    assert code == 2 and out == ""
+    assert needle in err
+    assert f"fix: {fix}" in err
+    assert len(err.strip().splitlines()) == 1
+    code, out, _ = run(capsys, "size", "--config", str(path), "--tensor-parallel-size", "32", "--output", "json")
+    assert code == 0 and json.loads(out)["tensor_parallel_size"] == 32

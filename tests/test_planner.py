@@ -175,3 +175,57 @@ def test_an_rdma_note_stays_on_its_own_gpus_verdict(monkeypatch: pytest.MonkeyPa
     terms = SimpleNamespace(block_size=16)
     verdicts = _plan._verdicts(inputs, ["SPANS", "LOCAL"], 16, True, 16, 0.0, "", terms)  # type: ignore[arg-type]
     assert [(v[0].name, v[8]) for v in verdicts] == [("SPANS", ())]
+
+
+# ---- kernel alignment bounds tensor parallelism (sizing/data/quantization.json tp_alignment) ----
+
+#: Qwen3-Coder-480B-A35B-Instruct-FP8's shapes: block-fp8 experts of 2560, which TP 8 cuts into 320 per
+#: rank, not a whole number of 128-wide blocks (vLLM: "The output_size of gate's and up's weight = 320
+#: is not divisible by weight quantization block_n = 128").
+QWEN3_CODER_FP8 = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 6144,
+    "intermediate_size": 8192,
+    "moe_intermediate_size": 2560,
+    "num_experts": 160,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+}
+
+
+def test_block_fp8_moe_skips_a_tensor_parallel_size_that_cuts_through_a_block() -> None:
+    result = plan(config=QWEN3_CODER_FP8, maxModelLen=32768, concurrency=8, gpu={"types": ["H100-80GB"]})
+    chosen = result.chosen
+    assert chosen.gpus == 8
+    assert (chosen.tensor_parallel_size, chosen.pipeline_parallel_size) == (4, 2)
+    [note] = result.layout_notes
+    assert "TP 8 skipped" in note and "320" in note and "weight_block_size [128, 128]" in note
+    assert note in result.summary()["tuning"]
+
+
+def test_the_same_moe_without_blocks_keeps_tensor_parallel_8() -> None:
+    config = QWEN3_CODER_FP8 | {"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+    result = plan(config=config, maxModelLen=32768, concurrency=8, gpu={"types": ["H100-80GB"]})
+    assert (result.chosen.tensor_parallel_size, result.chosen.pipeline_parallel_size) == (8, 1)
+    assert result.layout_notes == ()
+
+
+def test_a_refusal_names_the_alignment_that_ruled_tensor_parallelism_out() -> None:
+    # One node of 8 and no pipeline stages across nodes: TP 8 is the only way to 8 GPUs, and it is skipped.
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(
+            config=QWEN3_CODER_FP8 | {"num_hidden_layers": 1},
+            maxModelLen=262144,
+            concurrency=512,
+            gpu={"types": ["H100-80GB"], "maxGPUsPerReplica": 8},
+        )
+    assert "kernel alignment: TP 8 skipped" in str(caught.value)
+    assert "not a multiple of the checkpoint's weight_block_size [128, 128]" in str(caught.value)

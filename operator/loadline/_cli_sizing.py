@@ -31,6 +31,7 @@ from loadline.sizing import (
     resolve_dtype,
     resolve_quantization,
 )
+from loadline.sizing._align import head_problem, tp_problem
 from loadline.sizing._arch import Architecture
 from loadline.sizing._shapes import PROVIDERS
 
@@ -51,13 +52,19 @@ def _positive(flag: str, value: float | None) -> None:
         raise SpecError(flag, f"{value} is not a positive number", "give a value above 0")
 
 
-def _check_parallel(arch: Architecture, tp: int, pp: int) -> None:
-    if tp < 1 or arch.num_attention_heads % tp:
-        raise SpecError(
-            "--tensor-parallel-size",
-            f"{tp} does not divide the model's {arch.num_attention_heads} attention heads",
-            "use a divisor of the head count, e.g. 1, 2, 4 or 8",
+def _check_parallel(arch: Architecture, tp: int, pp: int, quantization: str, version: str) -> None:
+    """vLLM's own checks of the layout: the heads split over the ranks, and every layer's shard is whole
+    (whole quantization blocks and groups too: :func:`loadline.sizing._align.tp_problem`)."""
+    problem = f"{tp} is not a positive size" if tp < 1 else head_problem(arch, tp)
+    if not problem and tp_problem(arch, quantization, version, tp):
+        problem = f"{tp}: {tp_problem(arch, quantization, version, tp)}"
+    if problem:
+        below = range(max(min(tp, 65), 2) - 1, 0, -1)
+        best = next(
+            n for n in below if not head_problem(arch, n) and not tp_problem(arch, quantization, version, n)
         )
+        fix = f"use {best}, the largest size below that vLLM accepts (--pipeline-parallel-size for more GPUs)"
+        raise SpecError("--tensor-parallel-size", problem, fix)
     if pp < 1 or pp > arch.num_layers:
         raise SpecError(
             "--pipeline-parallel-size", f"{pp} is not between 1 and {arch.num_layers} layers", "lower it"
@@ -75,7 +82,8 @@ def _cmd_size(args: argparse.Namespace) -> int:
         gpu = find_gpu(args.gpu, "--gpu")
         gpu_name, memory = gpu.name, gpu.memory_gib
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    _check_parallel(arch, tp, pp)
+    quantization = resolve_quantization(args.quantization, arch, "--quantization")
+    _check_parallel(arch, tp, pp, quantization, args.vllm_version)
     util = args.gpu_memory_utilization
     util = table.gpu_memory_utilization if util is None else util
     if not 0 < util <= 1:  # also false for nan
@@ -94,7 +102,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         raise SpecError("--weight-bits", f"{args.weight_bits} is not between 1 and 16", "use e.g. 4 or 8")
     settings = EngineSettings(
         dtype=resolve_dtype(arch, args.dtype),
-        quantization=resolve_quantization(args.quantization, arch, "--quantization"),
+        quantization=quantization,
         kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,

@@ -29,6 +29,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
+from loadline.sizing._align import tp_problem
 from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
 from loadline.sizing._capacity import FreeGPUs
 from loadline.sizing._data import (
@@ -203,6 +204,8 @@ class Plan:
     replicas: int
     candidates: Deferred[tuple[Candidate, ...]] = Deferred()
     fallback_from: str = ""
+    #: Why the chosen layout has less tensor parallelism than the heads allow (kernel alignment).
+    layout_notes: tuple[str, ...] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -258,7 +261,7 @@ class Plan:
             "fallbackFrom": self.fallback_from,
             "engineVersion": self.inputs.version,
             "enforceEager": s.enforce_eager,
-            "tuning": list(c.tuning),
+            "tuning": [*c.tuning, *self.layout_notes],
             "nodeShape": self._shape_summary(),
         }
 
@@ -345,13 +348,47 @@ def _largest_node(gpu: GPUType, inputs: SpecInputs) -> NodeFacts:
 _NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], NodeFacts] = GuardedMemo(4096)
 
 
+def _splits(inputs: SpecInputs) -> tuple[int, ...]:
+    """The tensor-parallel sizes the heads allow and vLLM can build the layers for
+    (:func:`~loadline.sizing._align.tp_problem`: whole shards, whole quantization blocks and groups)."""
+    arch = inputs.model.architecture
+    return tuple(
+        tp
+        for tp in _head_splits(arch.num_attention_heads, arch.num_kv_heads)
+        if not tp_problem(arch, inputs.quantization, inputs.version, tp)
+    )
+
+
+def _skipped(inputs: SpecInputs) -> list[tuple[int, str]]:
+    """The tensor-parallel sizes the heads allow but vLLM cannot build the layers for, and why."""
+    arch = inputs.model.architecture
+    found = []
+    for tp in _head_splits(arch.num_attention_heads, arch.num_kv_heads):
+        problem = tp_problem(arch, inputs.quantization, inputs.version, tp)
+        if problem:
+            found.append((tp, f"TP {tp} skipped: {problem}"))
+    return found
+
+
+def alignment_notes(inputs: SpecInputs) -> tuple[str, ...]:
+    """:func:`_skipped`'s reasons, for a plan's notes and refusals."""
+    return tuple(text for _, text in _skipped(inputs))
+
+
 @cache
 def _layouts_for(
-    node: int, heads: int, kv_heads: int, layers: int, max_gpus: int, multi_node: bool
+    node: int,
+    heads: int,
+    kv_heads: int,
+    layers: int,
+    max_gpus: int,
+    multi_node: bool,
+    aligned: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, int, int], ...]:
     """(tp, pp, nodes) layouts in increasing GPU count, the best layout for each count, for a node size:
-    a pure function of a few integers, asked once per plan and GPU type, so memoised."""
-    tps = _tp_options(heads, kv_heads, node)
+    a pure function of a few integers, asked once per plan and GPU type, so memoised. ``aligned``: the
+    tensor-parallel sizes vLLM can build the layers for (:func:`_splits`; None: any the heads allow)."""
+    tps = [tp for tp in _tp_options(heads, kv_heads, node) if aligned is None or tp in aligned]
     counts = [n for n in (1, 2, 4, 8) if n <= node]
     if multi_node:
         counts += [node * k for k in range(2, _MAX_NODES + 1)]
@@ -624,6 +661,7 @@ def _type_plans(
         inputs.quantization,
         inputs.kv_cache_dtype.startswith("fp8"),
         _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        _splits(inputs),
         min(arch.num_layers, max_gpus),
         inputs.providers,
         inputs.cluster,
@@ -675,6 +713,7 @@ def _plan_types(
         max_gpus,
         multi_node,
         _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        _splits(inputs),
         min(arch.num_layers, max_gpus),
         inputs.providers,
         inputs.cluster,
@@ -724,8 +763,11 @@ def _type_layouts(
             arch.num_layers,
             max_gpus,
             spans_nodes,
+            _splits(inputs),
         )
         problem = "" if layouts else f"no layout within {max_gpus} GPUs divides the attention heads"
+        if not layouts and _splits(inputs) != _head_splits(arch.num_attention_heads, arch.num_kv_heads):
+            problem += " with a tensor-parallel size vLLM can build the quantized layers for"
         bounds = _row_bounds(gpu, layouts, inputs, catalog_file)
         plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, bounds))
     return tuple(plans)
@@ -1201,9 +1243,11 @@ def plan_inference_model(
                 "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
                 "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
             )
+            aligned = alignment_notes(inputs)
+            limits = f"; kernel alignment: {'; '.join(aligned)}" if aligned else ""
             raise NoFeasiblePlanError(
                 f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
-                f"concurrency {inputs.concurrency} (fix: {fix_text})",
+                f"concurrency {inputs.concurrency}{limits} (fix: {fix_text})",
                 [f"{c.label}: {c.rejection}" for c in candidates],
                 fixes=[f["spec"] for f in fixes],
             )
@@ -1235,7 +1279,24 @@ def plan_inference_model(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
 
-    return Plan(model, inputs, chosen, spec.replicas, Later(considered), fallback_from)
+    return Plan(
+        model, inputs, chosen, spec.replicas, Later(considered), fallback_from, _layout_notes(inputs, chosen)
+    )
+
+
+def _layout_notes(inputs: SpecInputs, chosen: Candidate) -> tuple[str, ...]:
+    """Why ``chosen`` splits its GPUs with less tensor parallelism than the heads allow: the sizes
+    skipped for kernel alignment, when one of them would have been chosen (empty otherwise)."""
+    arch = inputs.model.architecture
+    heads = _head_splits(arch.num_attention_heads, arch.num_kv_heads)
+    if heads == _splits(inputs):
+        return ()
+    node = chosen.shape.gpus if chosen.shape is not None else chosen.gpu.max_gpus_per_node
+    widest = max((tp for tp in heads if tp <= node and chosen.gpus % tp == 0), default=1)
+    if widest <= chosen.tensor_parallel_size:
+        return ()
+    skipped = [text for tp, text in _skipped(inputs) if tp > chosen.tensor_parallel_size]
+    return (f"tensor parallelism {chosen.tensor_parallel_size} (not {widest}): " + "; ".join(skipped),)
 
 
 def _note_cost(candidate: Candidate, chosen: Candidate, by_verification: bool = False) -> Candidate:
