@@ -189,10 +189,34 @@ def test_size_refuses_a_tensor_parallel_size_vllm_cannot_build(
 ) -> None:
     path = tmp_path / "config.json"
     path.write_text(json.dumps(LLAMA_70B_AWQ))
-    code, out, err = run(capsys, "size", "--config", str(path), "--tensor-parallel-size", tp, "--output", "json")
+    code, out, err = run(
+        capsys, "size", "--config", str(path), "--tensor-parallel-size", tp, "--output", "json"
+    )
     assert code == 2 and out == ""
     assert needle in err
     assert f"fix: {fix}" in err
     assert len(err.strip().splitlines()) == 1
-    code, out, _ = run(capsys, "size", "--config", str(path), "--tensor-parallel-size", "32", "--output", "json")
+    code, out, _ = run(
+        capsys, "size", "--config", str(path), "--tensor-parallel-size", "32", "--output", "json"
+    )
     assert code == 0 and json.loads(out)["tensor_parallel_size"] == 32
+
+
+def test_a_version_newer_than_every_table_says_so_on_stderr_once(
+    capsys: pytest.CaptureFixture[str], config_file: Path, tmp_path: Path
+) -> None:
+    code, out, err = run(
+        capsys, "size", "--config", str(config_file), "--vllm-version", "0.99.0", "--output", "json"
+    )
+    assert code == 0 and json.loads(out)["fits"] is True
+    [line] = err.strip().splitlines()
+    assert line.startswith("loadline: warning: vLLM 0.99.0 is newer than every loadline table")
+    assert "vllm_compat.json" in line and "0.33.0" in line and "engine.json" in line
+    path = tmp_path / "m.yaml"
+    docs = [inference_model(maxModelLen=8192, engine={"version": "0.99.0"}) for _ in range(2)]
+    docs[1]["metadata"]["name"] = "other"
+    path.write_text(yaml.safe_dump_all(docs))
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 0 and len(err.strip().splitlines()) == 1 and "0.99.0 is newer" in err
+    code, _, err = run(capsys, "size", "--config", str(config_file), "--output", "json")
+    assert code == 0 and err == ""

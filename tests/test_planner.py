@@ -197,7 +197,11 @@ QWEN3_CODER_FP8 = {
     "vocab_size": 151936,
     "max_position_embeddings": 262144,
     "torch_dtype": "bfloat16",
-    "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic", "weight_block_size": [128, 128]},
+    "quantization_config": {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    },
 }
 
 
@@ -212,7 +216,9 @@ def test_block_fp8_moe_skips_a_tensor_parallel_size_that_cuts_through_a_block() 
 
 
 def test_the_same_moe_without_blocks_keeps_tensor_parallel_8() -> None:
-    config = QWEN3_CODER_FP8 | {"quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}}
+    config = QWEN3_CODER_FP8 | {
+        "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    }
     result = plan(config=config, maxModelLen=32768, concurrency=8, gpu={"types": ["H100-80GB"]})
     assert (result.chosen.tensor_parallel_size, result.chosen.pipeline_parallel_size) == (8, 1)
     assert result.layout_notes == ()

@@ -21,6 +21,7 @@ from loadline.sizing import (
     Candidate,
     EngineSettings,
     Plan,
+    beyond_tables,
     check_max_model_len,
     compute_budget,
     engine_version,
@@ -81,6 +82,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
     else:
         gpu = find_gpu(args.gpu, "--gpu")
         gpu_name, memory = gpu.name, gpu.memory_gib
+    _warn_beyond_tables([args.vllm_version])
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     quantization = resolve_quantization(args.quantization, arch, "--quantization")
     _check_parallel(arch, tp, pp, quantization, args.vllm_version)
@@ -227,6 +229,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     results = govern(manifests)
     for governed in results:
         _check_command(governed)
+    _warn_beyond_tables([g.plan.inputs.version for g in results])
     if args.output == "json":
         payload = [
             {
@@ -240,6 +243,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def _warn_beyond_tables(versions: list[str]) -> None:
+    """One line on standard error per vLLM version newer than every table (:func:`beyond_tables`)."""
+    for version in dict.fromkeys(versions):
+        warning = beyond_tables(version)
+        if warning:
+            print(f"loadline: warning: {warning}", file=sys.stderr)
 
 
 def _with_providers(obj: InferenceModel, providers: list[str]) -> InferenceModel:
