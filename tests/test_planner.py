@@ -235,3 +235,28 @@ def test_a_refusal_names_the_alignment_that_ruled_tensor_parallelism_out() -> No
         )
     assert "kernel alignment: TP 8 skipped" in str(caught.value)
     assert "not a multiple of the checkpoint's weight_block_size [128, 128]" in str(caught.value)
+
+
+# ---- a refusal under a GPU cap names the quantization that would fit ----
+
+
+def test_a_refusal_under_a_gpu_cap_names_the_online_quantization_that_fits() -> None:
+    # bf16 Llama-3.1-8B on one L4 (the cap): 15 GiB of weights leave ~3 GiB of KV, short of two 32K
+    # sequences (8 GiB); fp8 weights (8 GiB) leave room for them.
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(maxModelLen=32768, concurrency=2, gpu={"types": ["L4"], "maxGPUsPerReplica": 1})
+    error = caught.value
+    assert "fp8 weights fit 1 × L4 (L4x1 (TP1); set spec.quantization: fp8)" in str(error)
+    assert {"quantization": "fp8"} in error.fixes
+    quantized = plan(
+        maxModelLen=32768, concurrency=2, quantization="fp8", gpu={"types": ["L4"], "maxGPUsPerReplica": 1}
+    )
+    assert quantized.chosen.label == "L4x1 (TP1)"
+
+
+def test_no_quantization_is_suggested_where_the_gpu_has_no_kernels_for_it() -> None:
+    # T4 (compute capability 7.5) has no fp8 kernels in vLLM; bitsandbytes 4-bit is the online method left.
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(dtype="float16", maxModelLen=32768, concurrency=2, gpu={"types": ["T4"], "maxGPUsPerReplica": 1})
+    assert "fp8 weights" not in str(caught.value)
+    assert "bitsandbytes weights fit 1 × T4" in str(caught.value)

@@ -32,12 +32,14 @@ from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.sizing._align import tp_problem
 from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
 from loadline.sizing._capacity import FreeGPUs
+from loadline.sizing._compat import compat_table
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
     find_gpu,
     fp8_kv_min_compute_capability,
     gpu_catalog,
+    parse_version,
     quantization_methods,
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
@@ -1382,6 +1384,9 @@ def refusal_fixes(
         fixes.append({"text": f"lower spec.maxModelLen to {best_len}", "spec": {"maxModelLen": best_len}})
     if best_conc:
         fixes.append({"text": f"lower spec.concurrency to {best_conc}", "spec": {"concurrency": best_conc}})
+    quantized = _quantized_fix(spec, inputs)
+    if quantized is not None:
+        fixes.append(quantized)
     best = _cheapest_feasible(inputs, list(gpu_catalog()), _FIX_MAX_GPUS)
     if best is not None:
         changes: dict[str, Any] = {}
@@ -1398,6 +1403,44 @@ def refusal_fixes(
                 {"text": f"use ≥ {best.gpus}×{best.gpu.name} ({best.label}; set {what})", "spec": changes}
             )
     return fixes
+
+
+def _quantized_fix(spec: InferenceModelSpec, inputs: SpecInputs) -> dict[str, Any] | None:
+    """Quantizing the weights while loading, within the GPUs the spec allows (its types and cap): the
+    first online method of the version (vllm_compat.json ``checkpoints.online``: 8-bit before 4-bit)
+    whose plan is feasible on a GPU whose kernels support it. None for a checkpoint that is quantized
+    already, weights the user sized (``weightsGiB``), or a spec that names a method."""
+    if (
+        inputs.quantization != "none"
+        or inputs.model.architecture.quantization is not None
+        or inputs.weights_gib_total is not None
+    ):
+        return None
+    table = compat_table()
+    version = min(max(parse_version(inputs.version), table.oldest), table.newest)
+    methods = quantization_methods()
+    online = [
+        m for m in table.online if m in methods and m in table.methods and table.methods[m].covers(version)
+    ]
+    names = list(spec.gpu.types) or list(gpu_catalog())
+    max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
+    catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
+    for method in sorted(online, key=lambda m: (-methods[m].bits, m)):
+        if methods[method].scope != "linear":
+            continue  # expert-only methods leave a dense model as it is
+        quantized = dataclasses.replace(inputs, quantization=method)
+        verdict = _cheapest(
+            quantized, names, max_gpus, spec.gpu.allow_multi_node, 0.0, catalog_file, terms_for(quantized)
+        )
+        if verdict is not None:
+            gpu, tp, pp, nodes = verdict[:4]
+            label = Candidate(gpu, tp, pp, nodes, None, None).label
+            return {
+                "text": f"quantize the weights: {method} weights fit {tp * pp} × {gpu.name} ({label}; set "
+                f"spec.quantization: {method})",
+                "spec": {"quantization": method},
+            }
+    return None
 
 
 def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int) -> Candidate | None:
