@@ -7,9 +7,11 @@ and CUDA graphs captured outside the budget. When a layout's KV cache is a littl
 ``concurrency`` sequences of ``maxModelLen``, giving up some of that is far cheaper than doubling the
 GPUs. The ladder, least costly to the user first, stops at the first rung that serves:
 
-1. gpu-memory-utilization up to the safe bound: at most 0.95, and only as far as leaves the CUDA-graph
+1. gpu-memory-utilization to the safe bound: at most 0.95, and only as far as leaves the CUDA-graph
    pool, the sampler warm-up and a 0.5 GiB margin free above it (the check that decided the calibration
-   runs P26/P27, where vLLM died at 0.95). Costs nothing while the margin holds.
+   runs P26/P27, where vLLM died at 0.95). Costs nothing while the margin holds. Where vLLM's default
+   leaves too little above the line (a large graph pool or warm-up on a small GPU), the bound is below
+   the default: CUDA graphs at a lower utilization, before eager mode is tried.
 2. max-num-seqs down, never below the concurrency: fewer short requests run at once.
 3. max-num-batched-tokens down, never below max-num-seqs nor 512: long prompts take more steps to
    prefill (chunked prefill, always on in the V1 engine).
@@ -119,10 +121,10 @@ def _config(
     tokens = max(tokens, seqs) or inputs.max_num_batched_tokens or base[1]
     utilization = base[2]
     if inputs.gpu_memory_utilization is None:
+        # The safe bound, up or down: below vLLM's default where that leaves too little above the line
+        # for the CUDA-graph pool and the sampler warm-up (graphs at a lower utilization, not eager).
         graphs = 0.0 if inputs.cuda_graphs_counted else fixed.cuda_graph_gib(eager)
-        safe = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
-        if safe > utilization:
-            utilization = safe
+        utilization = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
     return (seqs, tokens, utilization, eager)
 
 
@@ -583,8 +585,20 @@ def _explain(
             "prompts take more steps to prefill"
         )
     if settings.enforce_eager and not base_eager:
+        # What keeping the graphs would have given: the graph rungs' last setting (their most KV).
+        graphs = layout.config(layout.seq_floor, layout.token_floor, False)
+        _, kept = layout.materialize(graphs)
+        held = f"{kept.max_concurrency:.2f} sequences" if kept.fits else "no start"
         notes.append(
-            "enforce-eager: no CUDA graphs, whose pool is freed for a higher utilization; decode is slower"
+            f"enforce-eager: with CUDA graphs ({kept.cuda_graph_gib:.2f} GiB) the KV cache holds at most "
+            f"{held} (gpu-memory-utilization {graphs[2]}, max-num-seqs {graphs[0]}, "
+            f"max-num-batched-tokens {graphs[1]}), short of concurrency {inputs.concurrency}; without them "
+            "decode is slower (each step launches its kernels one by one)"
+        )
+    elif layout.free_eager and not settings.enforce_eager:
+        notes.append(
+            f"CUDA graphs kept ({budget.cuda_graph_gib:.2f} GiB above the line): these settings serve "
+            "without --enforce-eager, which would give the KV cache that memory at the cost of slower decode"
         )
     pinned = [
         name
