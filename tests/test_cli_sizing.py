@@ -220,3 +220,21 @@ def test_a_version_newer_than_every_table_says_so_on_stderr_once(
     assert code == 0 and len(err.strip().splitlines()) == 1 and "0.99.0 is newer" in err
     code, _, err = run(capsys, "size", "--config", str(config_file), "--output", "json")
     assert code == 0 and err == ""
+
+
+def test_size_non_torch_memory_follows_the_interconnect(
+    capsys: pytest.CaptureFixture[str], config_file: Path
+) -> None:
+    """NCCL's peer buffers and vLLM's custom all-reduce live in GPU memory only where the GPUs reach each
+    other directly: TP 2 over PCIe (L40S) keeps ~0.12 GiB outside torch, over NVLink ~2.06 GiB."""
+    figures = {}
+    for gpu, flags in (("L40S", []), ("H100-80GB", []), ("L40S", ["--interconnect", "nvlink"])):
+        code, out, _ = run(
+            capsys, "size", "--config", str(config_file), "--gpu", gpu, "--tensor-parallel-size", "2", *flags,
+            "--output", "json",
+        )  # fmt: skip
+        assert code == 0
+        result = json.loads(out)
+        figures[(gpu, result["interconnect"])] = result["non_torch_gib"]
+    assert figures[("L40S", "pcie")] == pytest.approx(0.12, abs=0.005)
+    assert figures[("H100-80GB", "nvlink")] == figures[("L40S", "nvlink")] == pytest.approx(2.06, abs=0.005)

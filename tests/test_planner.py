@@ -260,3 +260,11 @@ def test_no_quantization_is_suggested_where_the_gpu_has_no_kernels_for_it() -> N
         plan(dtype="float16", maxModelLen=32768, concurrency=2, gpu={"types": ["T4"], "maxGPUsPerReplica": 1})
     assert "fp8 weights" not in str(caught.value)
     assert "bitsandbytes weights fit 1 × T4" in str(caught.value)
+
+
+def test_tensor_parallel_plans_charge_non_torch_memory_by_the_gpus_interconnect() -> None:
+    pcie = plan(config=LLAMA_70B, maxModelLen=8192, concurrency=8, gpu={"types": ["L40S"]})
+    nvlink = plan(config=LLAMA_70B, maxModelLen=8192, concurrency=8, gpu={"types": ["H100-80GB"]})
+    assert pcie.chosen.tensor_parallel_size >= 2 and nvlink.chosen.tensor_parallel_size >= 2
+    assert pcie.budget.non_torch_gib < 0.2 < 2.0 < nvlink.budget.non_torch_gib
+    assert pcie.summary()["memory"]["nonTorchGiB"] == round(pcie.budget.non_torch_gib, 2)

@@ -78,10 +78,10 @@ def _cmd_size(args: argparse.Namespace) -> int:
     for flag in ("--gpu-memory-gib", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens"):
         _positive(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.gpu_memory_gib is not None:
-        gpu_name, memory = "", float(args.gpu_memory_gib)
+        gpu_name, memory, interconnect = "", float(args.gpu_memory_gib), args.interconnect or "nvlink"
     else:
         gpu = find_gpu(args.gpu, "--gpu")
-        gpu_name, memory = gpu.name, gpu.memory_gib
+        gpu_name, memory, interconnect = gpu.name, gpu.memory_gib, args.interconnect or gpu.interconnect
     _warn_beyond_tables([args.vllm_version])
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
     quantization = resolve_quantization(args.quantization, arch, "--quantization")
@@ -116,6 +116,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         cuda_graph_in_kv_budget=table.cuda_graph_in_kv_budget,
         block_size=table.block_size,
         weight_bits=args.weight_bits,
+        interconnect=interconnect,
     )
     budget = compute_budget(arch, settings, memory)
     result = {
@@ -123,6 +124,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         "gpu_memory_gib": round(memory, 2),
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
+        "interconnect": interconnect,
         "dtype": settings.dtype,
         "quantization": settings.quantization,
         "kv_cache_dtype": settings.kv_cache_dtype,
@@ -305,6 +307,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     size.add_argument("--kv-cache-dtype", choices=_KV_DTYPES, default="auto")
     size.add_argument("--tensor-parallel-size", type=int, default=1)
     size.add_argument("--pipeline-parallel-size", type=int, default=1)
+    size.add_argument(
+        "--interconnect",
+        choices=("nvlink", "pcie"),
+        help="between the tensor-parallel GPUs (non-torch memory); default: the GPU type's, nvlink with "
+        "--gpu-memory-gib",
+    )
     size.add_argument("--gpu-memory-utilization", type=float)
     size.add_argument("--max-model-len", type=int)
     size.add_argument("--max-num-seqs", type=int)

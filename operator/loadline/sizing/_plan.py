@@ -967,7 +967,9 @@ def _judge(
     one full-attention group a sequence of max-model-len takes (as :meth:`FixedTerms._blocks_per_seq`)."""
     tp, pp, nodes, _, rejected_key = row
     _, room, ceiling = context
-    weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(tp, pp)
+    weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(
+        tp, pp, gpu.interconnect
+    )
     # layout_serves(), with what rules a layout out cheapest first. When the weights and non-torch
     # memory alone exceed the room (hopeless()), neither the defaults (which use less of the GPU, and
     # activations besides) nor any rung serves: most layouts of a large model on a small GPU end there.
@@ -1015,7 +1017,7 @@ def _settle(
     ``sliding_groups``: the layout's :meth:`ModelTerms.static_terms`)."""
     tp, pp, nodes, _, rejected_key = row
     concurrency = inputs.concurrency
-    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect)
     blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
     serves = False
     if starts:  # fixed.serves(pool, length, concurrency), inlined
@@ -1086,7 +1088,7 @@ def _cheapest(
             # _judge's first two tests, inline: most layouts judged here end at them, and a rejected
             # layout's verdict is not needed; _settle does the rest.
             weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = static_terms(
-                row[0], row[1]
+                row[0], row[1], gpu.interconnect
             )
             if not static < room:
                 continue
@@ -1144,7 +1146,7 @@ def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) 
             continue
         room = plan.gpu.memory_gib * ceiling  # as _context's
         for index, row in enumerate(plan.rows):
-            if static_terms(row[0], row[1])[2] < room:
+            if static_terms(row[0], row[1], plan.gpu.interconnect)[2] < room:
                 if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
                     scans.append((plan.bounds[index], order, index))
                 break
