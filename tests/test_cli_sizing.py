@@ -238,3 +238,14 @@ def test_size_non_torch_memory_follows_the_interconnect(
         figures[(gpu, result["interconnect"])] = result["non_torch_gib"]
     assert figures[("L40S", "pcie")] == pytest.approx(0.12, abs=0.005)
     assert figures[("H100-80GB", "nvlink")] == figures[("L40S", "nvlink")] == pytest.approx(2.06, abs=0.005)
+
+
+def test_size_refuses_a_tensor_parallel_size_the_kv_heads_cannot_take(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, llama_8b_config: dict[str, Any]
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llama_8b_config | {"num_attention_heads": 24, "num_key_value_heads": 6}))
+    code, _, err = run(capsys, "size", "--config", str(path), "--tensor-parallel-size", "4")
+    assert code == 2
+    assert "--tensor-parallel-size: 4 neither divides the model's 6 KV heads nor is a multiple of them" in err
+    assert "fix: use 2," in err  # 3 splits the heads, not the MLP of 14336

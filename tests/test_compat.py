@@ -283,3 +283,12 @@ def test_every_alignment_rule_cites_the_vllm_source_it_was_read_from() -> None:
     assert rules
     for rule in rules:
         assert "vllm/" in rule.source and ".py" in rule.source, rule
+
+
+def test_kv_heads_must_split_or_replicate_evenly() -> None:
+    from loadline.sizing._align import head_problem
+
+    arch = _arch({**LLAMA_8B, "num_key_value_heads": 6, "num_attention_heads": 24})
+    assert head_problem(arch, 2) == "" and head_problem(arch, 12) == ""  # 3 per rank; replicated twice
+    assert head_problem(arch, 4) == "4 neither divides the model's 6 KV heads nor is a multiple of them"
+    assert head_problem(arch, 16) == "16 does not divide the model's 24 attention heads"
