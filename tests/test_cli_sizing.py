@@ -249,3 +249,20 @@ def test_size_refuses_a_tensor_parallel_size_the_kv_heads_cannot_take(
     assert code == 2
     assert "--tensor-parallel-size: 4 neither divides the model's 6 KV heads nor is a multiple of them" in err
     assert "fix: use 2," in err  # 3 splits the heads, not the MLP of 14336
+
+
+def test_a_fleet_policys_gpu_cap_refusal_names_the_quantization_that_fits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "FleetPolicy",
+        "metadata": {"name": "one-l4"},
+        "spec": {"limits": {"gpuTypes": ["L4"], "maxGPUsPerReplica": 1}},
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump_all([policy, inference_model(maxModelLen=32768, concurrency=2)]))
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 2
+    assert "FleetPolicy one-l4: spec.gpu.types: no allowed GPU layout fits" in err
+    assert "(fix: set spec.quantization: fp8 (its weights fit within it)," in err
