@@ -91,6 +91,9 @@ def fit_v0(path: Path) -> str:
 #: 2026-11-23, before H11 on existed). The V1 coefficients were fitted to the H100 0.19 set alone, so no
 #: public row entered any fit except these; the rest of the calibrate side is out of sample too.
 FITTED_V0_ROWS = frozenset({"H01", "H02", "H03", "H04", "H05", "H06", "H07"})
+#: The public rows the non-torch figures by interconnect (engine.json ``non_torch_gib_tp_base_pcie``
+#: and ``model_v0``'s NVLink figure) were fitted to: V1 PCIe H13/H14, V0 NVLink H02/H21.
+FITTED_INTERCONNECT_ROWS = frozenset({"H02", "H13", "H14", "H21"})
 
 
 def public_report(rows: list[CalibrationRow]) -> str:
@@ -99,7 +102,8 @@ def public_report(rows: list[CalibrationRow]) -> str:
         chosen = [row for row in rows if row.split == split]
         parts.append(f"### {split} ({len(chosen)} rows)\n\n{format_table(chosen)}\n")
     parts.append(format_group_table(rows))
-    unfitted = [row for row in rows if row.split == "calibrate" and row.record_id not in FITTED_V0_ROWS]
+    fitted = FITTED_V0_ROWS | FITTED_INTERCONNECT_ROWS
+    unfitted = [row for row in rows if row.split == "calibrate" and row.record_id not in fitted]
     if unfitted:
         parts.append(
             f"\n### calibrate rows no coefficient was fitted to ({len(unfitted)} rows; "

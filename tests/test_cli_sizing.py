@@ -153,3 +153,116 @@ def test_python_dash_m_entry_point() -> None:
         [sys.executable, "-m", "loadline", "crds"], capture_output=True, text=True, check=False
     )
     assert proc.returncode == 0 and "kind: CustomResourceDefinition" in proc.stdout
+
+
+LLAMA_70B_AWQ = {
+    "architectures": ["LlamaForCausalLM"],
+    "model_type": "llama",
+    "hidden_size": 8192,
+    "intermediate_size": 28672,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "num_hidden_layers": 80,
+    "vocab_size": 128256,
+    "max_position_embeddings": 131072,
+    "torch_dtype": "float16",
+    "quantization_config": {"quant_method": "awq", "bits": 4, "group_size": 128, "zero_point": True},
+}
+
+
+@pytest.mark.parametrize(
+    ("tp", "needle", "fix"),
+    [
+        # 28672 / 64 = 448 per rank: three and a half groups of 128 (vLLM: "The input size is not aligned
+        # with the quantized weight shape. This can be caused by too large tensor parallel size.")
+        (
+            "64",
+            "--tensor-parallel-size: 64: MLP intermediate size 28672 / TP 64 = 448 per rank is not a multiple "
+            "of the checkpoint's group_size 128 (awq_marlin; vLLM refuses to load it)",
+            "use 32,",
+        ),
+        ("128", "--tensor-parallel-size: 128 does not divide the model's 64 attention heads", "use 32,"),
+    ],
+)
+def test_size_refuses_a_tensor_parallel_size_vllm_cannot_build(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, tp: str, needle: str, fix: str
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(LLAMA_70B_AWQ))
+    code, out, err = run(
+        capsys, "size", "--config", str(path), "--tensor-parallel-size", tp, "--output", "json"
+    )
+    assert code == 2 and out == ""
+    assert needle in err
+    assert f"fix: {fix}" in err
+    assert len(err.strip().splitlines()) == 1
+    code, out, _ = run(
+        capsys, "size", "--config", str(path), "--tensor-parallel-size", "32", "--output", "json"
+    )
+    assert code == 0 and json.loads(out)["tensor_parallel_size"] == 32
+
+
+def test_a_version_newer_than_every_table_says_so_on_stderr_once(
+    capsys: pytest.CaptureFixture[str], config_file: Path, tmp_path: Path
+) -> None:
+    code, out, err = run(
+        capsys, "size", "--config", str(config_file), "--vllm-version", "0.99.0", "--output", "json"
+    )
+    assert code == 0 and json.loads(out)["fits"] is True
+    [line] = err.strip().splitlines()
+    assert line.startswith("loadline: warning: vLLM 0.99.0 is newer than every loadline table")
+    assert "vllm_compat.json" in line and "0.33.0" in line and "engine.json" in line
+    path = tmp_path / "m.yaml"
+    docs = [inference_model(maxModelLen=8192, engine={"version": "0.99.0"}) for _ in range(2)]
+    docs[1]["metadata"]["name"] = "other"
+    path.write_text(yaml.safe_dump_all(docs))
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 0 and len(err.strip().splitlines()) == 1 and "0.99.0 is newer" in err
+    code, _, err = run(capsys, "size", "--config", str(config_file), "--output", "json")
+    assert code == 0 and err == ""
+
+
+def test_size_non_torch_memory_follows_the_interconnect(
+    capsys: pytest.CaptureFixture[str], config_file: Path
+) -> None:
+    """NCCL's peer buffers and vLLM's custom all-reduce live in GPU memory only where the GPUs reach each
+    other directly: TP 2 over PCIe (L40S) keeps ~0.12 GiB outside torch, over NVLink ~2.06 GiB."""
+    figures = {}
+    for gpu, flags in (("L40S", []), ("H100-80GB", []), ("L40S", ["--interconnect", "nvlink"])):
+        code, out, _ = run(
+            capsys, "size", "--config", str(config_file), "--gpu", gpu, "--tensor-parallel-size", "2", *flags,
+            "--output", "json",
+        )  # fmt: skip
+        assert code == 0
+        result = json.loads(out)
+        figures[(gpu, result["interconnect"])] = result["non_torch_gib"]
+    assert figures[("L40S", "pcie")] == pytest.approx(0.12, abs=0.005)
+    assert figures[("H100-80GB", "nvlink")] == figures[("L40S", "nvlink")] == pytest.approx(2.06, abs=0.005)
+
+
+def test_size_refuses_a_tensor_parallel_size_the_kv_heads_cannot_take(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, llama_8b_config: dict[str, Any]
+) -> None:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(llama_8b_config | {"num_attention_heads": 24, "num_key_value_heads": 6}))
+    code, _, err = run(capsys, "size", "--config", str(path), "--tensor-parallel-size", "4")
+    assert code == 2
+    assert "--tensor-parallel-size: 4 neither divides the model's 6 KV heads nor is a multiple of them" in err
+    assert "fix: use 2," in err  # 3 splits the heads, not the MLP of 14336
+
+
+def test_a_fleet_policys_gpu_cap_refusal_names_the_quantization_that_fits(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    policy = {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "FleetPolicy",
+        "metadata": {"name": "one-l4"},
+        "spec": {"limits": {"gpuTypes": ["L4"], "maxGPUsPerReplica": 1}},
+    }
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump_all([policy, inference_model(maxModelLen=32768, concurrency=2)]))
+    code, _, err = run(capsys, "plan", str(path))
+    assert code == 2
+    assert "FleetPolicy one-l4: spec.gpu.types: no allowed GPU layout fits" in err
+    assert "(fix: set spec.quantization: fp8 (its weights fit within it)," in err

@@ -231,3 +231,64 @@ def test_compat_boundaries_come_from_the_source_tables() -> None:
     table = compat_table()
     assert table.architectures["Qwen3ForCausalLM"].since == parse_version("0.8.4")
     assert table.methods["mxfp4"].since == parse_version("0.10.1")
+
+
+# ---- kernel alignment: the tensor-parallel sizes vLLM can build a model's layers for ----
+
+
+def _arch(config: dict[str, Any]) -> Any:
+    from loadline.sizing import parse_hf_config
+
+    return parse_hf_config(config)
+
+
+@pytest.mark.parametrize(
+    ("config", "method", "tp", "needle"),
+    [
+        # Block fp8 (DeepSeek-V3 style [128, 128]): a dense MLP of 14336 splits into 1792 = 14 blocks at
+        # TP 8, 896 = 7 at TP 16, but 448 at TP 32 (column-parallel gate/up: "not divisible by block_n").
+        ({**LLAMA_8B, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+         "fp8", 8, ""),
+        ({**LLAMA_8B, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}},
+         "fp8", 32, "MLP intermediate size 14336 / TP 32 = 448 per rank"),
+        # compressed-tensors' block strategy states its block in the weights' config group.
+        ({**LLAMA_8B, "quantization_config": {"quant_method": "compressed-tensors", "config_groups": {"g": {
+            "weights": {"num_bits": 8, "strategy": "block", "block_structure": [128, 128]}}}}},
+         "compressed-tensors", 32, "weight_block_size [128, 128]"),
+        # Group-quantized AWQ: only the row-parallel layers' input is split; 14336 / 16 = 896 = 7 × 128.
+        (AWQ_8B, "awq_marlin", 16, ""),
+        (AWQ_8B, "awq_marlin", 32, "MLP intermediate size 14336 / TP 32 = 448 per rank"),
+        # Per-channel GPTQ (group_size -1) has no groups to cut through.
+        ({**AWQ_8B, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": -1}},
+         "gptq_marlin", 32, ""),
+        # bf16: only a whole number of elements per rank.
+        ({**LLAMA_8B, "intermediate_size": 14000}, "none", 32, "MLP intermediate size 14000 does not split"),
+        ({**LLAMA_8B, "intermediate_size": 14000}, "none", 16, ""),
+    ],
+)  # fmt: skip
+def test_tp_alignment_follows_vllms_create_weights_checks(
+    config: dict[str, Any], method: str, tp: int, needle: str
+) -> None:
+    from loadline.sizing._align import tp_problem
+
+    problem = tp_problem(_arch(config), method, "0.19.0", tp)
+    assert (needle in problem) if needle else problem == ""
+    assert bool(problem) == bool(needle)
+
+
+def test_every_alignment_rule_cites_the_vllm_source_it_was_read_from() -> None:
+    from loadline.sizing._align import alignment_rules
+
+    rules = alignment_rules()
+    assert rules
+    for rule in rules:
+        assert "vllm/" in rule.source and ".py" in rule.source, rule
+
+
+def test_kv_heads_must_split_or_replicate_evenly() -> None:
+    from loadline.sizing._align import head_problem
+
+    arch = _arch({**LLAMA_8B, "num_key_value_heads": 6, "num_attention_heads": 24})
+    assert head_problem(arch, 2) == "" and head_problem(arch, 12) == ""  # 3 per rank; replicated twice
+    assert head_problem(arch, 4) == "4 neither divides the model's 6 KV heads nor is a multiple of them"
+    assert head_problem(arch, 16) == "16 does not divide the model's 24 attention heads"

@@ -399,3 +399,22 @@ def test_a_decision_is_written_as_the_merge_patch_would_leave_it_testing_what_it
     assert _build.build_decision_patch({"metadata": {}, "status": {}}, changes) is None
     assert _build.build_decision_patch(model, {"maintenance": None}) is None
     assert _build.build_decision_patch(model, {"conditions": status["conditions"][::-1]}) is None
+
+
+def test_a_version_newer_than_every_table_is_a_condition_that_names_the_newest_used() -> None:
+    from loadline.sizing import beyond_tables
+
+    warning = beyond_tables("0.99.0")
+    assert "0.99.0 is newer than every loadline table" in warning and "0.33.0" in warning
+    assert beyond_tables("0.19.0") == ""
+    beyond = build_deployed_status(
+        {}, plan_summary=PLAN, generation=3, ready=True, ready_message="", now=T0, message="m",
+        beyond_tables=warning,
+    )  # fmt: skip
+    [known] = [c for c in beyond["conditions"] if c["type"] == _build.ENGINE_TABLES]  # type: ignore[union-attr,index]
+    assert known["status"] == "False" and known["reason"] == "NewerThanTables" and known["message"] == warning
+    # Back to a version the tables know: the condition turns True (and is absent where it never was).
+    again = deployed(beyond, True, T1)
+    [known] = [c for c in again["conditions"] if c["type"] == _build.ENGINE_TABLES]  # type: ignore[union-attr,index]
+    assert known["status"] == "True"
+    assert all(c["type"] != _build.ENGINE_TABLES for c in deployed({}, True, T0)["conditions"])  # type: ignore[union-attr,index]

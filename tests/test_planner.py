@@ -175,3 +175,96 @@ def test_an_rdma_note_stays_on_its_own_gpus_verdict(monkeypatch: pytest.MonkeyPa
     terms = SimpleNamespace(block_size=16)
     verdicts = _plan._verdicts(inputs, ["SPANS", "LOCAL"], 16, True, 16, 0.0, "", terms)  # type: ignore[arg-type]
     assert [(v[0].name, v[8]) for v in verdicts] == [("SPANS", ())]
+
+
+# ---- kernel alignment bounds tensor parallelism (sizing/data/quantization.json tp_alignment) ----
+
+#: Qwen3-Coder-480B-A35B-Instruct-FP8's shapes: block-fp8 experts of 2560, which TP 8 cuts into 320 per
+#: rank, not a whole number of 128-wide blocks (vLLM: "The output_size of gate's and up's weight = 320
+#: is not divisible by weight quantization block_n = 128").
+QWEN3_CODER_FP8 = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 6144,
+    "intermediate_size": 8192,
+    "moe_intermediate_size": 2560,
+    "num_experts": 160,
+    "num_experts_per_tok": 8,
+    "num_hidden_layers": 62,
+    "num_attention_heads": 96,
+    "num_key_value_heads": 8,
+    "head_dim": 128,
+    "vocab_size": 151936,
+    "max_position_embeddings": 262144,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "fp8",
+        "activation_scheme": "dynamic",
+        "weight_block_size": [128, 128],
+    },
+}
+
+
+def test_block_fp8_moe_skips_a_tensor_parallel_size_that_cuts_through_a_block() -> None:
+    result = plan(config=QWEN3_CODER_FP8, maxModelLen=32768, concurrency=8, gpu={"types": ["H100-80GB"]})
+    chosen = result.chosen
+    assert chosen.gpus == 8
+    assert (chosen.tensor_parallel_size, chosen.pipeline_parallel_size) == (4, 2)
+    [note] = result.layout_notes
+    assert "TP 8 skipped" in note and "320" in note and "weight_block_size [128, 128]" in note
+    assert note in result.summary()["tuning"]
+
+
+def test_the_same_moe_without_blocks_keeps_tensor_parallel_8() -> None:
+    config = QWEN3_CODER_FP8 | {
+        "quantization_config": {"quant_method": "fp8", "activation_scheme": "dynamic"}
+    }
+    result = plan(config=config, maxModelLen=32768, concurrency=8, gpu={"types": ["H100-80GB"]})
+    assert (result.chosen.tensor_parallel_size, result.chosen.pipeline_parallel_size) == (8, 1)
+    assert result.layout_notes == ()
+
+
+def test_a_refusal_names_the_alignment_that_ruled_tensor_parallelism_out() -> None:
+    # One node of 8 and no pipeline stages across nodes: TP 8 is the only way to 8 GPUs, and it is skipped.
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(
+            config=QWEN3_CODER_FP8 | {"num_hidden_layers": 1},
+            maxModelLen=262144,
+            concurrency=512,
+            gpu={"types": ["H100-80GB"], "maxGPUsPerReplica": 8},
+        )
+    assert "kernel alignment: TP 8 skipped" in str(caught.value)
+    assert "not a multiple of the checkpoint's weight_block_size [128, 128]" in str(caught.value)
+
+
+# ---- a refusal under a GPU cap names the quantization that would fit ----
+
+
+def test_a_refusal_under_a_gpu_cap_names_the_online_quantization_that_fits() -> None:
+    # bf16 Llama-3.1-8B on one L4 (the cap): 15 GiB of weights leave ~3 GiB of KV, short of two 32K
+    # sequences (8 GiB); fp8 weights (8 GiB) leave room for them.
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(maxModelLen=32768, concurrency=2, gpu={"types": ["L4"], "maxGPUsPerReplica": 1})
+    error = caught.value
+    assert "fp8 weights fit 1 × L4 (L4x1 (TP1); set spec.quantization: fp8)" in str(error)
+    assert {"quantization": "fp8"} in error.fixes
+    quantized = plan(
+        maxModelLen=32768, concurrency=2, quantization="fp8", gpu={"types": ["L4"], "maxGPUsPerReplica": 1}
+    )
+    assert quantized.chosen.label == "L4x1 (TP1)"
+
+
+def test_no_quantization_is_suggested_where_the_gpu_has_no_kernels_for_it() -> None:
+    # T4 (compute capability 7.5) has no fp8 kernels in vLLM; bitsandbytes 4-bit is the online method left.
+    with pytest.raises(NoFeasiblePlanError) as caught:
+        plan(dtype="float16", maxModelLen=32768, concurrency=2, gpu={"types": ["T4"], "maxGPUsPerReplica": 1})
+    assert "fp8 weights" not in str(caught.value)
+    assert "bitsandbytes weights fit 1 × T4" in str(caught.value)
+
+
+def test_tensor_parallel_plans_charge_non_torch_memory_by_the_gpus_interconnect() -> None:
+    pcie = plan(config=LLAMA_70B, maxModelLen=8192, concurrency=8, gpu={"types": ["L40S"]})
+    nvlink = plan(config=LLAMA_70B, maxModelLen=8192, concurrency=8, gpu={"types": ["H100-80GB"]})
+    assert pcie.chosen.tensor_parallel_size >= 2 and nvlink.chosen.tensor_parallel_size >= 2
+    assert pcie.budget.non_torch_gib < 0.2 < 2.0 < nvlink.budget.non_torch_gib
+    assert pcie.summary()["memory"]["nonTorchGiB"] == round(pcie.budget.non_torch_gib, 2)

@@ -21,6 +21,7 @@ from loadline.sizing import (
     Candidate,
     EngineSettings,
     Plan,
+    beyond_tables,
     check_max_model_len,
     compute_budget,
     engine_version,
@@ -31,6 +32,7 @@ from loadline.sizing import (
     resolve_dtype,
     resolve_quantization,
 )
+from loadline.sizing._align import head_problem, tp_problem
 from loadline.sizing._arch import Architecture
 from loadline.sizing._shapes import PROVIDERS
 
@@ -51,13 +53,19 @@ def _positive(flag: str, value: float | None) -> None:
         raise SpecError(flag, f"{value} is not a positive number", "give a value above 0")
 
 
-def _check_parallel(arch: Architecture, tp: int, pp: int) -> None:
-    if tp < 1 or arch.num_attention_heads % tp:
-        raise SpecError(
-            "--tensor-parallel-size",
-            f"{tp} does not divide the model's {arch.num_attention_heads} attention heads",
-            "use a divisor of the head count, e.g. 1, 2, 4 or 8",
+def _check_parallel(arch: Architecture, tp: int, pp: int, quantization: str, version: str) -> None:
+    """vLLM's own checks of the layout: the heads split over the ranks, and every layer's shard is whole
+    (whole quantization blocks and groups too: :func:`loadline.sizing._align.tp_problem`)."""
+    problem = f"{tp} is not a positive size" if tp < 1 else head_problem(arch, tp)
+    if not problem and tp_problem(arch, quantization, version, tp):
+        problem = f"{tp}: {tp_problem(arch, quantization, version, tp)}"
+    if problem:
+        below = range(max(min(tp, 65), 2) - 1, 0, -1)
+        best = next(
+            n for n in below if not head_problem(arch, n) and not tp_problem(arch, quantization, version, n)
         )
+        fix = f"use {best}, the largest size below that vLLM accepts (--pipeline-parallel-size for more GPUs)"
+        raise SpecError("--tensor-parallel-size", problem, fix)
     if pp < 1 or pp > arch.num_layers:
         raise SpecError(
             "--pipeline-parallel-size", f"{pp} is not between 1 and {arch.num_layers} layers", "lower it"
@@ -70,12 +78,14 @@ def _cmd_size(args: argparse.Namespace) -> int:
     for flag in ("--gpu-memory-gib", "--max-model-len", "--max-num-seqs", "--max-num-batched-tokens"):
         _positive(flag, getattr(args, flag[2:].replace("-", "_")))
     if args.gpu_memory_gib is not None:
-        gpu_name, memory = "", float(args.gpu_memory_gib)
+        gpu_name, memory, interconnect = "", float(args.gpu_memory_gib), args.interconnect or "nvlink"
     else:
         gpu = find_gpu(args.gpu, "--gpu")
-        gpu_name, memory = gpu.name, gpu.memory_gib
+        gpu_name, memory, interconnect = gpu.name, gpu.memory_gib, args.interconnect or gpu.interconnect
+    _warn_beyond_tables([args.vllm_version])
     tp, pp = args.tensor_parallel_size, args.pipeline_parallel_size
-    _check_parallel(arch, tp, pp)
+    quantization = resolve_quantization(args.quantization, arch, "--quantization")
+    _check_parallel(arch, tp, pp, quantization, args.vllm_version)
     util = args.gpu_memory_utilization
     util = table.gpu_memory_utilization if util is None else util
     if not 0 < util <= 1:  # also false for nan
@@ -94,7 +104,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         raise SpecError("--weight-bits", f"{args.weight_bits} is not between 1 and 16", "use e.g. 4 or 8")
     settings = EngineSettings(
         dtype=resolve_dtype(arch, args.dtype),
-        quantization=resolve_quantization(args.quantization, arch, "--quantization"),
+        quantization=quantization,
         kv_cache_dtype=args.kv_cache_dtype,
         tensor_parallel_size=tp,
         pipeline_parallel_size=pp,
@@ -106,6 +116,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         cuda_graph_in_kv_budget=table.cuda_graph_in_kv_budget,
         block_size=table.block_size,
         weight_bits=args.weight_bits,
+        interconnect=interconnect,
     )
     budget = compute_budget(arch, settings, memory)
     result = {
@@ -113,6 +124,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
         "gpu_memory_gib": round(memory, 2),
         "tensor_parallel_size": tp,
         "pipeline_parallel_size": pp,
+        "interconnect": interconnect,
         "dtype": settings.dtype,
         "quantization": settings.quantization,
         "kv_cache_dtype": settings.kv_cache_dtype,
@@ -221,6 +233,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     results = govern(manifests)
     for governed in results:
         _check_command(governed)
+    _warn_beyond_tables([g.plan.inputs.version for g in results])
     if args.output == "json":
         payload = [
             {
@@ -234,6 +247,14 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def _warn_beyond_tables(versions: list[str]) -> None:
+    """One line on standard error per vLLM version newer than every table (:func:`beyond_tables`)."""
+    for version in dict.fromkeys(versions):
+        warning = beyond_tables(version)
+        if warning:
+            print(f"loadline: warning: {warning}", file=sys.stderr)
 
 
 def _with_providers(obj: InferenceModel, providers: list[str]) -> InferenceModel:
@@ -288,6 +309,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     size.add_argument("--kv-cache-dtype", choices=_KV_DTYPES, default="auto")
     size.add_argument("--tensor-parallel-size", type=int, default=1)
     size.add_argument("--pipeline-parallel-size", type=int, default=1)
+    size.add_argument(
+        "--interconnect",
+        choices=("nvlink", "pcie"),
+        help="between the tensor-parallel GPUs (non-torch memory); default: the GPU type's, nvlink with "
+        "--gpu-memory-gib",
+    )
     size.add_argument("--gpu-memory-utilization", type=float)
     size.add_argument("--max-model-len", type=int)
     size.add_argument("--max-num-seqs", type=int)

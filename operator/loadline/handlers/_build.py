@@ -28,6 +28,10 @@ Status = dict[str, Any]
 
 PLANNED, DEPLOYED, READY = "Planned", "Deployed", "Ready"
 
+ENGINE_TABLES = "EngineVersionKnown"
+"""False while ``spec.engine.version`` is newer than every table loadline plans with (the message names
+the newest used); written only once that happens, and True again after."""
+
 REMEDIATING = "Remediating"
 """The Ready condition's reason while a crash's remediation rolls out: said by the decision's own write
 (:func:`build_remediating_status`) and kept until the workload is available or cannot be scheduled."""
@@ -129,18 +133,24 @@ def build_deployed_status(
     now: str,
     message: str,
     needs_person: str = "",
+    beyond_tables: str = "",
 ) -> Status:
     """Status after a successful plan and apply; ``Degraded`` with what a person should look at
-    when the remediation budget is spent (``needs_person``)."""
-    conditions = merge_conditions(
-        previous.get("conditions", []) or [],
-        [
-            build_condition(PLANNED, True, "Planned", message, generation),
-            build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
-            build_condition(READY, ready, "Available" if ready else "Progressing", ready_message, generation),
-        ],
-        now,
-    )
+    when the remediation budget is spent (``needs_person``); ``beyond_tables``: why the version is
+    newer than every table (:func:`loadline.sizing._compat.beyond_tables`), for :data:`ENGINE_TABLES`."""
+    updates = [
+        build_condition(PLANNED, True, "Planned", message, generation),
+        build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
+        build_condition(READY, ready, "Available" if ready else "Progressing", ready_message, generation),
+    ]
+    had = any(c.get("type") == ENGINE_TABLES for c in previous.get("conditions", []) or [])
+    if beyond_tables or had:
+        known = "the tables know spec.engine.version"
+        reason = "NewerThanTables" if beyond_tables else "InTables"
+        updates.append(
+            build_condition(ENGINE_TABLES, not beyond_tables, reason, beyond_tables or known, generation)
+        )
+    conditions = merge_conditions(previous.get("conditions", []) or [], updates, now)
     return _status_patch(
         phase="Degraded" if needs_person else ("Ready" if ready else "Deploying"),
         # The readiness detail lives in the Ready condition only, so that the readiness timer and a

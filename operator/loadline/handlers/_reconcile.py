@@ -55,6 +55,7 @@ from loadline.sizing import (
     Plan,
     Reservation,
     ShapeFigures,
+    beyond_tables,
     find_catalog_model,
     free_rooms,
     gpu_node,
@@ -840,6 +841,7 @@ def _reconcile_unguarded(
         now=_build.now_iso(),
         message=message,
         needs_person=state.needs_person,
+        beyond_tables=beyond_tables(plan.inputs.version),
     )
 
     judged = {**body, "status": {**previous, **status}}

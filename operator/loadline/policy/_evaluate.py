@@ -422,8 +422,13 @@ def check(
             problem = (
                 f"no allowed GPU layout fits ({' and '.join(limit_words)}); each candidate's reason follows"
             )
+            # The planner's own fixes name an online quantization that fits within the allowance.
+            method = next((f["quantization"] for f in exc.fixes if "quantization" in f), None)
+            quantize = (
+                f"set spec.quantization: {method} (its weights fit within it)" if method else "quantize"
+            )
             fixes = {
-                "spec.gpu.types": "quantize, lower maxModelLen or concurrency, or ask the platform team "
+                "spec.gpu.types": f"{quantize}, lower maxModelLen or concurrency, or ask the platform team "
                 "for a larger GPU allowance",
                 "spec.gpu.providers": _unreachable_fix(planned, effective),
             }

@@ -24,7 +24,7 @@ from loadline.sizing._capacity import (
     shapes_of,
     workload_demand,
 )
-from loadline.sizing._compat import check_compatibility, compat_table
+from loadline.sizing._compat import beyond_tables, check_compatibility, compat_table
 from loadline.sizing._data import (
     CatalogModel,
     GPUType,
@@ -80,6 +80,7 @@ __all__ = [
     "ShapeFigures",
     "SpecInputs",
     "Tuned",
+    "beyond_tables",
     "check_compatibility",
     "check_max_model_len",
     "checkpoint_download",

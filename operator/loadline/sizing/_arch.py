@@ -28,6 +28,9 @@ class QuantConfig:
     method: str
     bits: float | None = None
     group_size: int | None = None
+    # Block quantization's [block_n, block_k] (fp8 ``weight_block_size``, compressed-tensors
+    # ``block_structure``): each tensor-parallel shard must be whole blocks (:mod:`loadline.sizing._align`).
+    block: tuple[int, int] | None = None
     # Module name fragments left in full precision (e.g. "lm_head", "self_attn" for gpt-oss).
     not_converted: tuple[str, ...] = ()
 
@@ -217,11 +220,24 @@ def _quant_config(cfg: Mapping[str, Any], text: Mapping[str, Any]) -> QuantConfi
     if method == "mxfp4":
         bits = 4.0
     skipped: list[str] = []
+    block = _block_shape(raw.get("weight_block_size"))
+    if block is None and isinstance(groups, Mapping):
+        for grp in groups.values():
+            weights = grp.get("weights") if isinstance(grp, Mapping) else None
+            if isinstance(weights, Mapping) and block is None:
+                block = _block_shape(weights.get("block_structure"))
     for key in ("modules_to_not_convert", "ignore", "ignored_layers", "modules_not_to_convert"):
         value = raw.get(key)
         if isinstance(value, list):
             skipped.extend(str(item) for item in value)
-    return QuantConfig(method=method, bits=bits, group_size=group, not_converted=tuple(skipped))
+    return QuantConfig(method=method, bits=bits, group_size=group, block=block, not_converted=tuple(skipped))
+
+
+def _block_shape(value: Any) -> tuple[int, int] | None:
+    """``[block_n, block_k]`` of positive integers, else None."""
+    if isinstance(value, list) and len(value) == 2 and all(_usable(v) and isinstance(v, int) for v in value):
+        return int(value[0]), int(value[1])
+    return None
 
 
 def _vision(cfg: Mapping[str, Any]) -> VisionTower | None:

@@ -50,6 +50,7 @@ class EngineSettings:
     weight_bits: float | None = None
     weights_gib_total: float | None = None  # exact weights of the whole model, when the user knows it
     engine: str = "v1"  # "v0": vLLM's V0 engine (VLLM_USE_V1=0, 0.6.4-0.10), profiled differently
+    interconnect: str = "nvlink"  # between the tensor-parallel GPUs: "nvlink" or "pcie" (non-torch memory)
 
     @property
     def gpus(self) -> int:
@@ -209,12 +210,21 @@ def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCo
 
 def non_torch_gib(settings: EngineSettings, coef: ModelCoefficients) -> float:
     """CUDA context and, with tensor parallelism, NCCL/custom all-reduce buffers."""
-    return _non_torch_gib(settings.tensor_parallel_size, coef)
+    return _non_torch_gib(settings.tensor_parallel_size, coef, settings.interconnect)
 
 
-def _non_torch_gib(tp: int, coef: ModelCoefficients) -> float:
+def _non_torch_gib(tp: int, coef: ModelCoefficients, interconnect: str = "nvlink") -> float:
+    """Memory vLLM counts outside torch's allocator. With tensor parallelism over NVLink (or PCIe
+    peer-to-peer) NCCL keeps its send/receive buffers in GPU memory for every peer and channel, and
+    vLLM's custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py) maps IPC
+    buffers of its own: it is on only where the GPUs reach each other directly (NVLink, or two PCIe
+    GPUs whose peer-to-peer test passes) and off for more than two PCIe-only GPUs. Without
+    peer-to-peer access NCCL moves data through host shared memory, and neither takes GPU memory:
+    the pcie coefficients (engine.json), fitted to PCIe runs, are a fraction of NVLink's."""
     if tp == 1:
         return coef.non_torch_gib_tp1
+    if interconnect == "pcie":
+        return coef.non_torch_gib_tp_base_pcie + coef.non_torch_gib_per_tp_rank_pcie * tp
     return coef.non_torch_gib_tp_base + coef.non_torch_gib_per_tp_rank * tp
 
 
@@ -274,7 +284,7 @@ def _compute_budget(
         s.weights_gib_total,
         s.engine,
     )
-    fixed = model.layout(gpu_memory_gib, s.tensor_parallel_size, s.pipeline_parallel_size)
+    fixed = model.layout(gpu_memory_gib, s.tensor_parallel_size, s.pipeline_parallel_size, s.interconnect)
     return fixed.budget(
         s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.gpu_memory_utilization, s.enforce_eager
     )
@@ -357,15 +367,15 @@ class ModelTerms:
         self.per_layer_share = max(per_layer_share, 0.0) / arch.num_layers
         self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
         self.full_layers = _full_layers(arch)
-        self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
-        self.per_gpu: dict[tuple[int, int], StaticTerms] = {}
+        self.layouts: dict[tuple[float, int, int, str], FixedTerms] = {}
+        self.per_gpu: dict[tuple[int, int, str], StaticTerms] = {}
 
-    def static_terms(self, tp: int, pp: int) -> StaticTerms:
+    def static_terms(self, tp: int, pp: int, interconnect: str = "nvlink") -> StaticTerms:
         """What a tp × pp layout holds on its busiest GPU whatever the GPU and the settings
         (:data:`StaticTerms`): the weights and non-torch memory (bytes) and their sum in GiB (what
         :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU), and the KV cache's
         shape, from which :class:`FixedTerms` and the planner count blocks."""
-        found = self.per_gpu.get((tp, pp))
+        found = self.per_gpu.get((tp, pp, interconnect))
         if found is None:
             arch, coef = self.arch, self.coef
             if pp == 1:
@@ -373,11 +383,11 @@ class ModelTerms:
             else:
                 weights = (self.per_layer_share * _layers_on_busiest_stage(arch, pp) + self.edge) / tp
             weights += coef.weights_overhead_gib * GIB
-            non_torch = _non_torch_gib(tp, coef) * GIB
+            non_torch = _non_torch_gib(tp, coef, interconnect) * GIB
             layers = _layers_on_busiest_stage(arch, pp)
             group_size, full_groups, sliding_groups = _layer_groups(arch.num_layers, self.full_layers, layers)
             per_layer = _kv_bytes_per_layer_token(arch, self.kv_cache_dtype, self.dtype, tp)
-            found = self.per_gpu[(tp, pp)] = (
+            found = self.per_gpu[(tp, pp, interconnect)] = (
                 weights,
                 non_torch,
                 weights / GIB + non_torch / GIB,
@@ -396,13 +406,13 @@ class ModelTerms:
         """Weights and non-torch memory on the busiest GPU, GiB."""
         return self.static_terms(tp, pp)[2]
 
-    def layout(self, gpu_memory_gib: float, tp: int, pp: int) -> FixedTerms:
-        key = (gpu_memory_gib, tp, pp)
+    def layout(self, gpu_memory_gib: float, tp: int, pp: int, interconnect: str = "nvlink") -> FixedTerms:
+        key = (gpu_memory_gib, tp, pp, interconnect)
         found = self.layouts.get(key)
         if found is None:
             if len(self.layouts) >= 128:  # GPU sizes × layouts of the catalog fit; bounded all the same
                 self.layouts.clear()
-            found = self.layouts[key] = FixedTerms(self, gpu_memory_gib, tp, pp)
+            found = self.layouts[key] = FixedTerms(self, gpu_memory_gib, tp, pp, interconnect)
         return found
 
 
@@ -451,7 +461,9 @@ class FixedTerms:
         "weights_gib",
     )
 
-    def __init__(self, model: ModelTerms, gpu_memory_gib: float, tp: int, pp: int) -> None:
+    def __init__(
+        self, model: ModelTerms, gpu_memory_gib: float, tp: int, pp: int, interconnect: str = "nvlink"
+    ) -> None:
         arch, coef = model.arch, model.coef
         self.gpu_memory_gib = gpu_memory_gib
         self.tp = tp
@@ -460,7 +472,7 @@ class FixedTerms:
         self.sliding_window = arch.sliding_window
         self.vocab = arch.vocab_size
         weights, non_torch, _, block_bytes, full_groups, sliding_groups, group_size, per_layer = (
-            model.static_terms(tp, pp)
+            model.static_terms(tp, pp, interconnect)
         )
         self.weights = weights
         self.weights_gib = weights / GIB

@@ -42,6 +42,7 @@ class CalibrationRow:
     engine: str = "v1"
     tensor_parallel_size: int = 1
     total_gpu_memory_gib: float = 0.0
+    interconnect: str = "nvlink"
     split: str = "calibrate"  # the H100 0.19 set is calibration; public runs by split_for
 
     @property
@@ -51,6 +52,7 @@ class CalibrationRow:
         names.append("GPU <= 24 GB" if self.total_gpu_memory_gib < 30 else "GPU >= 40 GB")
         if self.tensor_parallel_size > 1:
             names.append("TP > 1")
+            names.append(f"TP > 1 {self.interconnect}")
         return tuple(names)
 
     def error(self, name: str) -> float | None:
@@ -89,6 +91,9 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
             if quantization == "none" and method not in {"none", ""}:
                 quantization = method
             engine = (raw.get("engine") or "v1").strip().lower()
+            # Between the TP ranks: the H100 set is SXM (NVLink); "network" (a TP group across nodes,
+            # which the planner never makes) keeps NVLink's figures.
+            interconnect = (raw.get("interconnect") or "nvlink").strip().lower()
             settings = EngineSettings(
                 dtype=raw["dtype"],
                 quantization=quantization,
@@ -103,6 +108,7 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
                 cuda_graph_in_kv_budget=False,
                 block_size=int(raw.get("block_size") or 16),
                 engine=engine,
+                interconnect="pcie" if interconnect == "pcie" else "nvlink",
             )
             budget = compute_budget(
                 arch, settings, float(raw["total_gpu_memory_gib"]), exact_parameters=entry.parameters
@@ -131,6 +137,7 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
                     engine=engine,
                     tensor_parallel_size=settings.tensor_parallel_size,
                     total_gpu_memory_gib=float(raw["total_gpu_memory_gib"]),
+                    interconnect=interconnect,
                     split=split_for(raw["source_group"]) if raw.get("source_group") else "calibrate",
                 )
             )

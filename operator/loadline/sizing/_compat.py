@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadline.errors import SpecError
 from loadline.sizing._arch import Architecture
-from loadline.sizing._data import parse_version
+from loadline.sizing._data import engine_version, parse_version
 
 Version = tuple[int, int, int]
 
@@ -218,3 +218,19 @@ def check_compatibility(
             "set spec.quantization to none (vLLM loads the checkpoint's own quantization), or serve the "
             "bf16/fp16 checkpoint",
         )
+
+
+def beyond_tables(version_text: str) -> str:
+    """One sentence when ``version_text`` is newer than every release loadline's tables know (empty
+    otherwise): such a version is still planned, with the newest table of each kind, since a new
+    release mostly keeps the old rules, but the user should know which rules those were."""
+    newest = compat_table().newest
+    version = parse_version(version_text)
+    if version <= newest:
+        return ""
+    rules = _text(engine_version(_text(newest)).since)
+    return (
+        f"vLLM {_text(version)} is newer than every loadline table: planned as for {_text(newest)}, the "
+        f"newest release of vllm_compat.json (model registry, quantization methods), with engine.json's "
+        f"memory rules of {rules} on"
+    )

@@ -118,6 +118,9 @@ class ModelCoefficients:
     cuda_graph_gib_moe_extra: float
     sampler_warmup_logit_copies: float
     weights_overhead_gib: float
+    # Non-torch memory at TP >= 2 between GPUs without NVLink (no peer-to-peer buffers; engine.json).
+    non_torch_gib_tp_base_pcie: float
+    non_torch_gib_per_tp_rank_pcie: float
 
 
 #: A JSON or YAML file of GPU entries to add to (or replace in) the bundled catalog, in its shape:

@@ -30,14 +30,17 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
+from loadline.sizing._align import tp_problem
 from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
 from loadline.sizing._capacity import FreeGPUs
+from loadline.sizing._compat import compat_table
 from loadline.sizing._data import (
     GPU_CATALOG_ENV,
     GPUType,
     find_gpu,
     fp8_kv_min_compute_capability,
     gpu_catalog,
+    parse_version,
     quantization_methods,
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
@@ -210,6 +213,8 @@ class Plan:
     replicas: int
     candidates: Deferred[tuple[Candidate, ...]] = Deferred()
     fallback_from: str = ""
+    #: Why the chosen layout has less tensor parallelism than the heads allow (kernel alignment).
+    layout_notes: tuple[str, ...] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -266,7 +271,7 @@ class Plan:
             "fallbackFrom": self.fallback_from,
             "engineVersion": self.inputs.version,
             "enforceEager": s.enforce_eager,
-            "tuning": list(c.tuning),
+            "tuning": [*c.tuning, *self.layout_notes],
             "nodeShape": self._shape_summary(),
         }
 
@@ -364,13 +369,47 @@ def _largest_node(gpu: GPUType, inputs: SpecInputs) -> NodeFacts:
 _NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], NodeFacts] = GuardedMemo(4096)
 
 
+def _splits(inputs: SpecInputs) -> tuple[int, ...]:
+    """The tensor-parallel sizes the heads allow and vLLM can build the layers for
+    (:func:`~loadline.sizing._align.tp_problem`: whole shards, whole quantization blocks and groups)."""
+    arch = inputs.model.architecture
+    return tuple(
+        tp
+        for tp in _head_splits(arch.num_attention_heads, arch.num_kv_heads)
+        if not tp_problem(arch, inputs.quantization, inputs.version, tp)
+    )
+
+
+def _skipped(inputs: SpecInputs) -> list[tuple[int, str]]:
+    """The tensor-parallel sizes the heads allow but vLLM cannot build the layers for, and why."""
+    arch = inputs.model.architecture
+    found = []
+    for tp in _head_splits(arch.num_attention_heads, arch.num_kv_heads):
+        problem = tp_problem(arch, inputs.quantization, inputs.version, tp)
+        if problem:
+            found.append((tp, f"TP {tp} skipped: {problem}"))
+    return found
+
+
+def alignment_notes(inputs: SpecInputs) -> tuple[str, ...]:
+    """:func:`_skipped`'s reasons, for a plan's notes and refusals."""
+    return tuple(text for _, text in _skipped(inputs))
+
+
 @cache
 def _layouts_for(
-    node: int, heads: int, kv_heads: int, layers: int, max_gpus: int, multi_node: bool
+    node: int,
+    heads: int,
+    kv_heads: int,
+    layers: int,
+    max_gpus: int,
+    multi_node: bool,
+    aligned: tuple[int, ...] | None = None,
 ) -> tuple[tuple[int, int, int], ...]:
     """(tp, pp, nodes) layouts in increasing GPU count, the best layout for each count, for a node size:
-    a pure function of a few integers, asked once per plan and GPU type, so memoised."""
-    tps = _tp_options(heads, kv_heads, node)
+    a pure function of a few integers, asked once per plan and GPU type, so memoised. ``aligned``: the
+    tensor-parallel sizes vLLM can build the layers for (:func:`_splits`; None: any the heads allow)."""
+    tps = [tp for tp in _tp_options(heads, kv_heads, node) if aligned is None or tp in aligned]
     counts = [n for n in (1, 2, 4, 8) if n <= node]
     if multi_node:
         counts += [node * k for k in range(2, _MAX_NODES + 1)]
@@ -647,6 +686,7 @@ def _type_plans(
         inputs.quantization,
         inputs.kv_cache_dtype.startswith("fp8"),
         _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        _splits(inputs),
         min(arch.num_layers, max_gpus),
         inputs.providers,
         inputs.cluster,
@@ -698,6 +738,7 @@ def _plan_types(
         max_gpus,
         multi_node,
         _head_splits(arch.num_attention_heads, arch.num_kv_heads),
+        _splits(inputs),
         min(arch.num_layers, max_gpus),
         inputs.providers,
         inputs.cluster,
@@ -747,8 +788,11 @@ def _type_layouts(
             arch.num_layers,
             max_gpus,
             spans_nodes,
+            _splits(inputs),
         )
         problem = "" if layouts else f"no layout within {max_gpus} GPUs divides the attention heads"
+        if not layouts and _splits(inputs) != _head_splits(arch.num_attention_heads, arch.num_kv_heads):
+            problem += " with a tensor-parallel size vLLM can build the quantized layers for"
         bounds = _row_bounds(gpu, layouts, inputs, catalog_file)
         plans.append(_type_plan(gpu, problem, node, spans_nodes, layouts, shaped, bounds))
     return tuple(plans)
@@ -948,7 +992,9 @@ def _judge(
     one full-attention group a sequence of max-model-len takes (as :meth:`FixedTerms._blocks_per_seq`)."""
     tp, pp, nodes, _, rejected_key = row
     _, room, ceiling = context
-    weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(tp, pp)
+    weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(
+        tp, pp, gpu.interconnect
+    )
     # layout_serves(), with what rules a layout out cheapest first. When the weights and non-torch
     # memory alone exceed the room (hopeless()), neither the defaults (which use less of the GPU, and
     # activations besides) nor any rung serves: most layouts of a large model on a small GPU end there.
@@ -996,7 +1042,7 @@ def _settle(
     ``sliding_groups``: the layout's :meth:`ModelTerms.static_terms`)."""
     tp, pp, nodes, _, rejected_key = row
     concurrency = inputs.concurrency
-    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect)
     blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
     serves = False
     if starts:  # fixed.serves(pool, length, concurrency), inlined
@@ -1067,7 +1113,7 @@ def _cheapest(
             # _judge's first two tests, inline: most layouts judged here end at them, and a rejected
             # layout's verdict is not needed; _settle does the rest.
             weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = static_terms(
-                row[0], row[1]
+                row[0], row[1], gpu.interconnect
             )
             if not static < room:
                 continue
@@ -1125,7 +1171,7 @@ def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) 
             continue
         room = plan.gpu.memory_gib * ceiling  # as _context's
         for index, row in enumerate(plan.rows):
-            if static_terms(row[0], row[1])[2] < room:
+            if static_terms(row[0], row[1], plan.gpu.interconnect)[2] < room:
                 if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
                     scans.append((plan.bounds[index], order, index))
                 break
@@ -1226,9 +1272,11 @@ def plan_inference_model(
                 "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
                 "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
             )
+            aligned = alignment_notes(inputs)
+            limits = f"; kernel alignment: {'; '.join(aligned)}" if aligned else ""
             raise NoFeasiblePlanError(
                 f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
-                f"concurrency {inputs.concurrency} (fix: {fix_text})",
+                f"concurrency {inputs.concurrency}{limits} (fix: {fix_text})",
                 [f"{c.label}: {c.rejection}" for c in candidates],
                 fixes=[f["spec"] for f in fixes],
             )
@@ -1260,7 +1308,24 @@ def plan_inference_model(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
 
-    return Plan(model, inputs, chosen, spec.replicas, Later(considered), fallback_from)
+    return Plan(
+        model, inputs, chosen, spec.replicas, Later(considered), fallback_from, _layout_notes(inputs, chosen)
+    )
+
+
+def _layout_notes(inputs: SpecInputs, chosen: Candidate) -> tuple[str, ...]:
+    """Why ``chosen`` splits its GPUs with less tensor parallelism than the heads allow: the sizes
+    skipped for kernel alignment, when one of them would have been chosen (empty otherwise)."""
+    arch = inputs.model.architecture
+    heads = _head_splits(arch.num_attention_heads, arch.num_kv_heads)
+    if heads == _splits(inputs):
+        return ()
+    node = chosen.shape.gpus if chosen.shape is not None else chosen.gpu.max_gpus_per_node
+    widest = max((tp for tp in heads if tp <= node and chosen.gpus % tp == 0), default=1)
+    if widest <= chosen.tensor_parallel_size:
+        return ()
+    skipped = [text for tp, text in _skipped(inputs) if tp > chosen.tensor_parallel_size]
+    return (f"tensor parallelism {chosen.tensor_parallel_size} (not {widest}): " + "; ".join(skipped),)
 
 
 def _note_cost(candidate: Candidate, chosen: Candidate, by_verification: bool = False) -> Candidate:
@@ -1346,6 +1411,9 @@ def refusal_fixes(
         fixes.append({"text": f"lower spec.maxModelLen to {best_len}", "spec": {"maxModelLen": best_len}})
     if best_conc:
         fixes.append({"text": f"lower spec.concurrency to {best_conc}", "spec": {"concurrency": best_conc}})
+    quantized = _quantized_fix(spec, inputs)
+    if quantized is not None:
+        fixes.append(quantized)
     best = _cheapest_feasible(inputs, list(gpu_catalog()), _FIX_MAX_GPUS)
     if best is not None:
         changes: dict[str, Any] = {}
@@ -1362,6 +1430,44 @@ def refusal_fixes(
                 {"text": f"use ≥ {best.gpus}×{best.gpu.name} ({best.label}; set {what})", "spec": changes}
             )
     return fixes
+
+
+def _quantized_fix(spec: InferenceModelSpec, inputs: SpecInputs) -> dict[str, Any] | None:
+    """Quantizing the weights while loading, within the GPUs the spec allows (its types and cap): the
+    first online method of the version (vllm_compat.json ``checkpoints.online``: 8-bit before 4-bit)
+    whose plan is feasible on a GPU whose kernels support it. None for a checkpoint that is quantized
+    already, weights the user sized (``weightsGiB``), or a spec that names a method."""
+    if (
+        inputs.quantization != "none"
+        or inputs.model.architecture.quantization is not None
+        or inputs.weights_gib_total is not None
+    ):
+        return None
+    table = compat_table()
+    version = min(max(parse_version(inputs.version), table.oldest), table.newest)
+    methods = quantization_methods()
+    online = [
+        m for m in table.online if m in methods and m in table.methods and table.methods[m].covers(version)
+    ]
+    names = list(spec.gpu.types) or list(gpu_catalog())
+    max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
+    catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
+    for method in sorted(online, key=lambda m: (-methods[m].bits, m)):
+        if methods[method].scope != "linear":
+            continue  # expert-only methods leave a dense model as it is
+        quantized = dataclasses.replace(inputs, quantization=method)
+        verdict = _cheapest(
+            quantized, names, max_gpus, spec.gpu.allow_multi_node, 0.0, catalog_file, terms_for(quantized)
+        )
+        if verdict is not None:
+            gpu, tp, pp, nodes = verdict[:4]
+            label = Candidate(gpu, tp, pp, nodes, None, None).label
+            return {
+                "text": f"quantize the weights: {method} weights fit {tp * pp} × {gpu.name} ({label}; set "
+                f"spec.quantization: {method})",
+                "spec": {"quantization": method},
+            }
+    return None
 
 
 def _cheapest_feasible(inputs: SpecInputs, gpu_names: Sequence[str], max_gpus: int) -> Candidate | None:

@@ -265,4 +265,5 @@ def engine_settings(
         block_size=table.block_size,
         weight_bits=inputs.weight_bits,
         weights_gib_total=inputs.weights_gib_total,
+        interconnect=gpu.interconnect,
     )

@@ -7,9 +7,11 @@ and CUDA graphs captured outside the budget. When a layout's KV cache is a littl
 ``concurrency`` sequences of ``maxModelLen``, giving up some of that is far cheaper than doubling the
 GPUs. The ladder, least costly to the user first, stops at the first rung that serves:
 
-1. gpu-memory-utilization up to the safe bound: at most 0.95, and only as far as leaves the CUDA-graph
+1. gpu-memory-utilization to the safe bound: at most 0.95, and only as far as leaves the CUDA-graph
    pool, the sampler warm-up and a 0.5 GiB margin free above it (the check that decided the calibration
-   runs P26/P27, where vLLM died at 0.95). Costs nothing while the margin holds.
+   runs P26/P27, where vLLM died at 0.95). Costs nothing while the margin holds. Where vLLM's default
+   leaves too little above the line (a large graph pool or warm-up on a small GPU), the bound is below
+   the default: CUDA graphs at a lower utilization, before eager mode is tried.
 2. max-num-seqs down, never below the concurrency: fewer short requests run at once.
 3. max-num-batched-tokens down, never below max-num-seqs nor 512: long prompts take more steps to
    prefill (chunked prefill, always on in the V1 engine).
@@ -119,10 +121,10 @@ def _config(
     tokens = max(tokens, seqs) or inputs.max_num_batched_tokens or base[1]
     utilization = base[2]
     if inputs.gpu_memory_utilization is None:
+        # The safe bound, up or down: below vLLM's default where that leaves too little above the line
+        # for the CUDA-graph pool and the sampler warm-up (graphs at a lower utilization, not eager).
         graphs = 0.0 if inputs.cuda_graphs_counted else fixed.cuda_graph_gib(eager)
-        safe = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
-        if safe > utilization:
-            utilization = safe
+        utilization = _safe_utilization(fixed.gpu_memory_gib, graphs, fixed.sampler_warmup_gib(seqs))
     return (seqs, tokens, utilization, eager)
 
 
@@ -208,6 +210,7 @@ class _Layout:
         "free_tokens",
         "free_util",
         "inputs",
+        "interconnect",
         "length",
         "pp",
         "seq_floor",
@@ -231,7 +234,8 @@ class _Layout:
         self.concurrency = inputs.concurrency if concurrency is None else concurrency
         self.base = defaults(inputs, gpu, self.concurrency)
         self.block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
-        self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
+        self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect)
+        self.interconnect = gpu.interconnect
         self.free_util = inputs.gpu_memory_utilization is None
         self.free_seqs = inputs.max_num_seqs is None
         self.free_tokens = inputs.max_num_batched_tokens is None
@@ -308,6 +312,8 @@ class _Layout:
             self.block_size,
             inputs.weight_bits,
             inputs.weights_gib_total,
+            "v1",  # engine
+            self.interconnect,
         )
         return settings, self.fixed.budget(self.length, seqs, tokens, utilization, eager)
 
@@ -408,7 +414,7 @@ def serves_concurrencies(
 ) -> Callable[[int], bool]:
     """``n → serves_at(inputs, gpu, tp, pp, concurrency=n)``, with what does not depend on ``n`` done
     once (the layout's terms; vLLM's defaults and the ladder's pools are memoised on them)."""
-    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect)
     length = inputs.max_model_len
     # defaults(inputs, gpu, concurrency), with the version's table row read once.
     tier_seqs, tier_tokens, tier_utilization, _ = version_defaults(inputs.version, gpu.name, gpu.memory_gib)
@@ -431,7 +437,7 @@ def concurrency_ceiling(
     no activations and no CUDA graphs, over the fewest blocks a sequence takes. vLLM's defaults (a lower
     utilization, activations) and every rung hold no more (:meth:`FixedTerms.may_serve`), so
     ``serves_concurrencies(...)(n)`` is false above it: refusal fixes search the concurrencies below."""
-    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp)
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect)
     pinned = inputs.gpu_memory_utilization
     utilization = pinned or version_defaults(inputs.version, gpu.name, gpu.memory_gib)[2]  # as defaults()
     ceiling = utilization if pinned is not None else max(utilization, MAX_UTILIZATION)  # as ladder_serves
@@ -461,7 +467,7 @@ def tuned(
     tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
     utilization = inputs.gpu_memory_utilization or tier_utilization
     eager = inputs.enforce_eager
-    fixed = terms.layout(gpu.memory_gib, tp, pp)
+    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect)
     config = (seqs, tokens, utilization, eager)
     layout = last = None
     if not fixed.serves(fixed.cached_pool(config), length, concurrency) and not hopeless(
@@ -493,6 +499,8 @@ def tuned(
         block_size,
         inputs.weight_bits,
         inputs.weights_gib_total,
+        "v1",  # engine
+        gpu.interconnect,
     )
     budget = fixed.budget(length, seqs, tokens, utilization, eager)
     if layout is None or last is None:
@@ -583,8 +591,20 @@ def _explain(
             "prompts take more steps to prefill"
         )
     if settings.enforce_eager and not base_eager:
+        # What keeping the graphs would have given: the graph rungs' last setting (their most KV).
+        graphs = layout.config(layout.seq_floor, layout.token_floor, False)
+        _, kept = layout.materialize(graphs)
+        held = f"{kept.max_concurrency:.2f} sequences" if kept.fits else "no start"
         notes.append(
-            "enforce-eager: no CUDA graphs, whose pool is freed for a higher utilization; decode is slower"
+            f"enforce-eager: with CUDA graphs ({kept.cuda_graph_gib:.2f} GiB) the KV cache holds at most "
+            f"{held} (gpu-memory-utilization {graphs[2]}, max-num-seqs {graphs[0]}, "
+            f"max-num-batched-tokens {graphs[1]}), short of concurrency {inputs.concurrency}; without them "
+            "decode is slower (each step launches its kernels one by one)"
+        )
+    elif layout.free_eager and not settings.enforce_eager:
+        notes.append(
+            f"CUDA graphs kept ({budget.cuda_graph_gib:.2f} GiB above the line): these settings serve "
+            "without --enforce-eager, which would give the KV cache that memory at the cost of slower decode"
         )
     pinned = [
         name
