@@ -107,6 +107,8 @@ def test_the_watch_keeps_the_list_current_and_resumes_where_it_stopped() -> None
         wait_until(lambda: holder(watch, "s-0") == "b")
         wait_until(lambda: watch.seen("s-1") == (True, None))  # added, then deleted
         assert holder(watch, "s-0") == "b"
+        # The resumed watch after the DELETED one is opened by the watch's thread a moment later.
+        wait_until(lambda: len([c for c in api.calls if c.get("watch")]) >= 3)
         watches = [c for c in api.calls if c.get("watch")]
         assert [c["resource_version"] for c in watches[:3]] == ["5", "9", "10"]  # bookmark's version
         assert all(c["label_selector"] == "loadline.dev/shards=2" for c in api.calls)
