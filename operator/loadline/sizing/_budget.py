@@ -139,23 +139,40 @@ def _kv_layer_groups(arch: Architecture, layers_on_gpu: int) -> tuple[int, int, 
 
     Layers of each attention type are packed into groups of equal size (the smaller type's layer
     count) so that every group shares one block pool; the last group of a type is padded. A model
-    with one attention type has a single group of all its layers.
+    with one attention type has a single group of all its layers. Layers that reuse another layer's
+    cache (Gemma 3n's last ``num_kv_shared_layers``) have none of their own and join no group.
     """
-    return _layer_groups(arch.num_layers, _full_layers(arch), layers_on_gpu)
+    full, sliding = _kv_layer_kinds(arch)
+    return _layer_groups(arch.num_layers, full, layers_on_gpu, sliding)
+
+
+def _kv_layer_kinds(arch: Architecture) -> tuple[int, int]:
+    """(full, sliding): how many layers of each attention type have a KV cache of their own."""
+    kinds = arch.layer_types[: arch.kv_layers] if arch.layer_types else ()
+    if not kinds:
+        return arch.kv_layers, 0
+    full = sum(1 for kind in kinds if kind == "full")
+    return full, len(kinds) - full
 
 
 def _full_layers(arch: Architecture) -> int:
-    return sum(1 for kind in arch.layer_types if kind == "full") if arch.layer_types else arch.num_layers
+    return _kv_layer_kinds(arch)[0]
 
 
-def _layer_groups(num_layers: int, full: int, layers_on_gpu: int) -> tuple[int, int, int]:
-    """:func:`_kv_layer_groups` of a model of ``num_layers`` layers, ``full`` of them full attention."""
+def _layer_groups(
+    num_layers: int, full: int, layers_on_gpu: int, sliding: int | None = None
+) -> tuple[int, int, int]:
+    """:func:`_kv_layer_groups` of a model of ``num_layers`` layers, ``full`` of them full attention and
+    ``sliding`` (default: the rest) sliding-window attention."""
     share = layers_on_gpu / num_layers
-    sliding = num_layers - full
+    sliding = num_layers - full if sliding is None else sliding
+    own = full + sliding
     full = max(1, round(full * share)) if full else 0
     sliding = max(1, round(sliding * share)) if sliding else 0
     if not full or not sliding:
-        return layers_on_gpu, (1 if full else 0), (1 if sliding else 0)
+        # One attention type: one group of the GPU's layers that have a cache (all, unless shared).
+        size = layers_on_gpu if own == num_layers else full + sliding
+        return size, (1 if full else 0), (1 if sliding else 0)
     size = min(full, sliding)
     return size, math.ceil(full / size), math.ceil(sliding / size)
 
@@ -168,6 +185,8 @@ def kv_bytes_per_layer_token(arch: Architecture, settings: EngineSettings) -> fl
 
 
 def _kv_bytes_per_layer_token(arch: Architecture, kv_cache_dtype: str, dtype: str, tp: int) -> float:
+    if not arch.has_kv_cache:
+        return 0.0  # encoder-only attention: vLLM allocates no KV cache
     elem = kv_dtype_bytes(kv_cache_dtype, dtype)
     if arch.is_mla:
         # One compressed latent plus the rotary key part, replicated on every tensor-parallel rank.
@@ -191,7 +210,7 @@ def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCo
     tp = settings.tensor_parallel_size
     tokens = settings.max_num_batched_tokens
     elem = DTYPE_BYTES[settings.dtype]
-    sampler = coef.sampler_logit_copies * settings.max_num_seqs * arch.vocab_size * 4.0
+    sampler = coef.sampler_logit_copies * settings.max_num_seqs * _sampled_vocab(arch) * 4.0
     inter = arch.intermediate_size if not arch.is_moe or arch.num_dense_layers else 0
     forward = (
         tokens
@@ -205,6 +224,13 @@ def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCo
         routed = arch.num_experts_per_tok * arch.moe_intermediate_size + arch.shared_expert_intermediate_size
         forward += tokens * elem * coef.moe_bytes_per_token_expert_intermediate * routed / tp
     return sampler + forward
+
+
+def _sampled_vocab(arch: Architecture) -> int:
+    """The logits' width of the sampler pass and its warm-up: none for pooling models, which vLLM runs
+    through a pooler instead of the LM head and the sampler (vllm/v1/worker/gpu_model_runner.py
+    ``_dummy_pooler_run`` instead of ``_dummy_sampler_run``)."""
+    return arch.vocab_size if arch.samples else 0
 
 
 def non_torch_gib(settings: EngineSettings, coef: ModelCoefficients) -> float:
@@ -299,7 +325,16 @@ def blocks_within(
     a layout's :class:`FixedTerms` exist)."""
     kv = total * utilization - weights - 0.0 - non_torch
     kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0) without the call (the planner's hottest line)
-    return int(kv_positive // block_bytes) if block_bytes else 0
+    return int(kv_positive // block_bytes) if block_bytes else _no_kv_blocks(kv)
+
+
+#: The "blocks" of a model without a KV cache (encoder-only) whose budget leaves room: no count of
+#: sequences is short of them, so the planner's block arithmetic serves any concurrency.
+NO_KV_BLOCKS = 2**53
+
+
+def _no_kv_blocks(kv: float) -> int:
+    return NO_KV_BLOCKS if kv > 0.0 else 0
 
 
 class ModelTerms:
@@ -322,6 +357,7 @@ class ModelTerms:
         "per_gpu",
         "per_layer_share",
         "quantization",
+        "sliding_layers",
         "total_weights",
     )
 
@@ -356,7 +392,7 @@ class ModelTerms:
         per_layer_share = total_weights - (counts.embedding + counts.lm_head) * DTYPE_BYTES[dtype]
         self.per_layer_share = max(per_layer_share, 0.0) / arch.num_layers
         self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
-        self.full_layers = _full_layers(arch)
+        self.full_layers, self.sliding_layers = _kv_layer_kinds(arch)
         self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
         self.per_gpu: dict[tuple[int, int], StaticTerms] = {}
 
@@ -375,7 +411,9 @@ class ModelTerms:
             weights += coef.weights_overhead_gib * GIB
             non_torch = _non_torch_gib(tp, coef) * GIB
             layers = _layers_on_busiest_stage(arch, pp)
-            group_size, full_groups, sliding_groups = _layer_groups(arch.num_layers, self.full_layers, layers)
+            group_size, full_groups, sliding_groups = _layer_groups(
+                arch.num_layers, self.full_layers, layers, self.sliding_layers
+            )
             per_layer = _kv_bytes_per_layer_token(arch, self.kv_cache_dtype, self.dtype, tp)
             found = self.per_gpu[(tp, pp)] = (
                 weights,
@@ -431,6 +469,7 @@ class FixedTerms:
         "gpu_memory_gib",
         "graphs",
         "groups",
+        "kv_cache",
         "ladders",
         "moe_factor",
         "non_torch",
@@ -458,7 +497,8 @@ class FixedTerms:
         self.counted = model.counted
         self.block_size = model.block_size
         self.sliding_window = arch.sliding_window
-        self.vocab = arch.vocab_size
+        self.vocab = _sampled_vocab(arch)
+        self.kv_cache = arch.has_kv_cache
         weights, non_torch, _, block_bytes, full_groups, sliding_groups, group_size, per_layer = (
             model.static_terms(tp, pp)
         )
@@ -523,7 +563,7 @@ class FixedTerms:
         if self.counted:
             kv -= graphs
         kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0), as blocks_within
-        blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
+        blocks = int(kv_positive // self.block_bytes) if self.block_bytes else _no_kv_blocks(kv)
         headroom = self.total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
         warmup += self.startup_extra
@@ -590,10 +630,14 @@ class FixedTerms:
                 return starved
         kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0), as blocks_within
         block_bytes = self.block_bytes
-        blocks = int(kv_positive // block_bytes) if block_bytes else 0
+        blocks = int(kv_positive // block_bytes) if block_bytes else _no_kv_blocks(kv)
         kv_tokens = blocks * self.block_size // max(self.groups, 1)
         blocks_per_seq = self._blocks_per_seq(length, tokens)
         concurrency = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        if not self.kv_cache:
+            # No KV cache: nothing is held per sequence; the scheduler's max-num-seqs bounds a batch.
+            blocks, kv_tokens, kv_positive = 0, 0, 0.0
+            concurrency = float(seqs) if kv > 0 else 0.0
 
         headroom = total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
@@ -602,9 +646,10 @@ class FixedTerms:
         problems = []
         if kv <= 0:
             short = (-kv + block_bytes) / GIB
+            left = "no KV cache" if self.kv_cache else "nothing"
             problems.append(
                 f"weights {weights / GIB:.2f} + activation {activation / GIB:.2f} + non-torch "
-                f"{non_torch / GIB:.2f} GiB leave no KV cache within {utilization:.2f} × "
+                f"{non_torch / GIB:.2f} GiB leave {left} within {utilization:.2f} × "
                 f"{self.gpu_memory_gib:.2f} GiB (short {short:.2f} GiB per GPU)"
             )
         elif concurrency < 1.0:

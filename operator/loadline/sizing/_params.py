@@ -66,11 +66,31 @@ def _mlp(hidden: int, intermediate: int, gated: bool) -> int:
     return (3 if gated else 2) * hidden * intermediate
 
 
+def _per_layer_inputs(arch: Architecture) -> tuple[int, int]:
+    """(embedding, linear) weights of Gemma 3n's per-layer inputs and its AltUp/LAuReL blocks, as vLLM's
+    Gemma3n model builds them (vllm/model_executor/models/gemma3n.py, 0.9.2 on): a second embedding
+    table of ``vocab_size_per_layer_input`` rows of ``num_layers × hidden_size_per_layer_input`` (kept
+    in the model dtype, as every embedding), its projection from the hidden state, and per layer an
+    input gate and a projection back; AltUp's ``altup_num_inputs - 1`` extra streams project in and out
+    of the hidden size, and LAuReL adds a rank-``laurel_rank`` residual per layer."""
+    hidden, layers = arch.hidden_size, arch.num_layers
+    per_layer = arch.per_layer_hidden
+    embedding = arch.per_layer_vocab * layers * per_layer
+    linear = hidden * layers * per_layer + layers * 2 * hidden * per_layer
+    if arch.altup_inputs > 1:
+        linear += 2 * (arch.altup_inputs - 1) * hidden * hidden
+    linear += layers * 2 * hidden * arch.laurel_rank
+    return embedding, linear
+
+
 def count_parameters(arch: Architecture) -> ParameterCounts:
     hidden = arch.hidden_size
     layers = arch.num_layers
-    embedding = arch.vocab_size * hidden
-    lm_head = 0 if arch.tie_word_embeddings else arch.vocab_size * hidden
+    per_layer_embedding, per_layer_linear = _per_layer_inputs(arch)
+    # Position and token-type tables of BERT-style encoders are embeddings too.
+    embedding = (arch.vocab_size + arch.position_rows) * hidden + per_layer_embedding
+    # Pooling models load no LM head: vLLM replaces it with a pooler (a hidden-wide head at most).
+    lm_head = 0 if arch.tie_word_embeddings or not arch.samples else arch.vocab_size * hidden
     attention = layers * _attention_per_layer(arch)
     if arch.is_moe:
         dense_layers = arch.num_dense_layers
@@ -83,6 +103,7 @@ def count_parameters(arch: Architecture) -> ParameterCounts:
         dense_mlp = layers * _mlp(hidden, arch.intermediate_size, arch.gated_mlp)
         experts = 0
         router = 0
+    dense_mlp += per_layer_linear
     norms = (2 * layers + 1) * hidden
     vision = 0
     if arch.vision is not None:
