@@ -312,16 +312,19 @@ def _model_kind(
     recurrent_layers = isinstance(layer_kinds, list) and any(
         "mamba" in str(k) or "linear" in str(k) for k in layer_kinds
     )
+    shown = names[0] if names else f"model_type {'/'.join(sorted(model_types)) or '?'}"
     for kind in _REFUSED_KINDS:
         entry = kinds[kind]
-        hit = next((n for n in names if n in entry.architectures), None)
-        hit = hit or next((t for t in sorted(model_types) if t in entry.model_types), None)
-        if hit is None and kind == "encoder_decoder" and config.get("is_encoder_decoder") is True:
-            hit = names[0] if names else "this model"
-        if hit is None and kind == "hybrid" and recurrent_layers:
-            hit = names[0] if names else "this model"
-        if hit is not None:
-            raise ModelConfigError(f"{field_prefix}.architectures", f"{hit} {entry.problem}", entry.fix)
+        named = next((n for n in names if n in entry.architectures), None)
+        if named is None and not (
+            model_types & entry.model_types
+            or (kind == "encoder_decoder" and config.get("is_encoder_decoder") is True)
+            or (kind == "hybrid" and recurrent_layers)
+        ):
+            continue
+        raise ModelConfigError(
+            f"{field_prefix}.architectures", f"{named or shown} {entry.problem}", entry.fix
+        )
     encoder = kinds["encoder"]
     if any(n in encoder.architectures for n in names) or model_types & encoder.model_types:
         return "encoder"

@@ -77,12 +77,20 @@ class ResolvedModel:
 HF_OVERRIDES_FLAG = "--hf-overrides"
 
 
+# Flags whose JSON value vLLM lays over the model's config.json: --hf-overrides, and up to 0.11.0
+# --rope-scaling and --rope-theta (vllm/config.py ModelConfig: "hf_override = {'rope_scaling': ...}").
+_CONFIG_FLAGS = {HF_OVERRIDES_FLAG: "", "--rope-scaling": "rope_scaling", "--rope-theta": "rope_theta"}
+
+
 def given_hf_overrides(extra_args: list[str]) -> tuple[int, dict[str, Any]] | None:
-    """``--hf-overrides`` of ``extraArgs`` as (index, JSON object), or None when not given. vLLM parses
-    the value as JSON (vllm/engine/arg_utils.py, ``json.loads``); anything else is refused here."""
+    """What ``extraArgs`` lay over the config (``--hf-overrides``, ``--rope-scaling``, ``--rope-theta``)
+    as (index of the first such flag, the keys), or None when none is given. vLLM parses the values as
+    JSON (vllm/engine/arg_utils.py, ``json.loads``); a value that is not is refused here."""
+    found: tuple[int, dict[str, Any]] | None = None
     for index, token in enumerate(extra_args):
         name, sep, value = token.partition("=")
-        if name.replace("_", "-") != HF_OVERRIDES_FLAG:
+        key = _CONFIG_FLAGS.get(name.replace("_", "-"))
+        if key is None:
             continue
         if not sep:
             value = extra_args[index + 1] if index + 1 < len(extra_args) else ""
@@ -90,14 +98,16 @@ def given_hf_overrides(extra_args: list[str]) -> tuple[int, dict[str, Any]] | No
             parsed = json.loads(value)
         except ValueError:
             parsed = None
-        if not isinstance(parsed, dict):
+        if key:
+            parsed = {key: parsed} if parsed is not None else None
+        if not isinstance(parsed, dict) or (key == "rope_scaling" and not isinstance(parsed[key], dict)):
             raise SpecError(
                 f"spec.engine.extraArgs[{index}]",
-                f"{HF_OVERRIDES_FLAG} takes a JSON object, not {value!r}",
+                f"{name} takes a JSON {'number' if key == 'rope_theta' else 'object'}, not {value!r}",
                 'give it as --hf-overrides={"rope_scaling": {...}}',
             )
-        return index, parsed
-    return None
+        found = (found[0] if found else index, {**(found[1] if found else {}), **parsed})
+    return found
 
 
 def _overridden(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -118,16 +128,21 @@ _ROPE_KEYS = ("rope_scaling", "rope_parameters")
 
 
 def _window_overrides(config: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The keys of a user-given config that extend its context window by rope scaling (and the window
-    they scale), nested as in the config: what ``--hf-overrides`` must carry so that vLLM serves the
-    window the plan was sized on, since the pod reads the checkpoint's own config.json."""
+    """The keys of a user-given config that extend its context window by rope scaling, nested as in
+    the config: what ``--hf-overrides`` must carry so that vLLM serves the window the plan was sized on,
+    since the pod reads the checkpoint's own config.json. YaRN's window is its own
+    ``original_max_position_embeddings × factor``; other factors multiply ``max_position_embeddings``,
+    which then goes along."""
     scopes: list[tuple[str, Mapping[str, Any]]] = [("", config)]
     scopes += [(k, config[k]) for k in TEXT_CONFIG_KEYS if isinstance(config.get(k), Mapping)]
     out: dict[str, Any] = {}
     for scope, cfg in scopes:
-        if not window_scaling(cfg) or not rope_settings(cfg):
+        if not window_scaling(cfg):
             continue
-        keys = {k: cfg[k] for k in (*_ROPE_KEYS, "max_position_embeddings") if cfg.get(k) is not None}
+        keys = {k: cfg[k] for k in _ROPE_KEYS if cfg.get(k) is not None}
+        yarn = all(str(e.get("rope_type") or e.get("type")) == "yarn" for e in rope_settings(cfg))
+        if not yarn and cfg.get("max_position_embeddings") is not None:
+            keys["max_position_embeddings"] = cfg["max_position_embeddings"]
         if scope:
             out[scope] = keys
         else:
