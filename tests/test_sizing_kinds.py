@@ -261,3 +261,36 @@ def test_rope_scaling_flag_of_older_releases_sizes_the_plan_too() -> None:
         engine={"version": "0.10.1", "extraArgs": [f"--rope-scaling={json.dumps(QWEN3_YARN)}"]},
     )
     assert planned.settings.max_model_len == 131072
+
+
+def test_dotted_hf_overrides_keys_size_the_plan() -> None:
+    planned = plan(
+        model={"name": "Qwen/Qwen3-8B"},
+        maxModelLen=131072,
+        engine={"extraArgs": [f"--hf-overrides.rope_scaling={json.dumps(QWEN3_YARN)}"]},
+    )
+    assert planned.settings.max_model_len == 131072
+
+
+def test_gemma_4_kv_sharing_layers_have_double_wide_mlps() -> None:
+    # google/gemma-4-E2B's text_config keys that decide the weights (sources: SOURCES.md).
+    text = {
+        "model_type": "gemma4_text", "hidden_size": 1536, "num_hidden_layers": 35, "intermediate_size": 6144,
+        "num_attention_heads": 8, "head_dim": 256, "num_key_value_heads": 1, "num_kv_shared_layers": 20,
+        "hidden_size_per_layer_input": 256, "vocab_size_per_layer_input": 262144, "vocab_size": 262144,
+        "sliding_window": 512, "max_position_embeddings": 131072, "use_double_wide_mlp": True,
+        "tie_word_embeddings": True,
+    }  # fmt: skip
+    wide = count_parameters(parse_hf_config({"model_type": "gemma4", "text_config": text}))
+    narrow = count_parameters(
+        parse_hf_config({"model_type": "gemma4", "text_config": {**text, "use_double_wide_mlp": False}})
+    )
+    assert wide.dense_mlp - narrow.dense_mlp == 20 * 3 * 1536 * 6144
+    assert wide.embedding == 262144 * 1536 + 262144 * 35 * 256
+
+
+def test_an_unlisted_model_class_defaults_to_the_pooling_runner_as_in_vllm() -> None:
+    # "Qwen3Model" is no registered class: vLLM runs it as Qwen3ForCausalLM through the pooling adapter.
+    assert parse_hf_config({**QWEN3_EMBEDDING, "architectures": ["Qwen3Model"]}).kind == "pooling"
+    # "ChatGLMModel" is registered as a text-generation class.
+    assert parse_hf_config({**QWEN3_EMBEDDING, "architectures": ["ChatGLMModel"]}).kind == "decoder"

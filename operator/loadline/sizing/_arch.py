@@ -97,6 +97,8 @@ class Architecture:
     # The last layers that reuse an earlier layer's KV cache (Gemma 3n num_kv_shared_layers): vLLM
     # gives them no cache of their own.
     kv_shared_layers: int = 0
+    # Gemma 4's KV-sharing layers have an MLP twice as wide (use_double_wide_mlp).
+    double_wide_shared_mlp: bool = False
     # Rows of learned absolute position and token-type embeddings (BERT-style encoders).
     position_rows: int = 0
     # Whether positions are rotary (RoPE), so that rope scaling can extend the context window.
@@ -331,7 +333,21 @@ def _model_kind(
     pooling = kinds["pooling"]
     if any(n in pooling.architectures or n.endswith(pooling.suffixes) for n in names):
         return "pooling"
+    # vLLM's last suffix rule: a class it does not list whose name ends in "Model" (not "ChatModel" or
+    # "LMHeadModel") defaults to the pooling runner (vllm/config/model.py _SUFFIX_TO_DEFAULTS).
+    if any(
+        n.endswith("Model") and not n.endswith(("ChatModel", "LMHeadModel")) and n not in _listed_classes()
+        for n in names
+    ):
+        return "pooling"
     return "decoder"
+
+
+@cache
+def _listed_classes() -> frozenset[str]:
+    """Every class name some vLLM release's model registry lists (``data/vllm_compat.json``)."""
+    raw = json.loads(resources.files("loadline.sizing").joinpath("data/vllm_compat.json").read_text())
+    return frozenset(raw["architectures"])
 
 
 def pooling_runner(extra_args: list[str]) -> bool:
@@ -506,6 +522,7 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
         altup_inputs=_int(text, "altup_num_inputs", default=0) or 0,
         laurel_rank=_int(text, "laurel_rank", default=0) or 0,
         kv_shared_layers=min(_int(text, "num_kv_shared_layers", default=0) or 0, layers - 1),
+        double_wide_shared_mlp=text.get("use_double_wide_mlp") is True,
         position_rows=position_rows,
         rotary=any(key in text or key in config for key in _ROTARY_KEYS),
         architectures=architectures,

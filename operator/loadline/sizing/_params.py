@@ -103,6 +103,9 @@ def count_parameters(arch: Architecture) -> ParameterCounts:
         dense_mlp = layers * _mlp(hidden, arch.intermediate_size, arch.gated_mlp)
         experts = 0
         router = 0
+    if arch.double_wide_shared_mlp and not arch.is_moe:
+        # Gemma 4: each KV-sharing layer's MLP is twice as wide, so it holds one more MLP's weights.
+        dense_mlp += arch.kv_shared_layers * _mlp(hidden, arch.intermediate_size, arch.gated_mlp)
     dense_mlp += per_layer_linear
     norms = (2 * layers + 1) * hidden
     vision = 0

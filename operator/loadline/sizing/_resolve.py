@@ -89,7 +89,8 @@ def given_hf_overrides(extra_args: list[str]) -> tuple[int, dict[str, Any]] | No
     found: tuple[int, dict[str, Any]] | None = None
     for index, token in enumerate(extra_args):
         name, sep, value = token.partition("=")
-        key = _CONFIG_FLAGS.get(name.replace("_", "-"))
+        flag, _, path = name.partition(".")
+        key = _CONFIG_FLAGS.get(flag.replace("_", "-"))
         if key is None:
             continue
         if not sep:
@@ -97,7 +98,10 @@ def given_hf_overrides(extra_args: list[str]) -> tuple[int, dict[str, Any]] | No
         try:
             parsed = json.loads(value)
         except ValueError:
-            parsed = None
+            # A dotted sub-key (--hf-overrides.rope_scaling.factor 4) takes a plain string too.
+            parsed = value if path else None
+        for part in reversed(path.split(".") if path else []):
+            parsed = {part: parsed}
         if key:
             parsed = {key: parsed} if parsed is not None else None
         if not isinstance(parsed, dict) or (key == "rope_scaling" and not isinstance(parsed[key], dict)):
@@ -346,9 +350,10 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
         resolve_quantization(spec.quantization, arch),
         spec.kv_cache_dtype,
         check_max_model_len(arch, spec.max_model_len),
-        # A pooling model's request holds KV blocks only while its prompt is encoded, and vLLM asks at
-        # start-up only that one sequence of max-model-len fits: more requests queue, none fails.
-        spec.concurrency if arch.samples else 1,
+        # A pooling decoder's request holds KV blocks only while its prompt is encoded, and vLLM asks at
+        # start-up only that one sequence of max-model-len fits: more requests queue, none fails. (An
+        # encoder-only model holds none: any concurrency is served, within max-num-seqs.)
+        1 if arch.kind == "pooling" else spec.concurrency,
         engine.version,
         float(spec.weight_bits) if spec.weight_bits else None,  # weight_bits
         spec.model.weights_gi_b,  # weights_gib_total
