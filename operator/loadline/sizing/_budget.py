@@ -199,6 +199,13 @@ def _layers_on_busiest_stage(arch: Architecture, pp: int) -> int:
     return math.ceil(arch.num_layers / pp)
 
 
+def _sampled_vocab(arch: Architecture) -> int:
+    """The logits' width of the sampler pass and its warm-up: none for pooling models, which vLLM runs
+    through a pooler instead of the LM head and the sampler (vllm/v1/worker/gpu_model_runner.py
+    ``_dummy_pooler_run`` instead of ``_dummy_sampler_run``)."""
+    return arch.vocab_size if arch.samples else 0
+
+
 def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCoefficients) -> float:
     """Activation peak of vLLM's profiling step, per GPU.
 
@@ -224,13 +231,6 @@ def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCo
         routed = arch.num_experts_per_tok * arch.moe_intermediate_size + arch.shared_expert_intermediate_size
         forward += tokens * elem * coef.moe_bytes_per_token_expert_intermediate * routed / tp
     return sampler + forward
-
-
-def _sampled_vocab(arch: Architecture) -> int:
-    """The logits' width of the sampler pass and its warm-up: none for pooling models, which vLLM runs
-    through a pooler instead of the LM head and the sampler (vllm/v1/worker/gpu_model_runner.py
-    ``_dummy_pooler_run`` instead of ``_dummy_sampler_run``)."""
-    return arch.vocab_size if arch.samples else 0
 
 
 def non_torch_gib(settings: EngineSettings, coef: ModelCoefficients) -> float:
