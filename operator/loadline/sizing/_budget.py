@@ -378,6 +378,8 @@ class ModelTerms:
         self.arch, self.coef, self.methods = arch, coef, methods
         self.dtype, self.quantization, self.kv_cache_dtype = dtype, quantization, kv_cache_dtype
         self.counted, self.block_size = cuda_graph_in_kv_budget, block_size
+        # Layers with a KV cache of their own, by type (full ones: full_layers, set below).
+        self.sliding_layers = _kv_layer_kinds(arch)[1]
         counts = count_parameters(arch)
         if weights_gib_total is not None:
             total_weights = weights_gib_total * GIB
@@ -392,7 +394,7 @@ class ModelTerms:
         per_layer_share = total_weights - (counts.embedding + counts.lm_head) * DTYPE_BYTES[dtype]
         self.per_layer_share = max(per_layer_share, 0.0) / arch.num_layers
         self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
-        self.full_layers, self.sliding_layers = _kv_layer_kinds(arch)
+        self.full_layers = _full_layers(arch)
         self.layouts: dict[tuple[float, int, int], FixedTerms] = {}
         self.per_gpu: dict[tuple[int, int], StaticTerms] = {}
 
