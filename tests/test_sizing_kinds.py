@@ -15,6 +15,7 @@ import pytest
 from loadline.api import parse_spec
 from loadline.errors import ModelConfigError, SpecError
 from loadline.sizing import count_parameters, model_catalog, parse_hf_config, plan_inference_model
+from loadline.sizing._budget import _state_bytes_per_layer
 from tests.conftest import LLAMA_8B
 
 # BAAI/bge-m3 (an XLM-RoBERTa encoder served as an embedding model).
@@ -213,7 +214,6 @@ def test_a_sequence_classification_class_is_a_pooling_model() -> None:
 @pytest.mark.parametrize(
     ("config", "name", "why"),
     [
-        (MAMBA_130M, "MambaForCausalLM", "state-space"),
         (T5_BASE, "T5ForConditionalGeneration", "encoder-decoder"),
         (QWEN3_NEXT, "Qwen3NextForCausalLM", "hybrid"),
     ],
@@ -294,3 +294,38 @@ def test_an_unlisted_model_class_defaults_to_the_pooling_runner_as_in_vllm() -> 
     assert parse_hf_config({**QWEN3_EMBEDDING, "architectures": ["Qwen3Model"]}).kind == "pooling"
     # "ChatGLMModel" is registered as a text-generation class.
     assert parse_hf_config({**QWEN3_EMBEDDING, "architectures": ["ChatGLMModel"]}).kind == "decoder"
+
+
+# ---- state-space models: a fixed state per sequence ----
+
+
+def test_a_mamba_model_is_sized_by_its_state_per_sequence_not_per_token() -> None:
+    model = {"name": "state-spaces/mamba-130m-hf", "config": MAMBA_130M}
+    short = plan(model=model, maxModelLen=2048, concurrency=64)
+    long = plan(model=model, maxModelLen=32768, concurrency=64)
+    assert short.chosen.label == "L4x1 (TP1)"
+    assert long.chosen.label == "L4x1 (TP1)"
+    # vLLM's Mamba state per sequence and layer: conv (4 - 1) × 1536 and SSM 1536 × 16, bfloat16.
+    per_sequence = 24 * (3 * 1536 + 1536 * 16) * 2
+    for planned in (short, long):
+        budget = planned.budget
+        assert budget.gpu_blocks == int(budget.kv_cache_gib * 1024**3 // per_sequence)
+        assert budget.max_concurrency == budget.gpu_blocks  # one block holds a whole sequence
+    counts = count_parameters(short.model.architecture)
+    assert 128e6 < counts.total < 131e6  # "130m"
+    assert counts.lm_head == 0  # tied, as transformers' MambaConfig by default
+
+
+def test_mamba_2_state_follows_vllms_shapes_under_tensor_parallelism() -> None:
+    # Mamba 2 at the shape vLLM's MambaStateShapeCalculator comments on (128 heads × 64 × state 128),
+    # 8 groups, as Mamba-Codestral-7B.
+    config = {
+        "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "hidden_size": 4096,
+        "num_hidden_layers": 64, "vocab_size": 32768, "state_size": 128, "expand": 2, "conv_kernel": 4,
+        "n_groups": 8, "num_heads": 128, "head_dim": 64, "tie_word_embeddings": False,
+        "torch_dtype": "bfloat16",
+    }  # fmt: skip
+    arch = parse_hf_config(config)
+    inner = 8192
+    assert _state_bytes_per_layer(arch, "bfloat16", 1) == (3 * (inner + 2 * 8 * 128) + 128 * 64 * 128) * 2
+    assert _state_bytes_per_layer(arch, "bfloat16", 2) == (3 * (inner + 2 * 8 * 128) // 2 + 64 * 64 * 128) * 2

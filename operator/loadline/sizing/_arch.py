@@ -103,6 +103,15 @@ class Architecture:
     position_rows: int = 0
     # Whether positions are rotary (RoPE), so that rope scaling can extend the context window.
     rotary: bool = False
+    # State-space (Mamba) mixers, kind "state_space": each sequence holds a conv state of
+    # (ssm_conv_kernel - 1) × conv channels and an SSM state of ssm_state_size per channel (Mamba) or per
+    # head dimension (Mamba 2: ssm_heads × ssm_head_dim, ssm_groups groups of B/C), whatever its length.
+    ssm_state_size: int = 0
+    ssm_conv_kernel: int = 0
+    ssm_groups: int = 0
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_dt_rank: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -121,6 +130,10 @@ class Architecture:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
 
     @property
+    def is_state_space(self) -> bool:
+        return self.kind == "state_space"
+
+    @property
     def has_kv_cache(self) -> bool:
         """Whether vLLM gives it a KV cache (encoder-only attention has none)."""
         return self.kind != "encoder"
@@ -128,7 +141,7 @@ class Architecture:
     @property
     def samples(self) -> bool:
         """Whether it has an LM head and vLLM's sampler (pooling models have neither)."""
-        return self.kind == "decoder"
+        return self.kind not in {"encoder", "pooling"}
 
     @property
     def kv_layers(self) -> int:
@@ -324,6 +337,8 @@ def _model_kind(
             or (kind == "hybrid" and recurrent_layers)
         ):
             continue
+        if kind == "state_space" and _int(text, "state_size", "ssm_state_size", "d_state") is not None:
+            return kind  # sized by its own state (see _state_space)
         raise ModelConfigError(
             f"{field_prefix}.architectures", f"{named or shown} {entry.problem}", entry.fix
         )
@@ -447,6 +462,53 @@ def _per_layer_int(text: Mapping[str, Any], key: str) -> int | None:
     return None
 
 
+def _state_space(
+    config: Mapping[str, Any], text: Mapping[str, Any], prefix: str, architectures: tuple[str, ...]
+) -> Architecture:
+    """A Mamba or Mamba 2 model (transformers' MambaConfig / Mamba2Config keys), with the shapes vLLM's
+    MambaStateShapeCalculator (vllm/model_executor/layers/mamba/mamba_utils.py) gives its state."""
+    hidden = _need(text, prefix, "hidden_size", "d_model")
+    layers = _need(text, prefix, "num_hidden_layers", "n_layer", most=10_000)
+    vocab = _need(text, prefix, "vocab_size")
+    state = _need(text, prefix, "state_size", "ssm_state_size", "d_state")
+    expand = text.get("expand")
+    factor = (
+        float(expand) if isinstance(expand, int | float) and _usable(expand) else 2.0
+    )  # transformers' default
+    intermediate = _int(text, "intermediate_size", "d_inner") or int(factor * hidden)
+    heads = _int(text, "num_heads", default=0) or 0  # Mamba 2 only
+    head_dim = (_int(text, "head_dim", default=0) or intermediate // heads) if heads else 0
+    dt_rank = _int(text, "time_step_rank", "dt_rank") or math.ceil(hidden / 16)  # "auto": ⌈hidden / 16⌉
+    dtype = text.get("torch_dtype") or config.get("torch_dtype")
+    tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    return Architecture(
+        kind="state_space",
+        architectures=architectures,
+        model_type=str(text.get("model_type") or config.get("model_type") or ""),
+        num_layers=layers,
+        hidden_size=hidden,
+        # Tensor parallelism splits Mamba 2's heads; loadline keeps Mamba (no heads) at one GPU per
+        # replica, which the models vLLM serves (up to 7B) fit.
+        num_attention_heads=heads or 1,
+        num_kv_heads=heads or 1,
+        head_dim=0,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        # transformers' MambaConfig and Mamba2Config tie the LM head to the embedding by default.
+        tie_word_embeddings=bool(tie) if tie is not None else True,
+        max_position_embeddings=context_window(text, config),
+        torch_dtype=str(dtype) if dtype else None,
+        layer_types=("full",) * layers,
+        quantization=_quant_config(config, text),
+        ssm_state_size=state,
+        ssm_conv_kernel=_int(text, "conv_kernel", "d_conv", default=4) or 4,
+        ssm_groups=(_int(text, "n_groups", "ngroups", default=1) or 1) if heads else 0,
+        ssm_heads=heads,
+        ssm_head_dim=head_dim,
+        ssm_dt_rank=dt_rank,
+    )
+
+
 def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.model.config") -> Architecture:
     """Build an :class:`Architecture` from a Hugging Face ``config.json`` mapping.
 
@@ -459,6 +521,8 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
     names = config.get("architectures")
     architectures = tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
     kind = _model_kind(config, text, architectures, field_prefix)
+    if kind == "state_space":
+        return _state_space(config, text, prefix, architectures)
     hidden = _need(text, prefix, "hidden_size", "n_embd", "d_model")
     layers = _need(text, prefix, "num_hidden_layers", "n_layer", "num_layers", most=10_000)
     heads = _need(text, prefix, "num_attention_heads", "n_head")

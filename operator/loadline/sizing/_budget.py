@@ -187,12 +187,39 @@ def kv_bytes_per_layer_token(arch: Architecture, settings: EngineSettings) -> fl
 def _kv_bytes_per_layer_token(arch: Architecture, kv_cache_dtype: str, dtype: str, tp: int) -> float:
     if not arch.has_kv_cache:
         return 0.0  # encoder-only attention: vLLM allocates no KV cache
+    if arch.is_state_space:
+        # One "block" holds a whole sequence's state (below); per token is its share of that block.
+        return _state_bytes_per_layer(arch, dtype, tp) / STATE_BLOCK_TOKENS
     elem = kv_dtype_bytes(kv_cache_dtype, dtype)
     if arch.is_mla:
         # One compressed latent plus the rotary key part, replicated on every tensor-parallel rank.
         return ((arch.kv_lora_rank or 0) + arch.qk_rope_head_dim) * elem
     heads_per_gpu = max(1, math.ceil(arch.num_kv_heads / tp))
     return 2 * heads_per_gpu * arch.head_dim * elem
+
+
+#: The block size of a state-space model's cache: vLLM's V1 engine gives a Mamba layer one page per
+#: request holding its whole state, its block size the max-model-len (vllm/v1/worker/gpu_model_runner.py
+#: MambaSpec, block_size=max_model_len), so a sequence of any length takes one block per layer. Any
+#: max-model-len loadline plans is below this, which keeps the planner's blocks-per-sequence at one.
+STATE_BLOCK_TOKENS = 2**40
+
+
+def _state_bytes_per_layer(arch: Architecture, dtype: str, tp: int) -> float:
+    """A sequence's conv and SSM state in one Mamba layer on one GPU, as vLLM's
+    MambaStateShapeCalculator shapes them (vllm/model_executor/layers/mamba/mamba_utils.py): Mamba
+    ``(kernel - 1) × inner/tp`` and ``inner/tp × state``; Mamba 2 ``(kernel - 1) × (inner + 2 × groups ×
+    state)/tp`` (groups padded to a multiple of tp) and ``heads/tp × head_dim × state``; in the model
+    dtype (``--mamba-cache-dtype auto``)."""
+    kernel, state, inner = arch.ssm_conv_kernel, arch.ssm_state_size, arch.intermediate_size
+    if arch.ssm_heads:
+        groups = arch.ssm_groups if arch.ssm_groups % tp == 0 else arch.ssm_groups + tp - arch.ssm_groups
+        conv = (kernel - 1) * (inner + 2 * groups * state) // tp
+        ssm = arch.ssm_heads // tp * arch.ssm_head_dim * state
+    else:
+        conv = (kernel - 1) * (inner // tp)
+        ssm = inner // tp * state
+    return (conv + ssm) * DTYPE_BYTES[dtype]
 
 
 def _layers_on_busiest_stage(arch: Architecture, pp: int) -> int:
@@ -378,6 +405,8 @@ class ModelTerms:
         self.arch, self.coef, self.methods = arch, coef, methods
         self.dtype, self.quantization, self.kv_cache_dtype = dtype, quantization, kv_cache_dtype
         self.counted, self.block_size = cuda_graph_in_kv_budget, block_size
+        if arch.is_state_space:
+            self.block_size = STATE_BLOCK_TOKENS
         # Layers with a KV cache of their own, by type (full ones: full_layers, set below).
         self.sliding_layers = _kv_layer_kinds(arch)[1]
         counts = count_parameters(arch)
@@ -634,12 +663,16 @@ class FixedTerms:
         block_bytes = self.block_bytes
         blocks = int(kv_positive // block_bytes) if block_bytes else _no_kv_blocks(kv)
         kv_tokens = blocks * self.block_size // max(self.groups, 1)
+        bytes_per_token = self.bytes_per_token
         blocks_per_seq = self._blocks_per_seq(length, tokens)
         concurrency = blocks / blocks_per_seq if blocks_per_seq else 0.0
         if not self.kv_cache:
             # No KV cache: nothing is held per sequence; the scheduler's max-num-seqs bounds a batch.
             blocks, kv_tokens, kv_positive = 0, 0, 0.0
             concurrency = float(seqs) if kv > 0 else 0.0
+        elif self.block_size == STATE_BLOCK_TOKENS:
+            kv_tokens = blocks * length  # one block: one sequence's state, up to max-model-len tokens
+            bytes_per_token = math.ceil(block_bytes / length)  # a whole sequence's state, per token
 
         headroom = total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
@@ -675,7 +708,7 @@ class FixedTerms:
             graphs / GIB,  # cuda_graph_gib
             kv_positive / GIB,  # kv_cache_gib
             kv_tokens,  # kv_cache_tokens
-            self.bytes_per_token,  # kv_bytes_per_token
+            bytes_per_token,  # kv_bytes_per_token
             blocks,  # gpu_blocks
             concurrency,  # max_concurrency
             headroom / GIB,  # startup_headroom_gib

@@ -83,9 +83,37 @@ def _per_layer_inputs(arch: Architecture) -> tuple[int, int]:
     return embedding, linear
 
 
+def _mamba_mixer(arch: Architecture) -> int:
+    """One Mamba (or Mamba 2) mixer's weights, as vLLM's mamba_mixer.py / mamba_mixer2.py build them."""
+    hidden, inner, state = arch.hidden_size, arch.intermediate_size, arch.ssm_state_size
+    kernel = arch.ssm_conv_kernel
+    if arch.ssm_heads:
+        heads, groups = arch.ssm_heads, arch.ssm_groups
+        conv_dim = inner + 2 * groups * state
+        in_proj = hidden * (2 * inner + 2 * groups * state + heads)
+        return in_proj + conv_dim * (kernel + 1) + 3 * heads + inner + inner * hidden
+    rank = arch.ssm_dt_rank
+    in_proj = hidden * 2 * inner
+    conv = inner * (kernel + 1)
+    x_proj = inner * (rank + 2 * state)
+    dt_proj = rank * inner + inner
+    return in_proj + conv + x_proj + dt_proj + inner * state + inner + inner * hidden
+
+
 def count_parameters(arch: Architecture) -> ParameterCounts:
     hidden = arch.hidden_size
     layers = arch.num_layers
+    if arch.is_state_space:
+        return ParameterCounts(
+            embedding=arch.vocab_size * hidden,
+            lm_head=0 if arch.tie_word_embeddings else arch.vocab_size * hidden,
+            attention=0,
+            dense_mlp=layers * _mamba_mixer(arch),
+            experts=0,
+            router=0,
+            norms=(layers + 1) * hidden,
+            vision=0,
+        )
     per_layer_embedding, per_layer_linear = _per_layer_inputs(arch)
     # Position and token-type tables of BERT-style encoders are embeddings too.
     embedding = (arch.vocab_size + arch.position_rows) * hidden + per_layer_embedding
