@@ -36,8 +36,8 @@ QWEN3_EMBEDDING: dict[str, Any] = {
     "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072, "max_position_embeddings": 32768,
     "max_window_layers": 28, "model_type": "qwen3", "num_attention_heads": 16, "num_hidden_layers": 28,
     "num_key_value_heads": 8, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 1000000,
-    "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "float32",
-    "transformers_version": "4.51.3", "use_cache": True, "use_sliding_window": False, "vocab_size": 151669,
+    "sliding_window": None, "tie_word_embeddings": True, "torch_dtype": "float32", "use_cache": True,
+    "use_sliding_window": False, "vocab_size": 151669,
 }  # fmt: skip
 
 # google/gemma-3n-E4B-it's text_config (per-layer embeddings, AltUp, LAuReL, 15 KV-sharing layers).
