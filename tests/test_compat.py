@@ -80,10 +80,23 @@ def test_the_transformers_backend_is_an_explicit_way_out() -> None:
     assert plan(model={"name": "Qwen/Qwen3-8B"}, engine=engine).chosen.gpus >= 1  # planned, not refused
 
 
-def test_unknown_architectures_pass() -> None:
-    # Not in any release's registry: vLLM may still run it through its Transformers backend.
+def test_an_architecture_no_release_lists_is_refused_by_name() -> None:
+    # Not in any release's registry: vLLM refuses it, and its shape would only be guessed.
     config = {**LLAMA_8B, "architectures": ["SomeBrandNewForCausalLM"]}
-    assert plan(model={"name": "x/new", "config": config}).chosen.gpus >= 1  # planned, not refused
+    err = refusal(model={"name": "x/new", "config": config})
+    assert err.field == "spec.model"
+    assert "SomeBrandNewForCausalLM" in err.problem and "no vLLM release" in err.problem
+    assert "--model-impl transformers" in err.fix
+    # Asked explicitly through vLLM's Transformers backend, it is planned.
+    engine = {"extraArgs": ["--model-impl", "transformers"]}
+    assert plan(model={"name": "x/new", "config": config}, engine=engine).chosen.gpus >= 1
+
+
+def test_a_pooling_class_vllm_adapts_from_a_listed_decoder_passes() -> None:
+    # vLLM loads Qwen3ForSequenceClassification as Qwen3ForCausalLM through its pooling adapter (the
+    # registry lists the class itself only in some releases).
+    config = {**LLAMA_8B, "architectures": ["LlamaForSequenceClassification"]}
+    assert plan(model={"name": "x/rerank", "config": config}).chosen.gpus >= 1
 
 
 def test_gpt_oss_needs_0_10_1() -> None:

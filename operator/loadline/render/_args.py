@@ -15,6 +15,11 @@ before it is written: a flag the version lacks is never rendered. Rules worth kn
   ``--swap-space``, which is GiB *per GPU* and which only the V0 engine ever used: it is rendered
   (divided by the replica's GPUs) so a V0 fallback on 0.8-0.10 gets it, and a note says plainly that
   the V1 engine offloads nothing with it.
+* ``--hf-overrides`` (JSON) carries the rope scaling of an inline or ConfigMap ``config.json`` that
+  extends the context window the plan was sized on: the pod reads the checkpoint's own config.json
+  from the hub, and vLLM would otherwise refuse the planned ``--max-model-len``. Where the version has
+  no such flag the render is refused naming the field. When ``extraArgs`` give ``--hf-overrides``
+  themselves (and hold those keys: the planner checks), loadline renders none.
 * ``extraArgs`` come last, after :func:`loadline.render._flags.check_extra_args` has refused flags
   the version lacks, values of the wrong type and flags loadline owns, and
   :func:`loadline.render._conflicts.check_conflicts` flags that would undo the plan or clash with a
@@ -23,13 +28,14 @@ before it is written: a flag the version lacks is never rendered. Rules worth kn
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 
 from loadline.api import InferenceModel
 from loadline.errors import RenderError
 from loadline.render._conflicts import check_conflicts
 from loadline.render._flags import Version, check_extra_args, flag_table, version_text
-from loadline.sizing import Plan
+from loadline.sizing import HF_OVERRIDES_FLAG, Plan, given_hf_overrides
 
 PORT = 8000
 HOST = "0.0.0.0"  # the server must listen on the pod IP for the Service and the probes
@@ -94,6 +100,25 @@ def _offload(builder: _Builder, obj: InferenceModel, plan: Plan, notes: list[str
     )
 
 
+def _hf_overrides(builder: _Builder, obj: InferenceModel, plan: Plan) -> None:
+    overrides = plan.model.hf_overrides
+    if not overrides or given_hf_overrides(list(obj.spec.engine.extra_args)) is not None:
+        return
+    field = "spec.model.configMapRef" if obj.spec.model.config_map_ref is not None else "spec.model.config"
+    if not builder.table.has(HF_OVERRIDES_FLAG, builder.version):
+        entry = builder.table.spec(HF_OVERRIDES_FLAG)
+        why = entry.absence(builder.version) if entry else "no release has it"
+        raise RenderError(
+            field,
+            f"the plan is sized on its rope scaling ({', '.join(sorted(overrides))}), which vLLM "
+            f"{version_text(builder.version)} cannot be given without {HF_OVERRIDES_FLAG} ({why}): the pod "
+            "would read the checkpoint's config.json and refuse the planned max-model-len",
+            f"pick a spec.engine.version with {HF_OVERRIDES_FLAG}, or drop the rope scaling and lower "
+            "spec.maxModelLen to the model's own window",
+        )
+    builder.flag(HF_OVERRIDES_FLAG, json.dumps(dict(overrides), sort_keys=True, separators=(",", ":")))
+
+
 def vllm_command(obj: InferenceModel, plan: Plan, version: Version) -> VllmCommand:
     """The full server command line: launcher, model, planned flags, then the CR's extraArgs."""
     spec, settings, chosen = obj.spec, plan.settings, plan.chosen
@@ -128,6 +153,7 @@ def vllm_command(obj: InferenceModel, plan: Plan, version: Version) -> VllmComma
     builder.flag("--gpu-memory-utilization", _number(settings.gpu_memory_utilization))
     if settings.enforce_eager:
         builder.flag("--enforce-eager")
+    _hf_overrides(builder, obj, plan)
     _offload(builder, obj, plan, notes)
 
     extra = list(spec.engine.extra_args)

@@ -40,10 +40,12 @@ from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._params import ParameterCounts, count_parameters
 from loadline.sizing._plan import Candidate, Plan, plan_inference_model
 from loadline.sizing._resolve import (
+    HF_OVERRIDES_FLAG,
     ResolvedModel,
     SpecInputs,
     check_max_model_len,
     engine_settings,
+    given_hf_overrides,
     resolve_inputs,
     resolve_model,
     resolve_quantization,
@@ -59,6 +61,7 @@ from loadline.sizing._shapes import (
 from loadline.sizing._tune import Tuned, tune
 
 __all__ = [
+    "HF_OVERRIDES_FLAG",
     "Architecture",
     "Candidate",
     "CatalogModel",
@@ -95,6 +98,7 @@ __all__ = [
     "free_gpus_by_type",
     "free_rooms",
     "free_rooms_by_type",
+    "given_hf_overrides",
     "gpu_catalog",
     "gpu_node",
     "gpus_used",

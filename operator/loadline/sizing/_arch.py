@@ -18,7 +18,7 @@ from typing import Any
 from loadline.errors import ModelConfigError
 
 # Keys under which multimodal configs nest their language model.
-_TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config")
+TEXT_CONFIG_KEYS = ("text_config", "llm_config", "language_config", "thinker_config")
 
 
 @dataclass(frozen=True)
@@ -86,6 +86,35 @@ class Architecture:
     notes: tuple[str, ...] = field(default=())
     # config.json's "architectures": the class names vLLM's model registry loads the model by.
     architectures: tuple[str, ...] = ()
+    # How vLLM runs it (data/model_kinds.json): "decoder", "encoder" (encoder-only attention: no KV
+    # cache, no LM head, no sampler) or "pooling" (a decoder run by the pooling runner: no LM head, no
+    # sampler).
+    kind: str = "decoder"
+    # Per-layer embedding tables (Gemma 3n): a table of vocab_size_per_layer_input rows of
+    # num_layers × hidden_size_per_layer_input, its projection, and per layer an input gate and
+    # projection; AltUp's extra hidden streams and LAuReL's low-rank residual per layer.
+    per_layer_vocab: int = 0
+    per_layer_hidden: int = 0
+    altup_inputs: int = 0
+    laurel_rank: int = 0
+    # The last layers that reuse an earlier layer's KV cache (Gemma 3n num_kv_shared_layers): vLLM
+    # gives them no cache of their own.
+    kv_shared_layers: int = 0
+    # Gemma 4's KV-sharing layers have an MLP twice as wide (use_double_wide_mlp).
+    double_wide_shared_mlp: bool = False
+    # Rows of learned absolute position and token-type embeddings (BERT-style encoders).
+    position_rows: int = 0
+    # Whether positions are rotary (RoPE), so that rope scaling can extend the context window.
+    rotary: bool = False
+    # State-space (Mamba) mixers, kind "state_space": each sequence holds a conv state of
+    # (ssm_conv_kernel - 1) × conv channels and an SSM state of ssm_state_size per channel (Mamba) or per
+    # head dimension (Mamba 2: ssm_heads × ssm_head_dim, ssm_groups groups of B/C), whatever its length.
+    ssm_state_size: int = 0
+    ssm_conv_kernel: int = 0
+    ssm_groups: int = 0
+    ssm_heads: int = 0
+    ssm_head_dim: int = 0
+    ssm_dt_rank: int = 0
 
     @property
     def is_moe(self) -> bool:
@@ -102,6 +131,25 @@ class Architecture:
     @property
     def num_moe_layers(self) -> int:
         return self.num_layers - self.num_dense_layers if self.is_moe else 0
+
+    @property
+    def is_state_space(self) -> bool:
+        return self.kind == "state_space"
+
+    @property
+    def has_kv_cache(self) -> bool:
+        """Whether vLLM gives it a KV cache (encoder-only attention has none)."""
+        return self.kind != "encoder"
+
+    @property
+    def samples(self) -> bool:
+        """Whether it has an LM head and vLLM's sampler (pooling models have neither)."""
+        return self.kind not in {"encoder", "pooling"}
+
+    @property
+    def kv_layers(self) -> int:
+        """Layers with a KV cache of their own."""
+        return self.num_layers - self.kv_shared_layers
 
 
 # No real config has a dimension or count this large; above it a value is garbage (1e308, a typo) and
@@ -152,7 +200,7 @@ def with_defaults(cfg: Mapping[str, Any]) -> Mapping[str, Any]:
 
 
 def _text_config(cfg: Mapping[str, Any]) -> tuple[Mapping[str, Any], str]:
-    for key in _TEXT_CONFIG_KEYS:
+    for key in TEXT_CONFIG_KEYS:
         nested = cfg.get(key)
         if isinstance(nested, Mapping) and ("hidden_size" in nested or "num_hidden_layers" in nested):
             return with_defaults(nested), key
@@ -253,6 +301,230 @@ def _vision(cfg: Mapping[str, Any]) -> VisionTower | None:
     return VisionTower(num_layers=layers, hidden_size=hidden, intermediate_size=inter or 4 * hidden)
 
 
+@dataclass(frozen=True)
+class _Kind:
+    architectures: frozenset[str]
+    model_types: frozenset[str]
+    suffixes: tuple[str, ...] = ()
+    runner_flags: Mapping[str, frozenset[str]] = field(default_factory=dict)
+    problem: str = ""
+    fix: str = ""
+
+
+@cache
+def _kinds() -> dict[str, _Kind]:
+    """``data/model_kinds.json``: how vLLM runs a model class (its sources are in the file)."""
+    raw = json.loads(resources.files("loadline.sizing").joinpath("data/model_kinds.json").read_text())
+    out: dict[str, _Kind] = {}
+    for name, entry in raw["kinds"].items():
+        out[str(name)] = _Kind(
+            architectures=frozenset(entry.get("architectures", ())),
+            model_types=frozenset(entry.get("model_types", ())),
+            suffixes=tuple(entry.get("suffixes", ())),
+            runner_flags={k: frozenset(v) for k, v in entry.get("runner_flags", {}).items()},
+            problem=str(entry.get("problem", "")),
+            fix=str(entry.get("fix", "")),
+        )
+    return out
+
+
+#: Kinds loadline does not size: refused by name with the table's reason and fix.
+_REFUSED_KINDS = ("encoder_decoder", "state_space", "hybrid")
+
+
+def _model_kind(
+    config: Mapping[str, Any], text: Mapping[str, Any], names: tuple[str, ...], field_prefix: str
+) -> str:
+    """The kind of :data:`Architecture.kind` vLLM runs this config as; a kind loadline cannot size is
+    refused here, by the class name and the reason, before any key it would lack is asked for."""
+    kinds = _kinds()
+    model_types = {str(config.get("model_type", "")), str(text.get("model_type", ""))} - {""}
+    layer_kinds = text.get("layer_types") or text.get("layers_block_type") or ()
+    recurrent_layers = isinstance(layer_kinds, list) and any(
+        "mamba" in str(k) or "linear" in str(k) for k in layer_kinds
+    )
+    shown = names[0] if names else f"model_type {'/'.join(sorted(model_types)) or '?'}"
+    for kind in _REFUSED_KINDS:
+        entry = kinds[kind]
+        named = next((n for n in names if n in entry.architectures), None)
+        if named is None and not (
+            model_types & entry.model_types
+            or (kind == "encoder_decoder" and config.get("is_encoder_decoder") is True)
+            or (kind == "hybrid" and recurrent_layers)
+        ):
+            continue
+        if kind == "state_space" and _int(text, "state_size", "ssm_state_size", "d_state") is not None:
+            return kind  # sized by its own state (see _state_space)
+        raise ModelConfigError(
+            f"{field_prefix}.architectures", f"{named or shown} {entry.problem}", entry.fix
+        )
+    encoder = kinds["encoder"]
+    if any(n in encoder.architectures for n in names) or model_types & encoder.model_types:
+        return "encoder"
+    pooling = kinds["pooling"]
+    if any(n in pooling.architectures or n.endswith(pooling.suffixes) for n in names):
+        return "pooling"
+    # vLLM's last suffix rule: a class it does not list whose name ends in "Model" (not "ChatModel" or
+    # "LMHeadModel") defaults to the pooling runner (vllm/config/model.py _SUFFIX_TO_DEFAULTS).
+    if any(
+        n.endswith("Model") and not n.endswith(("ChatModel", "LMHeadModel")) and n not in _listed_classes()
+        for n in names
+    ):
+        return "pooling"
+    return "decoder"
+
+
+@cache
+def _listed_classes() -> frozenset[str]:
+    """Every class name some vLLM release's model registry lists (``data/vllm_compat.json``)."""
+    raw = json.loads(resources.files("loadline.sizing").joinpath("data/vllm_compat.json").read_text())
+    return frozenset(raw["architectures"])
+
+
+def pooling_runner(extra_args: list[str]) -> bool:
+    """Whether ``extraArgs`` ask vLLM's pooling runner (``--runner pooling``, ``--task embed`` ...)."""
+    flags = _kinds()["pooling"].runner_flags
+    for index, token in enumerate(extra_args):
+        name, sep, value = token.partition("=")
+        accepted = flags.get(name.replace("_", "-"))
+        if accepted is None:
+            continue
+        if not sep and index + 1 < len(extra_args):
+            value = extra_args[index + 1]
+        if value in accepted:
+            return True
+    return False
+
+
+# vLLM's keys for the context window, the smallest of which it takes (vllm/config/model.py
+# _get_and_verify_max_len, 0.8-0.33; model_max_length, when present, wins over the others).
+_WINDOW_KEYS = (
+    "max_position_embeddings",
+    "n_positions",
+    "max_seq_len",
+    "seq_length",
+    "model_max_length",
+    "max_target_positions",
+    "max_sequence_length",
+    "max_seq_length",
+    "seq_len",
+)
+# Rope types whose config already states the extended window (vLLM applies no factor to them).
+_PRESCALED_ROPE = frozenset({"su", "longrope", "llama3"})
+# Keys that make positions rotary: rope scaling can extend such a model's window.
+_ROTARY_KEYS = ("rope_theta", "rope_scaling", "rope_parameters", "rotary_dim", "rotary_emb_base")
+
+
+def rope_settings(cfg: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """The rope scaling entries of a config: ``rope_scaling`` or transformers 5's ``rope_parameters``
+    (one mapping, or one per layer type)."""
+    raw = cfg.get("rope_scaling") or cfg.get("rope_parameters")
+    if not isinstance(raw, Mapping):
+        return []
+    if all(isinstance(v, Mapping) for v in raw.values()) and raw:
+        return [v for v in raw.values() if isinstance(v, Mapping)]
+    return [raw]
+
+
+def _rope_type(entry: Mapping[str, Any]) -> str:
+    return str(entry.get("rope_type") or entry.get("type") or "default")
+
+
+def window_scaling(cfg: Mapping[str, Any]) -> bool:
+    """Whether the config's rope scaling changes vLLM's context window (YaRN, linear, dynamic ...)."""
+    if "gemma3" in str(cfg.get("model_type", "")):
+        return False
+    for entry in rope_settings(cfg):
+        factor = entry.get("factor")
+        if _rope_type(entry) not in _PRESCALED_ROPE and _usable(factor) and factor != 1:
+            return True
+    return False
+
+
+def context_window(text: Mapping[str, Any], config: Mapping[str, Any]) -> int | None:
+    """The longest max-model-len vLLM accepts for this config, by vLLM's own rule
+    (vllm/config/model.py ``_get_and_verify_max_len``; vllm/config.py before 0.10.2): the smallest of its
+    window keys, then rope scaling: a factor multiplies it unless the rope type states the extended
+    window already (su, longrope, llama3) or the model is Gemma 3, and YaRN multiplies
+    ``original_max_position_embeddings`` whatever ``max_position_embeddings`` says."""
+    values = [v for key in _WINDOW_KEYS if (v := _int(text, key)) is not None]
+    if not values:
+        values = [v for key in _WINDOW_KEYS if (v := _int(config, key)) is not None]
+    window: float | None = min(values) if values else None
+    if _usable(text.get("model_max_length")):
+        window = int(text["model_max_length"])
+    model_type = str(text.get("model_type") or config.get("model_type") or "")
+    entries = rope_settings(text) or rope_settings(config)
+    if not entries or "gemma3" in model_type:
+        return int(window) if window is not None else None
+    factor = 1.0
+    for entry in entries:
+        rope_type = _rope_type(entry)
+        if rope_type in _PRESCALED_ROPE or "mrope_section" in entry:
+            continue
+        if _usable(entry.get("factor")):
+            factor = float(entry["factor"])
+        original = _int(entry, "original_max_position_embeddings")
+        if rope_type == "yarn" and original is not None:
+            window = original
+    return int(window * factor) if window is not None else None
+
+
+def _per_layer_int(text: Mapping[str, Any], key: str) -> int | None:
+    """A per-layer list (Gemma 3n's MatFormer ``intermediate_size``) as its largest entry."""
+    value = text.get(key)
+    if isinstance(value, list) and value and all(_usable(v) for v in value):
+        return int(max(value))
+    return None
+
+
+def _state_space(
+    config: Mapping[str, Any], text: Mapping[str, Any], prefix: str, architectures: tuple[str, ...]
+) -> Architecture:
+    """A Mamba or Mamba 2 model (transformers' MambaConfig / Mamba2Config keys), with the shapes vLLM's
+    MambaStateShapeCalculator (vllm/model_executor/layers/mamba/mamba_utils.py) gives its state."""
+    hidden = _need(text, prefix, "hidden_size", "d_model")
+    layers = _need(text, prefix, "num_hidden_layers", "n_layer", most=10_000)
+    vocab = _need(text, prefix, "vocab_size")
+    state = _need(text, prefix, "state_size", "ssm_state_size", "d_state")
+    expand = text.get("expand")
+    factor = (
+        float(expand) if isinstance(expand, int | float) and _usable(expand) else 2.0
+    )  # transformers' default
+    intermediate = _int(text, "intermediate_size", "d_inner") or int(factor * hidden)
+    heads = _int(text, "num_heads", default=0) or 0  # Mamba 2 only
+    head_dim = (_int(text, "head_dim", default=0) or intermediate // heads) if heads else 0
+    dt_rank = _int(text, "time_step_rank", "dt_rank") or math.ceil(hidden / 16)  # "auto": ⌈hidden / 16⌉
+    dtype = text.get("torch_dtype") or config.get("torch_dtype")
+    tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
+    return Architecture(
+        kind="state_space",
+        architectures=architectures,
+        model_type=str(text.get("model_type") or config.get("model_type") or ""),
+        num_layers=layers,
+        hidden_size=hidden,
+        # Tensor parallelism splits Mamba 2's heads; loadline keeps Mamba (no heads) at one GPU per
+        # replica, which the models vLLM serves (up to 7B) fit.
+        num_attention_heads=heads or 1,
+        num_kv_heads=heads or 1,
+        head_dim=0,
+        intermediate_size=intermediate,
+        vocab_size=vocab,
+        # transformers' MambaConfig and Mamba2Config tie the LM head to the embedding by default.
+        tie_word_embeddings=bool(tie) if tie is not None else True,
+        max_position_embeddings=context_window(text, config),
+        torch_dtype=str(dtype) if dtype else None,
+        layer_types=("full",) * layers,
+        quantization=_quant_config(config, text),
+        ssm_state_size=state,
+        ssm_conv_kernel=_int(text, "conv_kernel", "d_conv", default=4) or 4,
+        ssm_groups=(_int(text, "n_groups", "ngroups", default=1) or 1) if heads else 0,
+        ssm_heads=heads,
+        ssm_head_dim=head_dim,
+        ssm_dt_rank=dt_rank,
+    )
+
+
 def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.model.config") -> Architecture:
     """Build an :class:`Architecture` from a Hugging Face ``config.json`` mapping.
 
@@ -262,6 +534,11 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
         raise ModelConfigError(field_prefix, "is empty", "give the model's config.json")
     text, nested_key = _text_config(config)
     prefix = f"{field_prefix}.{nested_key}" if nested_key else field_prefix
+    names = config.get("architectures")
+    architectures = tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+    kind = _model_kind(config, text, architectures, field_prefix)
+    if kind == "state_space":
+        return _state_space(config, text, prefix, architectures)
     hidden = _need(text, prefix, "hidden_size", "n_embd", "d_model")
     layers = _need(text, prefix, "num_hidden_layers", "n_layer", "num_layers", most=10_000)
     heads = _need(text, prefix, "num_attention_heads", "n_head")
@@ -275,13 +552,16 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
     )
     head_dim = _int(text, "head_dim", "kv_channels", default=hidden // heads) or hidden // heads
     intermediate = (
-        _int(text, "intermediate_size", "ffn_hidden_size", "n_inner", default=4 * hidden) or 4 * hidden
+        _int(text, "intermediate_size", "ffn_hidden_size", "n_inner")
+        or _per_layer_int(text, "intermediate_size")
+        or 4 * hidden
     )
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     hidden_act = str(text.get("hidden_act") or text.get("hidden_activation") or "")
     # Non-gated (two-matrix) MLPs: GPT-2/Phi-2/Falcon style models with a plain GELU.
     gated = not (
-        model_type in {"phi", "gpt2", "gpt_neox", "falcon", "gpt_bigcode"} or hidden_act == "gelu_new"
+        model_type in {"phi", "gpt2", "gpt_neox", "falcon", "gpt_bigcode", "bert", "roberta", "xlm-roberta"}
+        or hidden_act == "gelu_new"
     )
 
     experts = (
@@ -306,21 +586,25 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
     kv_lora = _int(text, "kv_lora_rank")
     layer_types, window = _layer_types(text, layers)
     tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
-    max_pos = _int(text, "max_position_embeddings", "n_positions", "seq_length") or _int(
-        config, "max_position_embeddings"
-    )
-    rope_scaling = text.get("rope_scaling")
-    if isinstance(rope_scaling, Mapping) and max_pos:
-        original = _int(rope_scaling, "original_max_position_embeddings")
-        factor = rope_scaling.get("factor")
-        rope_type = str(rope_scaling.get("rope_type") or rope_scaling.get("type") or "")
-        # YaRN-extended configs state the original window; vLLM serves original × factor.
-        if rope_type == "yarn" and original and isinstance(factor, int | float) and original == max_pos:
-            max_pos = int(original * factor)
+    max_pos = context_window(text, config)
     dtype = text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or config.get("dtype")
-    names = config.get("architectures")
-    architectures = tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+    per_layer_vocab = _int(text, "vocab_size_per_layer_input", default=0) or 0
+    position_rows = 0
+    if kind == "encoder" and model_type in {"bert", "roberta", "xlm-roberta", "ernie"}:
+        # Learned absolute positions and token types (BERT-style embeddings).
+        position_rows = (_int(text, "max_position_embeddings") or 0) + (_int(text, "type_vocab_size") or 0)
     return Architecture(
+        kind=kind,
+        per_layer_vocab=per_layer_vocab,
+        per_layer_hidden=(_int(text, "hidden_size_per_layer_input", default=0) or 0)
+        if per_layer_vocab
+        else 0,
+        altup_inputs=_int(text, "altup_num_inputs", default=0) or 0,
+        laurel_rank=_int(text, "laurel_rank", default=0) or 0,
+        kv_shared_layers=min(_int(text, "num_kv_shared_layers", default=0) or 0, layers - 1),
+        double_wide_shared_mlp=text.get("use_double_wide_mlp") is True,
+        position_rows=position_rows,
+        rotary=any(key in text or key in config for key in _ROTARY_KEYS),
         architectures=architectures,
         model_type=model_type,
         num_layers=layers,

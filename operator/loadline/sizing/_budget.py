@@ -140,23 +140,40 @@ def _kv_layer_groups(arch: Architecture, layers_on_gpu: int) -> tuple[int, int, 
 
     Layers of each attention type are packed into groups of equal size (the smaller type's layer
     count) so that every group shares one block pool; the last group of a type is padded. A model
-    with one attention type has a single group of all its layers.
+    with one attention type has a single group of all its layers. Layers that reuse another layer's
+    cache (Gemma 3n's last ``num_kv_shared_layers``) have none of their own and join no group.
     """
-    return _layer_groups(arch.num_layers, _full_layers(arch), layers_on_gpu)
+    full, sliding = _kv_layer_kinds(arch)
+    return _layer_groups(arch.num_layers, full, layers_on_gpu, sliding)
+
+
+def _kv_layer_kinds(arch: Architecture) -> tuple[int, int]:
+    """(full, sliding): how many layers of each attention type have a KV cache of their own."""
+    kinds = arch.layer_types[: arch.kv_layers] if arch.layer_types else ()
+    if not kinds:
+        return arch.kv_layers, 0
+    full = sum(1 for kind in kinds if kind == "full")
+    return full, len(kinds) - full
 
 
 def _full_layers(arch: Architecture) -> int:
-    return sum(1 for kind in arch.layer_types if kind == "full") if arch.layer_types else arch.num_layers
+    return _kv_layer_kinds(arch)[0]
 
 
-def _layer_groups(num_layers: int, full: int, layers_on_gpu: int) -> tuple[int, int, int]:
-    """:func:`_kv_layer_groups` of a model of ``num_layers`` layers, ``full`` of them full attention."""
+def _layer_groups(
+    num_layers: int, full: int, layers_on_gpu: int, sliding: int | None = None
+) -> tuple[int, int, int]:
+    """:func:`_kv_layer_groups` of a model of ``num_layers`` layers, ``full`` of them full attention and
+    ``sliding`` (default: the rest) sliding-window attention."""
     share = layers_on_gpu / num_layers
-    sliding = num_layers - full
+    sliding = num_layers - full if sliding is None else sliding
+    own = full + sliding
     full = max(1, round(full * share)) if full else 0
     sliding = max(1, round(sliding * share)) if sliding else 0
     if not full or not sliding:
-        return layers_on_gpu, (1 if full else 0), (1 if sliding else 0)
+        # One attention type: one group of the GPU's layers that have a cache (all, unless shared).
+        size = layers_on_gpu if own == num_layers else full + sliding
+        return size, (1 if full else 0), (1 if sliding else 0)
     size = min(full, sliding)
     return size, math.ceil(full / size), math.ceil(sliding / size)
 
@@ -169,6 +186,11 @@ def kv_bytes_per_layer_token(arch: Architecture, settings: EngineSettings) -> fl
 
 
 def _kv_bytes_per_layer_token(arch: Architecture, kv_cache_dtype: str, dtype: str, tp: int) -> float:
+    if not arch.has_kv_cache:
+        return 0.0  # encoder-only attention: vLLM allocates no KV cache
+    if arch.is_state_space:
+        # One "block" holds a whole sequence's state (below); per token is its share of that block.
+        return _state_bytes_per_layer(arch, dtype, tp) / STATE_BLOCK_TOKENS
     elem = kv_dtype_bytes(kv_cache_dtype, dtype)
     if arch.is_mla:
         # One compressed latent plus the rotary key part, replicated on every tensor-parallel rank.
@@ -177,8 +199,39 @@ def _kv_bytes_per_layer_token(arch: Architecture, kv_cache_dtype: str, dtype: st
     return 2 * heads_per_gpu * arch.head_dim * elem
 
 
+#: The block size of a state-space model's cache: vLLM's V1 engine gives a Mamba layer one page per
+#: request holding its whole state, its block size the max-model-len (vllm/v1/worker/gpu_model_runner.py
+#: MambaSpec, block_size=max_model_len), so a sequence of any length takes one block per layer. Any
+#: max-model-len loadline plans is below this, which keeps the planner's blocks-per-sequence at one.
+STATE_BLOCK_TOKENS = 2**40
+
+
+def _state_bytes_per_layer(arch: Architecture, dtype: str, tp: int) -> float:
+    """A sequence's conv and SSM state in one Mamba layer on one GPU, as vLLM's
+    MambaStateShapeCalculator shapes them (vllm/model_executor/layers/mamba/mamba_utils.py): Mamba
+    ``(kernel - 1) × inner/tp`` and ``inner/tp × state``; Mamba 2 ``(kernel - 1) × (inner + 2 × groups ×
+    state)/tp`` (groups padded to a multiple of tp) and ``heads/tp × head_dim × state``; in the model
+    dtype (``--mamba-cache-dtype auto``)."""
+    kernel, state, inner = arch.ssm_conv_kernel, arch.ssm_state_size, arch.intermediate_size
+    if arch.ssm_heads:
+        groups = arch.ssm_groups if arch.ssm_groups % tp == 0 else arch.ssm_groups + tp - arch.ssm_groups
+        conv = (kernel - 1) * (inner + 2 * groups * state) // tp
+        ssm = arch.ssm_heads // tp * arch.ssm_head_dim * state
+    else:
+        conv = (kernel - 1) * (inner // tp)
+        ssm = inner // tp * state
+    return (conv + ssm) * DTYPE_BYTES[dtype]
+
+
 def _layers_on_busiest_stage(arch: Architecture, pp: int) -> int:
     return math.ceil(arch.num_layers / pp)
+
+
+def _sampled_vocab(arch: Architecture) -> int:
+    """The logits' width of the sampler pass and its warm-up: none for pooling models, which vLLM runs
+    through a pooler instead of the LM head and the sampler (vllm/v1/worker/gpu_model_runner.py
+    ``_dummy_pooler_run`` instead of ``_dummy_sampler_run``)."""
+    return arch.vocab_size if arch.samples else 0
 
 
 def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCoefficients) -> float:
@@ -192,7 +245,7 @@ def activation_bytes(arch: Architecture, settings: EngineSettings, coef: ModelCo
     tp = settings.tensor_parallel_size
     tokens = settings.max_num_batched_tokens
     elem = DTYPE_BYTES[settings.dtype]
-    sampler = coef.sampler_logit_copies * settings.max_num_seqs * arch.vocab_size * 4.0
+    sampler = coef.sampler_logit_copies * settings.max_num_seqs * _sampled_vocab(arch) * 4.0
     inter = arch.intermediate_size if not arch.is_moe or arch.num_dense_layers else 0
     forward = (
         tokens
@@ -309,7 +362,16 @@ def blocks_within(
     a layout's :class:`FixedTerms` exist)."""
     kv = total * utilization - weights - 0.0 - non_torch
     kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0) without the call (the planner's hottest line)
-    return int(kv_positive // block_bytes) if block_bytes else 0
+    return int(kv_positive // block_bytes) if block_bytes else _no_kv_blocks(kv)
+
+
+#: The "blocks" of a model without a KV cache (encoder-only) whose budget leaves room: no count of
+#: sequences is short of them, so the planner's block arithmetic serves any concurrency.
+NO_KV_BLOCKS = 2**53
+
+
+def _no_kv_blocks(kv: float) -> int:
+    return NO_KV_BLOCKS if kv > 0.0 else 0
 
 
 class ModelTerms:
@@ -332,6 +394,7 @@ class ModelTerms:
         "per_gpu",
         "per_layer_share",
         "quantization",
+        "sliding_layers",
         "total_weights",
     )
 
@@ -352,6 +415,10 @@ class ModelTerms:
         self.arch, self.coef, self.methods = arch, coef, methods
         self.dtype, self.quantization, self.kv_cache_dtype = dtype, quantization, kv_cache_dtype
         self.counted, self.block_size = cuda_graph_in_kv_budget, block_size
+        if arch.is_state_space:
+            self.block_size = STATE_BLOCK_TOKENS
+        # Layers with a KV cache of their own, by type (full ones: full_layers, set below).
+        self.sliding_layers = _kv_layer_kinds(arch)[1]
         counts = count_parameters(arch)
         if weights_gib_total is not None:
             total_weights = weights_gib_total * GIB
@@ -385,7 +452,9 @@ class ModelTerms:
             weights += coef.weights_overhead_gib * GIB
             non_torch = _non_torch_gib(tp, coef, interconnect) * GIB
             layers = _layers_on_busiest_stage(arch, pp)
-            group_size, full_groups, sliding_groups = _layer_groups(arch.num_layers, self.full_layers, layers)
+            group_size, full_groups, sliding_groups = _layer_groups(
+                arch.num_layers, self.full_layers, layers, self.sliding_layers
+            )
             per_layer = _kv_bytes_per_layer_token(arch, self.kv_cache_dtype, self.dtype, tp)
             found = self.per_gpu[(tp, pp, interconnect)] = (
                 weights,
@@ -441,6 +510,7 @@ class FixedTerms:
         "gpu_memory_gib",
         "graphs",
         "groups",
+        "kv_cache",
         "ladders",
         "moe_factor",
         "non_torch",
@@ -470,7 +540,8 @@ class FixedTerms:
         self.counted = model.counted
         self.block_size = model.block_size
         self.sliding_window = arch.sliding_window
-        self.vocab = arch.vocab_size
+        self.vocab = _sampled_vocab(arch)
+        self.kv_cache = arch.has_kv_cache
         weights, non_torch, _, block_bytes, full_groups, sliding_groups, group_size, per_layer = (
             model.static_terms(tp, pp, interconnect)
         )
@@ -535,7 +606,7 @@ class FixedTerms:
         if self.counted:
             kv -= graphs
         kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0), as blocks_within
-        blocks = int(kv_positive // self.block_bytes) if self.block_bytes else 0
+        blocks = int(kv_positive // self.block_bytes) if self.block_bytes else _no_kv_blocks(kv)
         headroom = self.total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
         warmup += self.startup_extra
@@ -602,10 +673,18 @@ class FixedTerms:
                 return starved
         kv_positive = 0.0 if kv < 0.0 else kv  # max(kv, 0.0), as blocks_within
         block_bytes = self.block_bytes
-        blocks = int(kv_positive // block_bytes) if block_bytes else 0
+        blocks = int(kv_positive // block_bytes) if block_bytes else _no_kv_blocks(kv)
         kv_tokens = blocks * self.block_size // max(self.groups, 1)
+        bytes_per_token = self.bytes_per_token
         blocks_per_seq = self._blocks_per_seq(length, tokens)
         concurrency = blocks / blocks_per_seq if blocks_per_seq else 0.0
+        if not self.kv_cache:
+            # No KV cache: nothing is held per sequence; the scheduler's max-num-seqs bounds a batch.
+            blocks, kv_tokens, kv_positive = 0, 0, 0.0
+            concurrency = float(seqs) if kv > 0 else 0.0
+        elif self.block_size == STATE_BLOCK_TOKENS:
+            kv_tokens = blocks * length  # one block: one sequence's state, up to max-model-len tokens
+            bytes_per_token = math.ceil(block_bytes / length)  # a whole sequence's state, per token
 
         headroom = total - budget - (0.0 if self.counted else graphs)
         warmup = self.warmup_copies * seqs * self.vocab * 4.0
@@ -614,9 +693,10 @@ class FixedTerms:
         problems = []
         if kv <= 0:
             short = (-kv + block_bytes) / GIB
+            left = "no KV cache" if self.kv_cache else "nothing"
             problems.append(
                 f"weights {weights / GIB:.2f} + activation {activation / GIB:.2f} + non-torch "
-                f"{non_torch / GIB:.2f} GiB leave no KV cache within {utilization:.2f} × "
+                f"{non_torch / GIB:.2f} GiB leave {left} within {utilization:.2f} × "
                 f"{self.gpu_memory_gib:.2f} GiB (short {short:.2f} GiB per GPU)"
             )
         elif concurrency < 1.0:
@@ -640,7 +720,7 @@ class FixedTerms:
             graphs / GIB,  # cuda_graph_gib
             kv_positive / GIB,  # kv_cache_gib
             kv_tokens,  # kv_cache_tokens
-            self.bytes_per_token,  # kv_bytes_per_token
+            bytes_per_token,  # kv_bytes_per_token
             blocks,  # gpu_blocks
             concurrency,  # max_concurrency
             headroom / GIB,  # startup_headroom_gib

@@ -4,9 +4,11 @@ Sizing a model that vLLM refuses to load helps nobody: the pod is scheduled, dow
 crash-loops. So before planning, loadline checks three facts of the chosen release, all data generated
 from vLLM's own source (``scripts/vllm_compat.py``) or written with a cited source:
 
-* the release's model registry has the checkpoint's architecture (``config.json`` ``architectures``);
-  unknown names pass, since vLLM may still run them through its Transformers backend, and so does
-  everything when ``extraArgs`` asks for ``--model-impl transformers``;
+* the release's model registry has the checkpoint's architecture (``config.json`` ``architectures``),
+  directly or as vLLM's registry resolves a pooling class name (``XForSequenceClassification`` loads
+  ``XForCausalLM`` through the pooling adapter); a name no release lists is refused, since loadline would
+  only be guessing its shape, unless ``extraArgs`` ask for ``--model-impl transformers`` (vLLM's
+  Transformers backend, which loads what transformers defines, sized as a standard decoder);
 * the release has the ``spec.quantization`` method, and, while vLLM deprecates it, ``extraArgs`` carries
   ``--allow-deprecated-quantization`` (vLLM refuses to start without it);
 * the method fits the checkpoint: a pre-quantized method (AWQ, GPTQ, compressed-tensors, MXFP4, ...)
@@ -151,6 +153,35 @@ def _flag_values(extra_args: list[str], flag: str) -> list[str | None]:
     return out
 
 
+# vLLM's class-name suffixes (vllm/config/model.py _SUFFIX_TO_DEFAULTS, 0.10.2 on): a pooling class
+# vLLM does not list is loaded as the generative class of the same stem through its pooling adapter
+# (vllm/model_executor/models/registry.py _normalize_arch).
+_GENERATIVE_SUFFIXES = ("ForCausalLM", "ForConditionalGeneration", "ChatModel", "LMHeadModel")
+_POOLING_SUFFIXES = (
+    "ForTextEncoding",
+    "EmbeddingModel",
+    "ForSequenceClassification",
+    "ForTokenClassification",
+    "ClassificationModel",
+    "ForRewardModeling",
+    "RewardModel",
+    "Model",
+)
+
+
+def _adapted(name: str, table: CompatTable) -> Span | None:
+    """The span of the generative class a pooling class name ``name`` is loaded as, if vLLM lists one."""
+    for suffix in _POOLING_SUFFIXES:
+        if name.endswith(suffix):
+            stem = name[: -len(suffix)]
+            for generative in _GENERATIVE_SUFFIXES:
+                span = table.architectures.get(stem + generative)
+                if span is not None:
+                    return span
+            return None
+    return None
+
+
 def check_compatibility(
     arch: Architecture, quantization: str, version_text: str, extra_args: list[str], model_name: str
 ) -> None:
@@ -162,12 +193,24 @@ def check_compatibility(
     version = min(max(parse_version(version_text), table.oldest), table.newest)
     if "transformers" not in _flag_values(extra_args, "--model-impl"):
         for name in arch.architectures:
-            span = table.architectures.get(name)
+            span = table.architectures.get(name) or _adapted(name, table)
             if span is not None and not span.covers(version):
                 problem, fix = span.why_not(f"model class {name} ({model_name}'s architecture)", version)
                 raise SpecError(
                     "spec.engine.version", problem, fix + " (or load it with --model-impl transformers)"
                 )
+        known = [n for n in arch.architectures if n in table.architectures or _adapted(n, table)]
+        if arch.architectures and not known:
+            names = ", ".join(arch.architectures)
+            raise SpecError(
+                "spec.model",
+                f"{model_name}'s config.json names the model class {names}, which no vLLM release from "
+                f"{_text(table.oldest)} to {_text(table.newest)} lists (vLLM refuses to load it, and "
+                "loadline would only guess its memory)",
+                "check config.json's architectures; if transformers defines the class, add "
+                "--model-impl transformers to spec.engine.extraArgs (vLLM's Transformers backend; loadline "
+                "then sizes it as a standard decoder)",
+            )
     checkpoint = arch.quantization.method if arch.quantization is not None else None
     if checkpoint is not None:
         checkpoint = table.checkpoint_names.get(checkpoint, checkpoint)

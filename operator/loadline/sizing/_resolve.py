@@ -6,13 +6,23 @@ quantization, vLLM's defaults for the version and GPU. Every refusal names the s
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from loadline.api import InferenceModelSpec
 from loadline.errors import ModelConfigError, SpecError
-from loadline.sizing._arch import Architecture, parse_hf_config
+from loadline.sizing._arch import (
+    TEXT_CONFIG_KEYS,
+    Architecture,
+    parse_hf_config,
+    pooling_runner,
+    rope_settings,
+    window_scaling,
+)
 from loadline.sizing._budget import EngineSettings, resolve_dtype
 from loadline.sizing._compat import check_compatibility, compat_table
 from loadline.sizing._data import (
@@ -52,12 +62,96 @@ _CHECKPOINT_METHODS = {
 
 @dataclass(frozen=True)
 class ResolvedModel:
-    """A model's architecture, where it came from, and its exact parameter count if known."""
+    """A model's architecture, where it came from, and its exact parameter count if known.
+
+    ``hf_overrides``: what of the config the plan was sized on the pod would not read from the hub (the
+    rope scaling of an inline or ConfigMap config), to be handed to vLLM as ``--hf-overrides``."""
 
     model_id: str
     architecture: Architecture
     source: str
     exact_parameters: int | None = None
+    hf_overrides: Mapping[str, Any] | None = None
+
+
+HF_OVERRIDES_FLAG = "--hf-overrides"
+
+
+# Flags whose JSON value vLLM lays over the model's config.json: --hf-overrides, and up to 0.11.0
+# --rope-scaling and --rope-theta (vllm/config.py ModelConfig: "hf_override = {'rope_scaling': ...}").
+_CONFIG_FLAGS = {HF_OVERRIDES_FLAG: "", "--rope-scaling": "rope_scaling", "--rope-theta": "rope_theta"}
+
+
+def given_hf_overrides(extra_args: list[str]) -> tuple[int, dict[str, Any]] | None:
+    """What ``extraArgs`` lay over the config (``--hf-overrides``, ``--rope-scaling``, ``--rope-theta``)
+    as (index of the first such flag, the keys), or None when none is given. vLLM parses the values as
+    JSON (vllm/engine/arg_utils.py, ``json.loads``); a value that is not is refused here."""
+    found: tuple[int, dict[str, Any]] | None = None
+    for index, token in enumerate(extra_args):
+        name, sep, value = token.partition("=")
+        flag, _, path = name.partition(".")
+        key = _CONFIG_FLAGS.get(flag.replace("_", "-"))
+        if key is None:
+            continue
+        if not sep:
+            value = extra_args[index + 1] if index + 1 < len(extra_args) else ""
+        try:
+            parsed = json.loads(value)
+        except ValueError:
+            # A dotted sub-key (--hf-overrides.rope_scaling.factor 4) takes a plain string too.
+            parsed = value if path else None
+        for part in reversed(path.split(".") if path else []):
+            parsed = {part: parsed}
+        if key:
+            parsed = {key: parsed} if parsed is not None else None
+        if not isinstance(parsed, dict) or (key == "rope_scaling" and not isinstance(parsed[key], dict)):
+            raise SpecError(
+                f"spec.engine.extraArgs[{index}]",
+                f"{name} takes a JSON {'number' if key == 'rope_theta' else 'object'}, not {value!r}",
+                'give it as --hf-overrides={"rope_scaling": {...}}',
+            )
+        found = (found[0] if found else index, {**(found[1] if found else {}), **parsed})
+    return found
+
+
+def _overridden(config: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as vLLM sees it with ``--hf-overrides``: each key replaced, except that a nested
+    model config (``text_config``, ``vision_config`` ...) is updated key by key (vllm/config/model.py
+    applies a dict to a sub-config with ``update``)."""
+    out = dict(config)
+    for key, value in overrides.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping) and key.endswith("_config"):
+            out[key] = {**current, **value}
+        else:
+            out[key] = value
+    return out
+
+
+_ROPE_KEYS = ("rope_scaling", "rope_parameters")
+
+
+def _window_overrides(config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The keys of a user-given config that extend its context window by rope scaling, nested as in
+    the config: what ``--hf-overrides`` must carry so that vLLM serves the window the plan was sized on,
+    since the pod reads the checkpoint's own config.json. YaRN's window is its own
+    ``original_max_position_embeddings × factor``; other factors multiply ``max_position_embeddings``,
+    which then goes along."""
+    scopes: list[tuple[str, Mapping[str, Any]]] = [("", config)]
+    scopes += [(k, config[k]) for k in TEXT_CONFIG_KEYS if isinstance(config.get(k), Mapping)]
+    out: dict[str, Any] = {}
+    for scope, cfg in scopes:
+        if not window_scaling(cfg):
+            continue
+        keys = {k: cfg[k] for k in _ROPE_KEYS if cfg.get(k) is not None}
+        yarn = all(str(e.get("rope_type") or e.get("type")) == "yarn" for e in rope_settings(cfg))
+        if not yarn and cfg.get("max_position_embeddings") is not None:
+            keys["max_position_embeddings"] = cfg["max_position_embeddings"]
+        if scope:
+            out[scope] = keys
+        else:
+            out.update(keys)
+    return out or None
 
 
 def resolve_model(
@@ -66,11 +160,56 @@ def resolve_model(
     hub_config: Mapping[str, Any] | None = None,
 ) -> ResolvedModel:
     """Find the model's config.json: inline, the ConfigMap's (read by the caller), the catalog, or the
-    hub's (fetched by the caller when enabled)."""
+    hub's (fetched by the caller when enabled), with ``--hf-overrides`` of ``extraArgs`` applied as vLLM
+    applies them, and the pooling runner when ``extraArgs`` ask for it."""
+    found = _resolve_config(spec, config_map_config, hub_config)
+    extra = list(spec.engine.extra_args)
+    given = given_hf_overrides(extra)
+    if given is not None and found.hf_overrides:
+        missing = sorted(k for k, v in found.hf_overrides.items() if given[1].get(k) != v)
+        if missing:
+            raise SpecError(
+                f"spec.engine.extraArgs[{given[0]}]",
+                f"{HF_OVERRIDES_FLAG} replaces the one loadline renders from the config's rope scaling, "
+                f"and lacks {', '.join(missing)} (vLLM would start without the window the plan was sized on)",
+                f"add {json.dumps({k: found.hf_overrides[k] for k in missing})} to it, or remove it",
+            )
+    model = found.model
+    if given is not None:
+        config = _overridden(found.raw_config, given[1])
+        arch = parse_hf_config(config, field_prefix=found.field_prefix)
+        model = dataclasses.replace(model, architecture=arch, hf_overrides=None)
+    if model.architecture.kind == "decoder" and pooling_runner(extra):
+        pooling = dataclasses.replace(model.architecture, kind="pooling")
+        model = dataclasses.replace(model, architecture=pooling)
+    return model
+
+
+@dataclass(frozen=True)
+class _Found:
+    model: ResolvedModel
+    raw_config: Mapping[str, Any]
+    field_prefix: str
+
+    @property
+    def hf_overrides(self) -> Mapping[str, Any] | None:
+        return self.model.hf_overrides
+
+
+def _resolve_config(
+    spec: InferenceModelSpec,
+    config_map_config: Mapping[str, Any] | None,
+    hub_config: Mapping[str, Any] | None,
+) -> _Found:
     name = spec.model.name
     if spec.model.config:
         arch = parse_hf_config(spec.model.config, field_prefix="spec.model.config")
-        return ResolvedModel(name, arch, "spec.model.config")
+        overrides = _window_overrides(spec.model.config)
+        return _Found(
+            ResolvedModel(name, arch, "spec.model.config", None, overrides),
+            spec.model.config,
+            "spec.model.config",
+        )
     if spec.model.config_map_ref is not None:
         if config_map_config is None:
             ref = spec.model.config_map_ref
@@ -80,11 +219,16 @@ def resolve_model(
                 "create the ConfigMap in the InferenceModel's namespace",
             )
         arch = parse_hf_config(config_map_config, field_prefix="spec.model.configMapRef")
-        return ResolvedModel(name, arch, f"configmap/{spec.model.config_map_ref.name}")
+        source = f"configmap/{spec.model.config_map_ref.name}"
+        overrides = _window_overrides(config_map_config)
+        return _Found(
+            ResolvedModel(name, arch, source, None, overrides), config_map_config, "spec.model.configMapRef"
+        )
     entry = find_catalog_model(name)
     if entry is None and hub_config is not None:
         arch = parse_hf_config(hub_config, field_prefix="hub config.json")
-        return ResolvedModel(name, arch, f"hub: {name}@{spec.model.revision or 'main'}")
+        source = f"hub: {name}@{spec.model.revision or 'main'}"
+        return _Found(ResolvedModel(name, arch, source), hub_config, "hub config.json")
     if entry is None:
         raise ModelConfigError(
             "spec.model.name",
@@ -93,7 +237,9 @@ def resolve_model(
             "(`loadline plan --list-models` shows the catalog)",
         )
     found = _CATALOG_MODELS.peek(entry.id, entry)
-    return found if found is not None else _CATALOG_MODELS.get(entry.id, entry, lambda: _catalog_model(entry))
+    if found is None:
+        found = _CATALOG_MODELS.get(entry.id, entry, lambda: _catalog_model(entry))
+    return _Found(found, entry.config, f"catalog[{entry.id}].config")
 
 
 def _catalog_model(entry: CatalogModel) -> ResolvedModel:
@@ -137,10 +283,21 @@ def check_max_model_len(
             )
         return limit
     if limit is not None and max_model_len > limit:
+        fix = f"set it to {limit} or less"
+        if arch.rotary:
+            # RoPE models serve longer windows with rope scaling, as their vendors document (e.g. YaRN
+            # for Qwen3): vLLM takes original_max_position_embeddings × factor (see context_window).
+            factor = float(math.ceil(max_model_len / limit))
+            scaling = {"rope_type": "yarn", "factor": factor, "original_max_position_embeddings": limit}
+            fix += (
+                ", or, where the model's vendor documents it, extend the window with rope scaling: "
+                f"spec.engine.extraArgs --hf-overrides='{json.dumps({'rope_scaling': scaling})}' "
+                "(loadline sizes the plan on it and vLLM serves original_max_position_embeddings × factor)"
+            )
         raise SpecError(
             field,
             f"{max_model_len} is beyond the model's context window of {limit} tokens (vLLM refuses to start)",
-            f"set it to {limit} or less",
+            fix,
         )
     return max_model_len
 
@@ -195,7 +352,10 @@ def resolve_inputs(spec: InferenceModelSpec, model: ResolvedModel) -> SpecInputs
         resolve_quantization(spec.quantization, arch),
         spec.kv_cache_dtype,
         check_max_model_len(arch, spec.max_model_len),
-        spec.concurrency,
+        # A pooling decoder's request holds KV blocks only while its prompt is encoded, and vLLM asks at
+        # start-up only that one sequence of max-model-len fits: more requests queue, none fails. (An
+        # encoder-only model holds none: any concurrency is served, within max-num-seqs.)
+        1 if arch.kind == "pooling" else spec.concurrency,
         engine.version,
         float(spec.weight_bits) if spec.weight_bits else None,  # weight_bits
         spec.model.weights_gi_b,  # weights_gib_total
