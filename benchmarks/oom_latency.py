@@ -19,14 +19,19 @@ API server: loadline's own requests per crash by verb and resource (its ``loadli
 and the API server's writes per crash by resource, whoever made them (``apiserver_request_total``: kopf's
 patches, the Deployment controller's roll-out, the scheduler, KWOK).
 
-With ``--direct`` the operator stops once the pods run, and the yardstick answers the crashes instead:
-a process that watches the pods and, for each OOM kill, patches the model's Deployment with a raised
-memory limit from ``--injectors`` threads (the one write "rolled" waits for; no incident, no status, no
-Event). Its crash → rolled is the floor this machine sets with the same crashes and the same
+The floor (``--mode both``, the default: measured in the same run, on the same cluster and fleet, right
+after the operator's storm): the operator stops, and the yardstick answers a second storm of the same
+crashes instead: a process that watches the pods and, for each OOM kill, patches the model's Deployment
+with a raised memory limit from ``--injectors`` threads (the one write "rolled" waits for; no incident,
+no status, no Event). Its crash → pod Ready again is what this machine's control plane takes for the same
 roll-outs (the Deployment controller, the scheduler and KWOK share the cores), as fleet.py's direct
-writes are for creation.
+writes are for creation; the benchmark prints the operator's figures over it as ratios. For each storm
+it also says where the time went: per crash, the stages crash → decided (the operator) → rolled (the pod
+template) → the new pod created (the Deployment controller) → scheduled (the scheduler) → started
+(Ready, KWOK) → the model Ready in status (the operator's readiness write). ``--mode operator`` or
+``--mode direct`` (``--direct``) run one storm alone.
 
-Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--over SECONDS] [--direct]`
+Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--over SECONDS] [--mode both]`
 (COUNT default 100).
 """
 
@@ -42,6 +47,7 @@ import time
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +61,7 @@ from _bench import (
     ensure_crds,
     free_port,
     own_requests,
+    percentile,
     samples,
     start_operator,
     stop_operator,
@@ -137,11 +144,18 @@ def watch_events(lister_name: str, *args: Any) -> Any:
             print(f"watch ended ({type(exc).__name__}: {exc}); watching again", file=sys.stderr)
 
 
+def handled_crashes(model: dict[str, Any]) -> list[Any]:
+    """The crashes a model's status says were handled (its decisions so far)."""
+    return list(((model.get("status") or {}).get("remediation") or {}).get("handledCrashes") or [])
+
+
 def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
     """In a process of its own (the injecting threads of the main one would hold up its reads): when
-    each model's decision first shows in its status, and what each write to a model changed."""
+    each model's decision first shows in its status, when it is Ready again after Deploying its fix,
+    and what each write to a model changed."""
     last: dict[str, dict[str, Any]] = {}
     deploying: set[str] = set()  # decided, and Deploying since (the roll-out of the fix)
+    handled: dict[str, int] = json.loads(baseline.get("", "{}"))  # crashes handled before this storm
     group = ("loadline.dev", "v1alpha1", namespace, "inferencemodels")
     for event in watch_events("list_namespaced_custom_object", *group):
         obj, now = event["object"], time.time()
@@ -150,7 +164,9 @@ def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
             seen.put(("write", " + ".join(changed_paths(last[name], obj)), now))
         last[name] = obj
         status = obj.get("status") or {}
-        if (status.get("remediation") or {}).get("handledCrashes"):
+        if len(handled_crashes(obj)) > handled.get(
+            name, 0
+        ):  # a decision of this storm (not of an earlier one)
             seen.put(("decided", name, now))
             if status.get("phase") == "Deploying":
                 deploying.add(name)
@@ -169,8 +185,24 @@ def watch_deployments(namespace: str, baseline: dict[str, str], seen: Any) -> No
             seen.put(("rolled", dep.metadata.name, now))
 
 
+def watch_pods(namespace: str, baseline: dict[str, str], seen: Any) -> None:
+    """In a process of its own: for each model's pods that were not there before the crashes (the
+    roll-out's), when one was first seen (created by the Deployment controller), bound to a node (the
+    scheduler) and Ready (started: KWOK stands in for the kubelet). ``baseline``: the uids before."""
+    for event in watch_events("list_namespaced_pod", namespace):
+        pod, now = event["object"], time.time()
+        model = (pod.metadata.labels or {}).get("loadline.dev/inferencemodel")
+        if not model or pod.metadata.uid in baseline or event["type"] == "DELETED":
+            continue
+        seen.put(("created", model, now))
+        if pod.spec.node_name:
+            seen.put(("scheduled", model, now))
+        if any(c.type == "Ready" and c.status == "True" for c in pod.status.conditions or []):
+            seen.put(("started", model, now))
+
+
 def respond_directly(namespace: str, threads: int) -> None:
-    """In a process of its own (``--direct``): the least any responder does for a host OOM kill, one
+    """In a process of its own (the floor): the least any responder does for a host OOM kill, one
     patch of the model's Deployment raising its container's memory limit by a quarter, once per pod."""
     from kubernetes.utils import parse_quantity
 
@@ -203,6 +235,256 @@ def respond_directly(namespace: str, threads: int) -> None:
                     break
 
 
+#: The stages of one crash's recovery, in order, as the watches see them (first sight of each per model).
+STAGES = ("decided", "rolled", "created", "scheduled", "started", "ready")
+STAGE_NAMES = {
+    "decided": "the operator's decision in status",
+    "rolled": "the raised memory in the pod template",
+    "created": "the new pod created (Deployment controller)",
+    "scheduled": "the new pod bound to a node (scheduler)",
+    "started": "the new pod Ready (KWOK for the kubelet)",
+    "ready": "the model Ready in status (the operator)",
+}
+
+
+@dataclass
+class Storm:
+    """What one storm of crashes gave: when each model crashed, and when each stage of its recovery
+    was first seen (wall clock: the watches run in processes of their own)."""
+
+    operator: bool
+    crashed: dict[str, float] = field(default_factory=dict)
+    marks: dict[str, dict[str, float]] = field(default_factory=lambda: {stage: {} for stage in STAGES})
+    model_writes: Counter[str] = field(default_factory=Counter)
+    injected: float = 0.0
+    cpu: str = ""
+    own: Counter[str] = field(default_factory=Counter)
+    writes: Counter[str] = field(default_factory=Counter)
+    waits: Counter[str] = field(default_factory=Counter)
+    events: Counter[str] = field(default_factory=Counter)
+    phases: str = ""
+
+    def note(self, what: str, key: str, when: float) -> None:
+        if what in self.marks:
+            self.marks[what].setdefault(key, when)
+        else:
+            self.model_writes[key] += 1
+
+    def since_crash(self, stage: str) -> list[float]:
+        return [when - self.crashed[name] for name, when in self.marks[stage].items() if name in self.crashed]
+
+    def serving_again(self) -> dict[str, float]:
+        """When each model served again: Ready in status through the operator (what its users see),
+        its new pod Ready for the floor (which keeps no status)."""
+        return self.marks["ready" if self.operator else "started"]
+
+    def recovered(self) -> list[float]:
+        return [
+            when - self.crashed[name] for name, when in self.serving_again().items() if name in self.crashed
+        ]
+
+    def stage_times(self) -> list[tuple[str, list[float]]]:
+        """Per stage that this storm has, the time from the stage before it (the crash for the first)."""
+        out = []
+        stages = [s for s in STAGES if self.operator or s not in {"decided", "ready"}]
+        for before, stage in zip(("crashed", *stages), stages, strict=False):
+            start = self.crashed if before == "crashed" else self.marks[before]
+            gaps = [
+                when - start[name]
+                for name, when in self.marks[stage].items()
+                if name in start and when >= start[name]
+            ]
+            out.append((f"{before} → {stage}", gaps))
+        return out
+
+
+def serving_pod(pod: Any) -> bool:
+    """A pod running its container, not on its way out (a roll-out's old pod is terminating)."""
+    return (
+        bool(pod.status.phase == "Running" and pod.status.container_statuses)
+        and not pod.metadata.deletion_timestamp
+    )
+
+
+def running_pods(core: client.CoreV1Api, namespace: str, count: int, wait: float) -> list[Any]:
+    """The namespace's running model pods, once ``count`` run or ``wait`` seconds passed."""
+    deadline = time.monotonic() + wait
+    while True:
+        pods = core.list_namespaced_pod(namespace).items
+        running = [p for p in pods if serving_pod(p)]
+        if len(running) >= count or time.monotonic() >= deadline:
+            return running
+        time.sleep(2)
+
+
+def run_storm(
+    args: argparse.Namespace,
+    namespace: str,
+    running: list[Any],
+    metrics_url: str | None,
+) -> Storm:
+    """Crash every pod of ``running`` (the operator, when ``metrics_url`` is given, answers; else the
+    yardstick does) and follow each model until it serves again or :data:`READY_WITHIN_SECONDS` pass."""
+    core, apps, custom = client.CoreV1Api(), client.AppsV1Api(), client.CustomObjectsApi()
+    storm = Storm(operator=metrics_url is not None)
+    limits = {
+        dep.metadata.name: (dep.spec.template.spec.containers[0].resources.limits or {}).get("memory")
+        for dep in apps.list_namespaced_deployment(namespace).items
+    }
+    models = custom.list_namespaced_custom_object("loadline.dev", "v1alpha1", namespace, "inferencemodels")
+    handled = {m["metadata"]["name"]: len(handled_crashes(m)) for m in models["items"]}
+    pods_before = {p.metadata.uid: "" for p in core.list_namespaced_pod(namespace).items}
+    seen: multiprocessing.Queue[tuple[str, str, float]] = multiprocessing.get_context("spawn").Queue()
+    spawn = multiprocessing.get_context("spawn")
+    watchers = [
+        spawn.Process(target=watch_models, args=(namespace, {"": json.dumps(handled)}, seen), daemon=True),
+        spawn.Process(target=watch_deployments, args=(namespace, limits, seen), daemon=True),
+        spawn.Process(target=watch_pods, args=(namespace, pods_before, seen), daemon=True),
+    ]
+    if not storm.operator:
+        watchers.append(spawn.Process(target=respond_directly, args=(namespace, args.injectors), daemon=True))
+    for watcher in watchers:
+        watcher.start()
+    try:
+        time.sleep(5)  # the watches listed and watching (a spawned process imports the client first)
+        termination = termination_for("oomkilled")
+        api = client.ApiClient()
+        own_before = own_requests(metrics_url) if metrics_url else Counter()
+        waits_before = lane_waits(metrics_url) if metrics_url else Counter()
+        writes_before = apiserver_writes()
+
+        def crash(slot: tuple[int, Any]) -> None:
+            index, pod = slot
+            time.sleep(max(0.0, start + index * args.over / len(running) - time.monotonic()))
+            raw: dict[str, Any] = api.sanitize_for_serialization(pod)
+            status = crashed_status(raw, raw["spec"]["containers"][0]["name"], termination)
+            body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
+            # From the moment the write is sent, so a decision the watch shows before the write's
+            # answer still counts.
+            storm.crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.time()
+            core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
+
+        cpu_before = cpu_seconds()
+        start, wall_start = time.monotonic(), time.time()
+        with ThreadPoolExecutor(args.injectors) as pool:
+            list(pool.map(crash, enumerate(running)))
+        storm.injected = time.monotonic() - start
+        last_crash = time.monotonic()
+
+        def drain_until(deadline: float, done: Any) -> None:
+            while time.monotonic() < deadline and not done():
+                try:
+                    storm.note(*seen.get(timeout=0.5))
+                except queue.Empty:
+                    continue
+
+        to_decide = len(storm.crashed) if storm.operator else 0  # the yardstick decides nothing
+        drain_until(
+            last_crash + 120,
+            lambda: (
+                len(storm.marks["decided"]) >= to_decide and len(storm.marks["rolled"]) >= len(storm.crashed)
+            ),
+        )
+        storm.cpu = cpu_used(cpu_before, cpu_seconds())
+        storm.writes = apiserver_writes() - writes_before
+        if metrics_url:
+            storm.own = own_requests(metrics_url) - own_before
+            storm.waits = lane_waits(metrics_url) - waits_before
+        # Then until every model serves again (its model writes counted to the end): the control
+        # plane replaces a pod per crash, 1,000 of them in a minute or two on this machine.
+        drain_until(
+            last_crash + READY_WITHIN_SECONDS,
+            lambda: len(storm.serving_again()) >= len(storm.marks["rolled"]),
+        )
+        storm.events = events_since(core, namespace, wall_start)
+        if storm.operator:
+            phases = Counter(
+                (model.get("status") or {}).get("phase")
+                for model in custom.list_namespaced_custom_object(
+                    "loadline.dev", "v1alpha1", namespace, "inferencemodels"
+                )["items"]
+            )
+            storm.phases = ", ".join(f"{phase} {n}" for phase, n in phases.items())
+    finally:
+        for watcher in watchers:
+            watcher.terminate()
+    return storm
+
+
+def report(storm: Storm, args: argparse.Namespace) -> None:
+    """Print one storm's figures."""
+    who = "loadline" if storm.operator else "the floor: one Deployment patch per crash, no operator"
+    paced = f", spread over {args.over:g} s" if args.over else ", as fast as they write"
+    print(f"\n== {who}")
+    print(
+        f"{len(storm.crashed)} crashes injected in {storm.injected:.2f} s ({args.injectors} threads{paced})"
+    )
+    rolled = len(storm.marks["rolled"])
+    if storm.operator:
+        print(f"handled: {len(storm.marks['decided'])} of {len(storm.crashed)} decided, {rolled} rolled "
+              "(within 120 s of the last crash)")  # fmt: skip
+        print(summary("detect → decided (incident and remediation in status)", storm.since_crash("decided")))
+    else:
+        print(f"handled: {rolled} of {len(storm.crashed)} rolled (within 120 s of the last crash)")
+    print(summary("detect → rolled (raised memory in the pod template)", storm.since_crash("rolled")))
+    serving = len(storm.serving_again())
+    print(
+        summary(
+            f"detect → serving again ({'Ready in status' if storm.operator else 'new pod Ready'}; "
+            f"{serving} of {rolled} within {READY_WITHIN_SECONDS:.0f} s of the last crash)",
+            storm.recovered(),
+        )
+    )
+    print("where the time went, per crash (each stage from the one before it):")
+    for label, gaps in storm.stage_times():
+        print("  " + summary(label, gaps))
+    if storm.phases:
+        print(f"phases at the end (from the API server): {storm.phases}")
+    print(f"CPU from the first crash until all were rolled, by process: {storm.cpu}")
+    crashes = max(1, len(storm.crashed))
+    if storm.operator:
+        print(
+            "waited for a thread of its lane, mean per call: "
+            + (
+                ", ".join(
+                    f"{lane} {storm.waits[f'{lane} s'] / storm.waits[f'{lane} n']:.2f} s "
+                    f"(n={storm.waits[f'{lane} n']:.0f})"
+                    for lane in ("crashes", "models", "checks")
+                    if storm.waits[f"{lane} n"]
+                )
+                or "no lane was used"
+            )
+        )
+        print(f"loadline's own requests per crash: {per_crash(storm.own, crashes)}")
+        print(
+            "InferenceModel writes per crash (by what changed, until Ready again): "
+            f"{per_crash(storm.model_writes, crashes)}"
+        )
+    print(f"API server writes per crash (everyone's, by resource): {per_crash(storm.writes, crashes)}")
+    print(f"Events per crash (by who, reason): {per_crash(storm.events, crashes)}")
+
+
+def compare(operator: Storm, floor: Storm) -> None:
+    """The operator's figures over the floor's, measured in the same run."""
+
+    def ratio(label: str, ours: list[float], theirs: list[float]) -> str:
+        if not ours or not theirs:
+            return f"{label}: no samples"
+        parts = []
+        for name, q in (("p50", 0.5), ("p99", 0.99)):
+            a, b = percentile(ours, q), percentile(theirs, q)
+            parts.append(f"{name} {a:.2f} s / {b:.2f} s = {a / b:.2f}" if b > 0 else f"{name} {a:.2f} s / 0")
+        return f"{label}: " + ", ".join(parts)
+
+    print("\n== loadline over the floor, same run, same cluster")
+    print(ratio("crash → rolled", operator.since_crash("rolled"), floor.since_crash("rolled")))
+    print(ratio("crash → serving again", operator.recovered(), floor.recovered()))
+    print(
+        f"serving again within {READY_WITHIN_SECONDS:.0f} s: loadline {len(operator.recovered())} of "
+        f"{len(operator.crashed)}, the floor {len(floor.recovered())} of {len(floor.crashed)}"
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("count", nargs="?", type=int, default=100)
@@ -216,11 +498,14 @@ def main() -> int:
         "0, the default: as fast as the injectors write them",
     )
     parser.add_argument(
-        "--direct",
-        action="store_true",
-        help="stop the operator once the pods run; answer each crash with one Deployment patch (the floor)",
+        "--mode",
+        choices=("both", "operator", "direct"),
+        default="both",
+        help="both (default): the operator's storm, then the floor's on the same fleet; or one alone",
     )
+    parser.add_argument("--direct", action="store_true", help="the same as --mode direct")
     args = parser.parse_args()
+    mode = "direct" if args.direct else args.mode
     count = args.count
     if not KUBECONFIG.exists():
         print(
@@ -230,174 +515,41 @@ def main() -> int:
         return 1
     config.load_kube_config(str(KUBECONFIG))  # type: ignore[no-untyped-call]
     ensure_crds()
-    core, custom, apps = client.CoreV1Api(), client.CustomObjectsApi(), client.AppsV1Api()
+    core, custom = client.CoreV1Api(), client.CustomObjectsApi()
     namespace = f"oombench-{uuid.uuid4().hex[:6]}"
     core.create_namespace({"metadata": {"name": namespace}})
     metrics_port = free_port()
     metrics_url = f"http://127.0.0.1:{metrics_port}/metrics"
     settings = {"remediation_max_actions_per_day": "10", "metrics_port": str(metrics_port)}
     operator = start_operator(namespace, "operator-oombench.log", **settings)
-    crashed: dict[str, float] = {}  # wall clock: the watches run in processes of their own
-    decided: dict[str, float] = {}
-    rolled: dict[str, float] = {}
-    ready: dict[str, float] = {}  # when the model was first Ready again after Deploying its fix
-    model_writes: Counter[str] = Counter()  # from 5 s before the first crash: what each model write changed
-    seen: multiprocessing.Queue[tuple[str, str, float]] = multiprocessing.get_context("spawn").Queue()
-    watchers: list[multiprocessing.process.BaseProcess] = []
-
-    baseline: dict[str, str] = {}
+    storms: dict[str, Storm] = {}
     try:
         time.sleep(3)
-        names = [f"m{i:03d}" for i in range(count)]
-        for name in names:
+        for i in range(count):
             custom.create_namespaced_custom_object(
                 "loadline.dev",
                 "v1alpha1",
                 namespace,
                 "inferencemodels",
-                chat_model(name, ["L4"], resources={"memoryGiB": 12}),
+                chat_model(f"m{i:03d}", ["L4"], resources={"memoryGiB": 12}),
             )
-        deadline = time.monotonic() + 240 + count * 0.5  # a fleet takes minutes to come up
-        while time.monotonic() < deadline:
-            pods = core.list_namespaced_pod(namespace).items
-            running = [p for p in pods if p.status.phase == "Running" and p.status.container_statuses]
-            if len(running) >= count:
-                break
-            time.sleep(2)
+        running = running_pods(core, namespace, count, 240 + count * 0.5)  # a fleet takes minutes
         print(f"{len(running)} of {count} models running")
-        for dep in apps.list_namespaced_deployment(namespace).items:
-            baseline[dep.metadata.name] = (dep.spec.template.spec.containers[0].resources.limits or {}).get(
-                "memory"
-            )
-        spawn = multiprocessing.get_context("spawn")
-        if args.direct:
+        if mode in {"both", "operator"}:
+            storms["operator"] = run_storm(args, namespace, running, metrics_url)
+            report(storms["operator"], args)
+        if mode in {"both", "direct"}:
             stop_operator(operator)
-            watchers.append(
-                spawn.Process(target=respond_directly, args=(namespace, args.injectors), daemon=True)
-            )
-        watchers.extend(
-            spawn.Process(target=target, args=(namespace, baseline, seen), daemon=True)
-            for target in (watch_models, watch_deployments)
-        )
-        for watcher in watchers:
-            watcher.start()
-        time.sleep(5)  # both watches listed and watching (a spawned process imports the client first)
-        termination = termination_for("oomkilled")
-        api = client.ApiClient()
-        own_before, writes_before = own_requests(metrics_url), apiserver_writes()
-        waits_before = lane_waits(metrics_url)
-
-        def crash(slot: tuple[int, Any]) -> None:
-            index, pod = slot
-            time.sleep(max(0.0, start + index * args.over / len(running) - time.monotonic()))
-            raw: dict[str, Any] = api.sanitize_for_serialization(pod)
-            status = crashed_status(raw, raw["spec"]["containers"][0]["name"], termination)
-            body = {"metadata": {"resourceVersion": raw["metadata"]["resourceVersion"]}, "status": status}
-            # From the moment the write is sent (no model had a crash or a raised limit before), so
-            # a decision the watch shows before the write's answer still counts.
-            crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.time()
-            core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
-
-        def note(what: str, key: str, when: float) -> None:
-            if what == "decided":
-                decided.setdefault(key, when)
-            elif what == "rolled":
-                rolled.setdefault(key, when)
-            elif what == "ready":
-                ready.setdefault(key, when)
-            else:
-                model_writes[key] += 1
-
-        cpu_before = cpu_seconds()
-        start, wall_start = time.monotonic(), time.time()
-        with ThreadPoolExecutor(args.injectors) as pool:
-            list(pool.map(crash, enumerate(running)))
-        injected = time.monotonic() - start
-        last_crash = time.monotonic()
-        deadline = last_crash + 120
-        to_decide = 0 if args.direct else len(crashed)  # the yardstick decides nothing
-        while time.monotonic() < deadline and (len(decided) < to_decide or len(rolled) < len(crashed)):
-            try:
-                what, key, when = seen.get(timeout=0.5)
-            except queue.Empty:
-                continue
-            note(what, key, when)
-        cpu = cpu_used(cpu_before, cpu_seconds())
-        own = own_requests(metrics_url) - own_before
-        waits = lane_waits(metrics_url) - waits_before
-        writes = apiserver_writes() - writes_before
-        # Then until every remediated model is Ready again (its model writes counted to the end): the
-        # control plane replaces a pod per crash, 1,000 of them in a minute or two on this machine.
-        ready_deadline = last_crash + READY_WITHIN_SECONDS
-        while not args.direct and time.monotonic() < ready_deadline and len(ready) < len(rolled):
-            try:
-                note(*seen.get(timeout=0.5))
-            except queue.Empty:
-                continue
-        for watcher in watchers:
-            watcher.terminate()
-        paced = f", spread over {args.over:g} s" if args.over else ", as fast as they write"
-        print(f"{len(crashed)} crashes injected in {injected:.2f} s ({args.injectors} threads{paced})")
-        if args.direct:
-            print("answered by the yardstick: one Deployment patch per crash, no operator (--direct)")
-        print(
-            f"handled: {len(decided)} of {len(crashed)} decided, {len(rolled)} of {len(crashed)} rolled "
-            "(within 120 s of the last crash)"
-        )
-        print(
-            summary(
-                "detect → decided (incident and remediation in status)",
-                [decided[n] - crashed[n] for n in decided],
-            )
-        )
-        print(
-            summary(
-                "detect → rolled (raised memory in the pod template)",
-                [rolled[n] - crashed[n] for n in rolled],
-            )
-        )
-        if not args.direct:
-            print(
-                summary(
-                    f"detect → Ready again after the roll-out ({len(ready)} of {len(rolled)} within "
-                    f"{READY_WITHIN_SECONDS:.0f} s of the last crash)",
-                    [ready[n] - crashed[n] for n in ready],
-                )
-            )
-            phases = Counter(
-                (model.get("status") or {}).get("phase")
-                for model in custom.list_namespaced_custom_object(
-                    "loadline.dev", "v1alpha1", namespace, "inferencemodels"
-                )["items"]
-            )
-            said = ", ".join(f"{phase} {n}" for phase, n in phases.items())
-            print(f"phases at the end (from the API server): {said}")
-        print(f"CPU from the first crash until all were handled, by process: {cpu}")
-        crashes = max(1, len(crashed))
-        print(
-            "waited for a thread of its lane, mean per call: "
-            + (
-                ", ".join(
-                    f"{lane} {waits[f'{lane} s'] / waits[f'{lane} n']:.2f} s (n={waits[f'{lane} n']:.0f})"
-                    for lane in ("crashes", "models", "checks")
-                    if waits[f"{lane} n"]
-                )
-                or "no lanes (no operator)"
-            )
-        )
-        print(f"loadline's own requests per crash: {per_crash(own, crashes)}")
-        print(f"API server writes per crash (everyone's, by resource): {per_crash(writes, crashes)}")
-        print(
-            "InferenceModel writes per crash (by what changed, until Ready again): "
-            f"{per_crash(model_writes, crashes)}"
-        )
-        events = events_since(core, namespace, wall_start)
-        print(f"Events per crash (by who, reason): {per_crash(events, crashes)}")
+            if mode == "both":  # the floor crashes the pods the operator's storm left running
+                running = running_pods(core, namespace, count, READY_WITHIN_SECONDS)
+                print(f"\n{len(running)} of {count} models running again for the floor's storm")
+            storms["floor"] = run_storm(args, namespace, running, None)
+            report(storms["floor"], args)
+        if len(storms) == 2:
+            compare(storms["operator"], storms["floor"])
     finally:
-        for watcher in watchers:
-            watcher.terminate()
         stop_operator(operator)
-        if args.direct:  # kopf's finalizers, which no operator is left to remove
+        if mode != "operator":  # kopf's finalizers, which no operator is left to remove
             for model in custom.list_namespaced_custom_object(
                 "loadline.dev", "v1alpha1", namespace, "inferencemodels"
             )["items"]:
