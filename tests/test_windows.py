@@ -83,7 +83,7 @@ def test_weekends_get_their_own_window_once_there_are_weeks_of_history() -> None
     plan = plan_windows(series(date(2026, 5, 4), 21, BERLIN, load), "2h", BERLIN)
     starts = {w.start.strftime("%a"): w.start.hour for w in plan.windows}
     assert starts == {"Mon": 3, "Tue": 3, "Wed": 3, "Thu": 3, "Fri": 3, "Sat": 10, "Sun": 10}
-    assert "weekday's own shape from 3 weeks" in plan.reason
+    assert "weekdays and weekends learned apart" in plan.reason
 
 
 def test_one_week_is_not_enough_to_trust_a_single_weekday() -> None:
