@@ -139,10 +139,11 @@ def _choose(profile: Profile, candidates: Sequence[float], tuning: Tuning) -> tu
     best_t, best = min(known, key=lambda tw: (tw[1].expected, tw[0]))
     if tuning.steadiness_z <= 0:
         return best_t, best.expected
+    z, q = tuning.steadiness_z, tuning.burst_quantile
     equal = [
         (t, w)
         for t, w in known
-        if w.expected - best.expected <= tuning.steadiness_z * paired_standard_error(w, best, tuning.burst_quantile) + 1e-12
+        if w.expected - best.expected <= z * paired_standard_error(w, best, q) + 1e-12
     ]
     t, w = min(equal, key=lambda tw: (tw[1].spread, tw[1].expected, tw[0]))
     return t, w.expected
