@@ -114,7 +114,9 @@ class Week:
 def hidden_weeks(rows: list[tuple[float, float]], zone: ZoneInfo, slot: int) -> Iterator[Week]:
     """Whole local weeks counted back from the last whole day, while the history before them spans
     ``MIN_HISTORY_DAYS``."""
-    first = datetime.fromtimestamp(rows[0][0], zone).date() + timedelta(days=1)  # first whole day
+    start = datetime.fromtimestamp(rows[0][0], zone)
+    late = start.hour * 3600 + start.minute * 60 + start.second >= slot  # the first day is partial
+    first = start.date() + timedelta(days=1 if late else 0)
     last = datetime.fromtimestamp(rows[-1][0] + slot, zone).date() - timedelta(days=1)
     end = last
     while (end - first).days + 1 >= 7 + MIN_HISTORY_DAYS:
