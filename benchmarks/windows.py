@@ -210,14 +210,17 @@ def evaluate(
     *,
     methods: tuple[str, ...] = METHODS,
     rows: list[tuple[float, float]] | None = None,
+    history_days: float | None = None,
 ) -> list[dict[str, float]]:
-    """Each hidden week's extra load per method, newest week first."""
+    """Each hidden week's extra load per method, newest week first. ``history_days`` keeps only that
+    much history before each hidden week (a young service), for benchmarks/windows_tune.py."""
     zone = ZoneInfo(tz)
     rows = load(stem) if rows is None else rows
     actual = Actual(rows)
     out = []
     for week in hidden_weeks(rows, zone, actual.slot):
-        history = [(t, v) for t, v in rows if t < week.cut]
+        begin = -math.inf if history_days is None else week.cut - history_days * 86400
+        history = [(t, v) for t, v in rows if begin <= t < week.cut]
         result = score_week(actual, history, week, zone, span, tuning or Tuning(), methods)
         if result is not None:
             out.append(result)

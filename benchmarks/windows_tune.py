@@ -34,6 +34,8 @@ CANDIDATES: Mapping[str, Mapping[str, Any]] = {
     "q=0.95": {"burst_quantile": 0.95},
     "mean (q=1)": {"burst_quantile": 1.0},
     "no steadiness (z=0)": {"steadiness_z": 0.0},
+    "anchor": {"anchor": True},
+    "anchor, z=2": {"anchor": True, "steadiness_z": 2.0},
     "z=2": {"steadiness_z": 2.0},
     "no weekly test": {"weekly": False},
     "half-life 14d": {"half_life_days": 14.0},
@@ -46,10 +48,10 @@ def tune_traces() -> list[tuple[str, str]]:
     return [(stem, tz) for stem, tz, group, _ in TRACES if group == "tune"]
 
 
-def score(args: tuple[str, str, float, Tuning]) -> tuple[str, float, float]:
+def score(args: tuple[str, str, float, Tuning, float | None]) -> tuple[str, float, float]:
     """(service, learner's mean extra load, naive's) over the service's hidden weeks."""
-    stem, tz, span, tuning = args
-    weeks = evaluate(stem, tz, span, tuning, methods=("learner", "naive"))
+    stem, tz, span, tuning, history_days = args
+    weeks = evaluate(stem, tz, span, tuning, methods=("learner", "naive"), history_days=history_days)
     return stem, statistics.fmean(w["learner"] for w in weeks), statistics.fmean(w["naive"] for w in weeks)
 
 
@@ -58,16 +60,20 @@ def main() -> None:
     parser.add_argument("--duration", default="2h")
     parser.add_argument("--only", nargs="*", help="candidate names (default: all)")
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--history-days", type=float, help="history before each hidden week (default: all)")
     args = parser.parse_args()
     span = parse_duration(args.duration).total_seconds()
     names = args.only or list(CANDIDATES)
     began = clock.perf_counter()
-    print(f"tune services only, {args.duration} windows: extra load, % of the mean load")
+    history = "all history" if args.history_days is None else f"{args.history_days:g} days of history"
+    print(f"tune services only, {args.duration} windows, {history}: extra load, % of the mean load")
     print(f"{'candidate':<22}{'mean':>7}{'naive':>7}{'worst vs naive':>16}  worst service")
     with ProcessPoolExecutor(args.workers) as pool:
         for name in names:
             tuning = replace(Tuning(), **CANDIDATES[name])
-            rows = list(pool.map(score, [(stem, tz, span, tuning) for stem, tz in tune_traces()]))
+            rows = list(
+                pool.map(score, [(stem, tz, span, tuning, args.history_days) for stem, tz in tune_traces()])
+            )
             learner = statistics.fmean(r[1] for r in rows)
             naive = statistics.fmean(r[2] for r in rows)
             stem, a, b = max(rows, key=lambda r: r[1] - r[2])

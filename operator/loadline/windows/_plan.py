@@ -30,8 +30,9 @@ Method = Literal["learned", "policy", "default"]
 
 @dataclass(frozen=True)
 class Tuning:
-    """The finder's knobs. ``burst_quantile`` and ``half_life_days`` were chosen on the tuning traces
-    only (benchmarks/windows_tune.py, docs/restarts.md); the others follow from what they guard."""
+    """The finder's knobs. ``burst_quantile``, ``steadiness_z``, ``anchor`` and ``half_life_days``
+    were chosen on the tuning traces only (benchmarks/windows_tune.py, docs/restarts.md); the others
+    follow from what they guard."""
 
     #: Less observed history than this (days, gaps excluded) is not learned from.
     min_history_days: float = 3.0
@@ -42,7 +43,9 @@ class Tuning:
     half_life_days: float | None = None
     #: Windows whose expected load is within this many standard errors of the best (day-by-day
     #: differences) are equal within noise; the steadiest of them is taken. 0 = always the lowest.
-    steadiness_z: float = 1.0
+    steadiness_z: float = 2.0
+    #: Keep the median profile's window unless another carries less load beyond the noise.
+    anchor: bool = True
     #: Learn weekdays and weekends apart when the weekly-effect test says so (False: always pool).
     weekly: bool = True
     #: Share of a window's bins that must be observed on a day for that day to count for it.
@@ -130,9 +133,14 @@ def learned_profile(
 
 
 def _choose(profile: Profile, candidates: Sequence[float], tuning: Tuning) -> tuple[float, float] | None:
-    """(start, expected load) of the window to take among ``candidates`` (unix seconds): the lowest
-    expected load, or among those equal to it within noise (``tuning.steadiness_z`` standard errors
-    of the day-by-day difference) the steadiest; None when history knows none of them."""
+    """(start, expected load) of the window to take among ``candidates`` (unix seconds); None when
+    history knows none of them.
+
+    The windows equal to the lowest expected load within noise (``tuning.steadiness_z`` standard
+    errors of the day-by-day difference) are the choice. If the all-days median profile's window is
+    among them it is kept (``tuning.anchor``): it needs no evidence, so the learner moves away from
+    it only where history shows a lower load beyond the noise, and is never worse than it by more
+    than that noise. Otherwise the steadiest of them is taken (least spread across days)."""
     known = [(t, w) for t in candidates if (w := profile.window(t, tuning.min_window_days)) is not None]
     if not known:
         return None
@@ -145,6 +153,11 @@ def _choose(profile: Profile, candidates: Sequence[float], tuning: Tuning) -> tu
         for t, w in known
         if w.expected - best.expected <= z * paired_standard_error(w, best, q) + 1e-12
     ]
+    typical = [(t, w) for t, w in known if w.typical is not None]
+    if tuning.anchor and typical:
+        anchor_t, anchor = min(typical, key=lambda tw: (tw[1].typical or 0.0, tw[0]))
+        if any(t == anchor_t for t, _ in equal):
+            return anchor_t, anchor.expected
     t, w = min(equal, key=lambda tw: (tw[1].spread, tw[1].expected, tw[0]))
     return t, w.expected
 

@@ -22,7 +22,8 @@ days rather than a fitted constant:
   or shape that moved is followed; the half-life is chosen on the tuning traces (docs/restarts.md).
 * **Steadiness among equals.** Kept per window: the per-day values, so the planner compares two
   windows day by day (paired: a busy day raises both) and, among windows within ``steadiness_z``
-  standard errors of the best, takes the one whose load varies least across days.
+  standard errors of the best, takes the one whose load varies least across days, unless the
+  all-days median profile's window (``typical``, the choice that needs no evidence) is among them.
 
 Loads are kept in the history's own units (a busy day's quiet time counts for more than an idle
 day's: a restart disturbs requests, not shares of a day); ``level`` converts them to multiples of the
@@ -67,6 +68,9 @@ class WindowStats:
     spread: float
     #: Per day: (day ordinal, load, weight).
     days: tuple[tuple[int, float, float], ...]
+    #: The window's load in the median profile (each wall-clock slot's median over the same days,
+    #: averaged over the window): the choice that needs no evidence; None where slots are unknown.
+    typical: float | None = None
 
 
 @dataclass(frozen=True)
@@ -323,18 +327,28 @@ def build_profile(
     """The profile of windows of ``span`` bins from ``bins`` (bin index → load, bins of ``slot``
     seconds); see the module docstring for the rules."""
     history = _history(slot, bins, tz, span, min_window_coverage, half_life_days)
+    single = _day_loads(slot, bins, tz, 1, 1.0)[1] if span > 1 else history.loads
+    per_day = max(1, 86400 // slot)
     found, weeks = _weekly_effect(history, burst_quantile) if history.weekday else (False, 0)
     weekly = weekly and found
     group_of = _WEEK_GROUPS if weekly else _POOLED
     windows: dict[tuple[int, int], WindowStats] = {}
     for group in sorted(set(group_of)):
         members = [d for d, wd in history.weekday.items() if group_of[wd] == group]
+        chosen = set(members)
+        medians = {
+            tod: statistics.median(values)
+            for tod, by_day in single.items()
+            if (values := [v for d, v in by_day.items() if d in chosen])
+        }
         for tod, (expected, pairs) in _expected(history, members, burst_quantile).items():
             by_day = history.loads[tod]
+            known = [m for k in range(span) if (m := medians.get((tod + k) % per_day)) is not None]
             windows[(group, tod)] = WindowStats(
                 expected=expected,
                 spread=_spread(winsorized(pairs, burst_quantile)),
                 days=tuple((d, by_day[d], history.weight[d]) for d in members if d in by_day),
+                typical=statistics.fmean(known) if len(known) >= min_window_coverage * span else None,
             )
     most: dict[int, int] = {}
     for (group, _tod), stats in windows.items():
