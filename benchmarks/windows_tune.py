@@ -29,14 +29,14 @@ from loadline.windows import Tuning, parse_duration
 #: The candidates compared, by name: the Tuning fields they change from the defaults.
 CANDIDATES: Mapping[str, Mapping[str, Any]] = {
     "defaults": {},
+    "no anchor": {"anchor": False},
+    "no anchor, z=1": {"anchor": False, "steadiness_z": 1.0},
+    "z=1": {"steadiness_z": 1.0},
+    "lowest (z=0)": {"steadiness_z": 0.0},
     "median (q=0.5)": {"burst_quantile": 0.5},
     "q=0.75": {"burst_quantile": 0.75},
     "q=0.95": {"burst_quantile": 0.95},
     "mean (q=1)": {"burst_quantile": 1.0},
-    "no steadiness (z=0)": {"steadiness_z": 0.0},
-    "anchor": {"anchor": True},
-    "anchor, z=2": {"anchor": True, "steadiness_z": 2.0},
-    "z=2": {"steadiness_z": 2.0},
     "no weekly test": {"weekly": False},
     "half-life 14d": {"half_life_days": 14.0},
     "half-life 28d": {"half_life_days": 28.0},

@@ -20,7 +20,7 @@ from zoneinfo import ZoneInfo
 from loadline.windows._duration import parse_duration
 from loadline.windows._errors import PolicyWindowError, SeriesError
 from loadline.windows._policy import PolicyWindow, parse_policy_windows, parse_timezone
-from loadline.windows._profile import Profile, build_profile, paired_standard_error
+from loadline.windows._profile import Profile, build_profile, choose, median_choice
 from loadline.windows._series import Sample, combine_series
 
 __all__ = ["Method", "Tuning", "Window", "WindowPlan", "learned_profile", "next_window", "plan_windows"]
@@ -128,6 +128,9 @@ def learned_profile(
         half_life_days=tuning.half_life_days,
         min_window_coverage=tuning.min_window_coverage,
         weekly=tuning.weekly,
+        steadiness_z=tuning.steadiness_z,
+        min_window_days=tuning.min_window_days,
+        validate=tuning.anchor,
     )
     return slot, dict(bins), profile
 
@@ -136,29 +139,19 @@ def _choose(profile: Profile, candidates: Sequence[float], tuning: Tuning) -> tu
     """(start, expected load) of the window to take among ``candidates`` (unix seconds); None when
     history knows none of them.
 
-    The windows equal to the lowest expected load within noise (``tuning.steadiness_z`` standard
-    errors of the day-by-day difference) are the choice. If the all-days median profile's window is
-    among them it is kept (``tuning.anchor``): it needs no evidence, so the learner moves away from
-    it only where history shows a lower load beyond the noise, and is never worse than it by more
-    than that noise. Otherwise the steadiest of them is taken (least spread across days)."""
+    With ``tuning.anchor`` the all-days median profile's window is kept unless the learner's own
+    choices beat it on left-out weeks (``Profile.validated``), and even then whenever it is equal to
+    the lowest expected load within ``tuning.steadiness_z`` standard errors of the day-by-day
+    difference: the learner leaves the choice that needs no evidence only where history shows a lower
+    load beyond the noise. Otherwise the steadiest of the windows equal within noise is taken."""
     known = [(t, w) for t in candidates if (w := profile.window(t, tuning.min_window_days)) is not None]
     if not known:
         return None
-    best_t, best = min(known, key=lambda tw: (tw[1].expected, tw[0]))
-    if tuning.steadiness_z <= 0:
-        return best_t, best.expected
-    z, q = tuning.steadiness_z, tuning.burst_quantile
-    equal = [
-        (t, w)
-        for t, w in known
-        if w.expected - best.expected <= z * paired_standard_error(w, best, q) + 1e-12
-    ]
-    typical = [(t, w) for t, w in known if w.typical is not None]
-    if tuning.anchor and typical:
-        anchor_t, anchor = min(typical, key=lambda tw: (tw[1].typical or 0.0, tw[0]))
-        if any(t == anchor_t for t, _ in equal):
-            return anchor_t, anchor.expected
-    t, w = min(equal, key=lambda tw: (tw[1].spread, tw[1].expected, tw[0]))
+    if tuning.anchor and not profile.validated:
+        median = median_choice(known)
+        if median is not None:
+            return median[0], median[1].expected
+    t, w = choose(known, tuning.steadiness_z, tuning.burst_quantile, tuning.anchor)
     return t, w.expected
 
 

@@ -38,6 +38,7 @@ import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, time, timedelta
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
 __all__ = ["Profile", "WindowStats", "build_profile", "paired_standard_error", "winsorized_mean"]
@@ -52,6 +53,9 @@ _Z_05 = 1.645
 #: Weekday index (Monday = 0) -> group when a weekly effect is found: Mon–Fri and Sat–Sun.
 _WEEK_GROUPS = (0, 0, 0, 0, 0, 1, 1)
 _POOLED = (0, 0, 0, 0, 0, 0, 0)
+
+
+_K = TypeVar("_K", int, float)
 
 
 def _t_critical(df: int) -> float:
@@ -93,6 +97,9 @@ class Profile:
     weeks: int
     #: Local days with at least one known window.
     days: int
+    #: The learner's own choices beat the median profile's on weeks left out of the learning (see
+    #: ``_validated``); when False the planner keeps the median profile's window.
+    validated: bool
     #: Group -> the most days behind any of its windows (a window known on far fewer days is not
     #: compared with it).
     most_days: Mapping[int, int]
@@ -323,9 +330,22 @@ def build_profile(
     half_life_days: float | None = None,
     min_window_coverage: float = 0.9,
     weekly: bool = True,
+    steadiness_z: float = 2.0,
+    min_window_days: float = 0.5,
+    validate: bool = True,
 ) -> Profile:
     """The profile of windows of ``span`` bins from ``bins`` (bin index → load, bins of ``slot``
-    seconds); see the module docstring for the rules."""
+    seconds); see the module docstring for the rules. ``validate``: check the learner's choices
+    against the median profile's on left-out weeks (``Profile.validated``)."""
+    settings = {
+        "span": span,
+        "burst_quantile": burst_quantile,
+        "half_life_days": half_life_days,
+        "min_window_coverage": min_window_coverage,
+        "weekly": weekly,
+        "steadiness_z": steadiness_z,
+        "min_window_days": min_window_days,
+    }
     history = _history(slot, bins, tz, span, min_window_coverage, half_life_days)
     single = _day_loads(slot, bins, tz, 1, 1.0)[1] if span > 1 else history.loads
     per_day = max(1, 86400 // slot)
@@ -353,6 +373,7 @@ def build_profile(
     most: dict[int, int] = {}
     for (group, _tod), stats in windows.items():
         most[group] = max(most.get(group, 0), len(stats.days))
+    validated = validate and _validated(slot, bins, tz, history, settings)
     return Profile(
         slot=slot,
         tz=tz,
@@ -363,8 +384,88 @@ def build_profile(
         weekly=weekly,
         weeks=weeks,
         days=len(history.weekday),
+        validated=validated,
         most_days=most,
     )
+
+
+def choose(
+    known: Sequence[tuple[_K, WindowStats]], z: float, quantile: float, anchor: bool
+) -> tuple[_K, WindowStats]:
+    """The window to take among ``known`` (key, stats), keys ordered by time; ``known`` not empty.
+
+    The windows whose expected load is within ``z`` standard errors of the lowest (day-by-day
+    differences) are equal within noise. With ``anchor`` the median profile's window is kept when it
+    is among them (it needs no evidence); otherwise the steadiest of them is taken. ``z`` = 0: the
+    lowest expected load, nothing else."""
+    best_key, best = min(known, key=lambda kw: (kw[1].expected, kw[0]))
+    if z <= 0:
+        return best_key, best
+    equal = [
+        (k, w)
+        for k, w in known
+        if w.expected - best.expected <= z * paired_standard_error(w, best, quantile) + 1e-12
+    ]
+    typical = [(k, w) for k, w in known if w.typical is not None]
+    if anchor and typical:
+        anchor_key, stats = min(typical, key=lambda kw: (kw[1].typical or 0.0, kw[0]))
+        if any(k == anchor_key for k, _ in equal):
+            return anchor_key, stats
+    return min(equal, key=lambda kw: (kw[1].spread, kw[1].expected, kw[0]))
+
+
+def median_choice(known: Sequence[tuple[_K, WindowStats]]) -> tuple[_K, WindowStats] | None:
+    """The all-days median profile's window among ``known``: the choice that needs no evidence."""
+    typical = [(k, w) for k, w in known if w.typical is not None]
+    return min(typical, key=lambda kw: (kw[1].typical or 0.0, kw[0])) if typical else None
+
+
+#: The learner is checked on this many of the newest weeks of history, each left out in turn.
+_VALIDATION_WEEKS = 4
+
+
+def _validated(
+    slot: int, bins: Mapping[int, float], tz: ZoneInfo, history: _History, settings: Mapping[str, Any]
+) -> bool:
+    """Whether following the learner would have carried no more load than the median profile in the
+    newest ``_VALIDATION_WEEKS`` weeks, each judged from the history before it only (rolling origin,
+    as time runs: a drift is learned before it is checked). Both choose with every rule above from
+    the weeks before, and the week's own days say which window carried less (recency-weighted like
+    the days). A week is checked only with a week of history before it, so with under two weeks the
+    learner cannot be checked and the median profile is kept."""
+    newest = max(history.weekday, default=0)
+    week_of = {d: (newest - d) // 7 for d in history.weekday}
+    weeks = sorted(set(week_of.values()))
+    if len(weeks) < 2:
+        return False
+    day_of = {i: datetime.fromtimestamp(i * slot, tz).date().toordinal() for i in bins}
+    z, q = settings["steadiness_z"], settings["burst_quantile"]
+    gains: list[tuple[float, float]] = []
+    for week in weeks[:_VALIDATION_WEEKS]:
+        held = [d for d, w in week_of.items() if w == week]
+        kept = {i: v for i, v in bins.items() if week_of.get(day_of[i], -1) > week}
+        if len({day_of[i] for i in kept}) < 7:
+            continue
+        sub = build_profile(slot, kept, tz, **settings, validate=False)
+        diffs: list[tuple[float, float]] = []
+        for day in held:
+            group = sub.group_of[history.weekday[day]]
+            floor = settings["min_window_days"] * sub.most_days.get(group, 0)
+            known = [(tod, w) for (g, tod), w in sub.windows.items() if g == group and len(w.days) >= floor]
+            median = median_choice(known)
+            if not known or median is None:
+                continue
+            learned = choose(known, z, q, anchor=True)[0]
+            if learned == median[0]:
+                diffs.append((0.0, history.weight[day]))
+            elif day in history.loads.get(learned, {}) and day in history.loads.get(median[0], {}):
+                diffs.append(
+                    (history.loads[learned][day] - history.loads[median[0]][day], history.weight[day])
+                )
+        if diffs:
+            total = sum(w for _, w in diffs)
+            gains.append((sum(v * w for v, w in diffs) / total, total / len(diffs)))
+    return bool(gains) and sum(g * w for g, w in gains) <= 0
 
 
 def paired_standard_error(a: WindowStats, b: WindowStats, quantile: float) -> float:
