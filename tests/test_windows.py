@@ -252,6 +252,28 @@ def test_the_median_profiles_window_stays_unless_another_is_lower_beyond_the_noi
     assert all(w.start.hour == 14 for w in plan_windows(lower, "2h", BERLIN).windows)
 
 
+def test_under_two_weeks_the_learner_cannot_be_checked_and_the_median_profile_is_kept() -> None:
+    # The nightly batch of test_the_whole_windows_load_is_judged_not_its_slots, but ten days of
+    # history: the learner's 14:00 cannot yet be checked on a week it did not learn from, so the
+    # all-days median profile's 03:00 is kept; from two weeks on the check is made and 14:00 taken.
+    def load(at: datetime) -> float:
+        if 3 <= at.hour < 5:
+            batch = at.date().toordinal() % 24
+            return 2400.0 if (at.hour - 3) * 12 + at.minute // 5 == batch else 10.0
+        return 60.0 if 14 <= at.hour < 16 else 200.0
+
+    young = plan_windows(series(date(2026, 5, 4), 10, BERLIN, load), "2h", BERLIN)
+    assert all(w.start.hour == 3 for w in young.windows)
+    assert "under two weeks the learner cannot be checked" in young.reason
+    unchecked = plan_windows(
+        series(date(2026, 5, 4), 10, BERLIN, load), "2h", BERLIN, tuning=Tuning(anchor=False)
+    )
+    assert all(w.start.hour == 14 for w in unchecked.windows)
+    checked = plan_windows(series(date(2026, 5, 4), 15, BERLIN, load), "2h", BERLIN)
+    assert all(w.start.hour == 14 for w in checked.windows)
+    assert "following them would have paid off in the newest weeks" in checked.reason
+
+
 def test_gaps_are_not_quiet() -> None:
     # The exporter is down 20:00-23:00 every day; the real quiet hours are 05:00-07:00 at half load.
     def load(at: datetime) -> float | None:

@@ -130,7 +130,7 @@ def learned_profile(
         weekly=tuning.weekly,
         steadiness_z=tuning.steadiness_z,
         min_window_days=tuning.min_window_days,
-        validate=tuning.anchor,
+        validate=tuning.anchor and span is not None,
     )
     return slot, dict(bins), profile
 
@@ -290,9 +290,22 @@ def _reason(
         else:
             weekly = "all days pooled (under two weeks: weekdays not told apart yet)"
         inside = "; inside the policy windows" if policies else ""
+        if not tuning.anchor:
+            checked = ""
+        elif profile.validated:
+            checked = "; the learned windows (following them would have paid off in the newest weeks)"
+        elif profile.weeks < 2:
+            checked = (
+                "; the all-days median profile's windows (under two weeks the learner cannot be checked)"
+            )
+        else:
+            checked = (
+                "; the all-days median profile's windows (following the learner would not have paid off "
+                "in the newest weeks)"
+            )
         return (
             f"learned from {observed:.1f} days of history ({slot // 60}-minute bins, {zone.key}): "
-            f"{weekly}{inside}"
+            f"{weekly}{checked}{inside}"
         )
     short = f"history too short ({observed:.1f} days < {tuning.min_history_days:g})"
     if method == "policy":

@@ -100,6 +100,8 @@ class Profile:
     #: The learner's own choices beat the median profile's on weeks left out of the learning (see
     #: ``_validated``); when False the planner keeps the median profile's window.
     validated: bool
+    #: How many of the newest weeks the learner was checked on (0: too little history before them).
+    checked_weeks: int
     #: Group -> the most days behind any of its windows (a window known on far fewer days is not
     #: compared with it).
     most_days: Mapping[int, int]
@@ -282,12 +284,13 @@ def _best(expected: Mapping[int, tuple[float, list[tuple[float, float]]]]) -> in
 def _weekly_effect(history: _History, quantile: float) -> tuple[bool, int]:
     """Whether weekdays or weekends, learned apart, choose windows that carry less load on weeks left
     out of the learning, by more than the week-to-week noise (one-sided t test, α = 0.05, two weeks or
-    more); and how many weeks of history there are."""
+    more); and how many whole weeks of history there are."""
     newest = max(history.weekday, default=0)
     week_of = {d: (newest - d) // 7 for d in history.weekday}
     weeks = sorted(set(week_of.values()))
-    if len(weeks) < 2:
-        return False, len(weeks)
+    whole = len(history.weekday) // 7
+    if whole < 2:
+        return False, whole
     pooled_best: dict[int, int | None] = {}
     for group in (0, 1):
         gains: list[float] = []
@@ -316,8 +319,8 @@ def _weekly_effect(history: _History, quantile: float) -> tuple[bool, int]:
         mean = statistics.fmean(gains)
         sd = statistics.stdev(gains)
         if mean < 0 and (sd == 0 or mean / (sd / math.sqrt(len(gains))) < -_t_critical(len(gains) - 1)):
-            return True, len(weeks)
-    return False, len(weeks)
+            return True, whole
+    return False, whole
 
 
 def build_profile(
@@ -373,7 +376,7 @@ def build_profile(
     most: dict[int, int] = {}
     for (group, _tod), stats in windows.items():
         most[group] = max(most.get(group, 0), len(stats.days))
-    validated = validate and _validated(slot, bins, tz, history, settings)
+    validated, checked = _validated(slot, bins, tz, history, settings) if validate else (False, 0)
     return Profile(
         slot=slot,
         tz=tz,
@@ -385,6 +388,7 @@ def build_profile(
         weeks=weeks,
         days=len(history.weekday),
         validated=validated,
+        checked_weeks=checked,
         most_days=most,
     )
 
@@ -426,7 +430,7 @@ _VALIDATION_WEEKS = 4
 
 def _validated(
     slot: int, bins: Mapping[int, float], tz: ZoneInfo, history: _History, settings: Mapping[str, Any]
-) -> bool:
+) -> tuple[bool, int]:
     """Whether following the learner would have carried no more load than the median profile in the
     newest ``_VALIDATION_WEEKS`` weeks, each judged from the history before it only (rolling origin,
     as time runs: a drift is learned before it is checked). Both choose with every rule above from
@@ -437,7 +441,7 @@ def _validated(
     week_of = {d: (newest - d) // 7 for d in history.weekday}
     weeks = sorted(set(week_of.values()))
     if len(weeks) < 2:
-        return False
+        return False, 0
     day_of = {i: datetime.fromtimestamp(i * slot, tz).date().toordinal() for i in bins}
     z, q = settings["steadiness_z"], settings["burst_quantile"]
     gains: list[tuple[float, float]] = []
@@ -465,7 +469,7 @@ def _validated(
         if diffs:
             total = sum(w for _, w in diffs)
             gains.append((sum(v * w for v, w in diffs) / total, total / len(diffs)))
-    return bool(gains) and sum(g * w for g, w in gains) <= 0
+    return bool(gains) and sum(g * w for g, w in gains) <= 0, len(gains)
 
 
 def paired_standard_error(a: WindowStats, b: WindowStats, quantile: float) -> float:
