@@ -31,7 +31,7 @@ CANDIDATES: Mapping[str, Mapping[str, Any]] = {
     "defaults": {},
     "no anchor": {"anchor": False},
     "no anchor, z=1": {"anchor": False, "steadiness_z": 1.0},
-    "z=1": {"steadiness_z": 1.0},
+    "z=2": {"steadiness_z": 2.0},
     "lowest (z=0)": {"steadiness_z": 0.0},
     "median (q=0.5)": {"burst_quantile": 0.5},
     "q=0.75": {"burst_quantile": 0.75},

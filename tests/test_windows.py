@@ -234,7 +234,7 @@ def test_drift_is_followed_by_weighting_recent_days() -> None:
 def test_the_median_profiles_window_stays_unless_another_is_lower_beyond_the_noise() -> None:
     # 03:00-05:00 is the all-days median profile's choice (20 on three nights in five, 50 on the
     # others: 32 on average). 14:00-16:00 carries 28.8 on average (36 or 18), lower and steadier,
-    # but by less than two standard errors of the day-by-day difference: not evidence enough to move.
+    # but within one standard error of the day-by-day difference: not evidence enough to move.
     def load(at: datetime) -> float:
         busy = at.date().toordinal() % 5 in (0, 1)
         if 3 <= at.hour < 5:

@@ -43,7 +43,7 @@ class Tuning:
     half_life_days: float | None = None
     #: Windows whose expected load is within this many standard errors of the best (day-by-day
     #: differences) are equal within noise; the steadiest of them is taken. 0 = always the lowest.
-    steadiness_z: float = 2.0
+    steadiness_z: float = 1.0
     #: Keep the median profile's window unless another carries less load beyond the noise.
     anchor: bool = True
     #: Learn weekdays and weekends apart when the weekly-effect test says so (False: always pool).

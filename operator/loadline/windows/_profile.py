@@ -333,7 +333,7 @@ def build_profile(
     half_life_days: float | None = None,
     min_window_coverage: float = 0.9,
     weekly: bool = True,
-    steadiness_z: float = 2.0,
+    steadiness_z: float = 1.0,
     min_window_days: float = 0.5,
     validate: bool = True,
 ) -> Profile:
