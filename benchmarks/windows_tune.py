@@ -30,7 +30,6 @@ from loadline.windows import Tuning, parse_duration
 CANDIDATES: Mapping[str, Mapping[str, Any]] = {
     "defaults": {},
     "no anchor": {"anchor": False},
-    "no anchor, z=1": {"anchor": False, "steadiness_z": 1.0},
     "z=2": {"steadiness_z": 2.0},
     "lowest (z=0)": {"steadiness_z": 0.0},
     "median (q=0.5)": {"burst_quantile": 0.5},
