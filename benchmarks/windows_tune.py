@@ -4,8 +4,9 @@ Each candidate (a set of ``loadline.windows.Tuning`` fields) is scored exactly a
 scores the learner: rolling origin, every hidden week of every ``tune`` service, extra load over each
 day's quietest window as a share of the mean load. Printed per candidate: the mean over services of
 each service's mean over its hidden weeks, and the worst service's difference to the naive profile.
-This script never reads a ``held-out`` service. Run:
-``.venv/bin/python benchmarks/windows_tune.py [--duration 2h] [--only NAME ...]``.
+``--history-days N`` keeps only the last N days of history before each hidden week (a young
+service). This script never reads a ``held-out`` service. Run:
+``.venv/bin/python benchmarks/windows_tune.py [--duration 2h] [--history-days N] [--only NAME ...]``.
 """
 
 from __future__ import annotations

@@ -24,6 +24,10 @@ days rather than a fitted constant:
   windows day by day (paired: a busy day raises both) and, among windows within ``steadiness_z``
   standard errors of the best, takes the one whose load varies least across days, unless the
   all-days median profile's window (``typical``, the choice that needs no evidence) is among them.
+* **Checked on past weeks.** ``Profile.validated`` says whether following these rules would have
+  carried no more load than the median profile in the newest weeks, each judged from the history
+  before it alone (rolling origin); with under two weeks nothing can be checked, and the planner
+  keeps the median profile's window.
 
 Loads are kept in the history's own units (a busy day's quiet time counts for more than an idle
 day's: a restart disturbs requests, not shares of a day); ``level`` converts them to multiples of the
@@ -127,16 +131,6 @@ class Profile:
         if w is None:
             return None
         return w.expected / self.level if self.level > 0 else 0.0
-
-    @property
-    def values(self) -> dict[tuple[int, int], float]:
-        """(weekday, slot of day) -> relative expected load, for every known start."""
-        out = {}
-        for weekday, group in enumerate(self.group_of):
-            for (g, tod), w in self.windows.items():
-                if g == group:
-                    out[(weekday, tod)] = w.expected / self.level if self.level > 0 else 0.0
-        return out
 
 
 def _weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
