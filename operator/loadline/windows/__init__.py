@@ -20,7 +20,7 @@ from loadline.windows._plan import (
     plan_windows,
 )
 from loadline.windows._policy import DAY_NAMES, PolicyWindow, parse_policy_windows, parse_timezone
-from loadline.windows._profile import Profile, build_profile
+from loadline.windows._profile import Profile, WindowStats, build_profile, winsorized_mean
 from loadline.windows._series import Sample, choose_slot, combine_series, series_from_prometheus
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Tuning",
     "Window",
     "WindowPlan",
+    "WindowStats",
     "build_profile",
     "choose_slot",
     "combine_series",
@@ -46,4 +47,5 @@ __all__ = [
     "parse_timezone",
     "plan_windows",
     "series_from_prometheus",
+    "winsorized_mean",
 ]

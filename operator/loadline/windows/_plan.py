@@ -2,9 +2,10 @@
 
 The plan is computed in real time (unix seconds) and judged in local time: candidate windows start on
 the bin grid, last exactly ``duration`` of real time (two hours across a daylight-saving change are
-still two hours), and their expected load is the profile's value at each bin's *wall-clock* slot. A
-candidate whose expected load is not known for most of its length (history never covered that time of
-day) is not a candidate: missing data is not quiet.
+still two hours), and each is judged by what history says about windows of the same length starting
+at the same *wall-clock* time (``_profile``): their expected load, and, among windows equal within
+the day-to-day noise, their steadiness. A candidate that history never saw observed for most of its
+length is not a candidate: missing data is not quiet.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from zoneinfo import ZoneInfo
 from loadline.windows._duration import parse_duration
 from loadline.windows._errors import PolicyWindowError, SeriesError
 from loadline.windows._policy import PolicyWindow, parse_policy_windows, parse_timezone
-from loadline.windows._profile import Profile, build_profile
+from loadline.windows._profile import Profile, build_profile, choose, median_choice
 from loadline.windows._series import Sample, combine_series
 
 __all__ = ["Method", "Tuning", "Window", "WindowPlan", "learned_profile", "next_window", "plan_windows"]
@@ -29,33 +30,28 @@ Method = Literal["learned", "policy", "default"]
 
 @dataclass(frozen=True)
 class Tuning:
-    """The finder's knobs. The defaults were chosen on the tuning traces only (docs/restarts.md)."""
+    """The finder's knobs. ``burst_quantile``, ``steadiness_z``, ``anchor`` and ``half_life_days``
+    were chosen on the tuning traces only (benchmarks/windows_tune.py, docs/restarts.md); the others
+    follow from what they guard."""
 
     #: Less observed history than this (days, gaps excluded) is not learned from.
     min_history_days: float = 3.0
-    #: Weight, in days, of the all-days shape against the weekday's own days (see ``_profile``).
-    shrink: float = 2.0
-    #: Share cut off each end before averaging across days (0.5 = median, 0.25 = interquartile mean).
-    trim: float = 0.5
-    #: Profile smoothing: mean over this many neighbouring slots on each side.
-    smooth_slots: int = 0
-    #: Quantile across days of each slot's relative load (0.5 = median; higher = risk-averse).
-    quantile: float = 0.5
+    #: Each window's per-day loads are clipped at both ends by at least ``1 - burst_quantile`` of the
+    #: days' weight (one day at the least) before averaging: 1.0 is the plain mean, 0.5 the median.
+    burst_quantile: float = 0.9
     #: Recency: a day's weight halves every this many days of age (None = all days alike).
     half_life_days: float | None = None
-    #: Each day is divided by its own level only with at least ``normalize_min_days`` and less than
-    #: ``normalize_max_days`` of history (days, gaps excluded); otherwise by the overall mean. With
-    #: one week a weekday's shape rests on one day, and dividing out the levels keeps a busy day
-    #: from dominating it; with two weeks or more the medians already discard odd days, and the raw
-    #: levels favour the windows that are quiet on the busy days, whose load a restart disturbs most.
-    normalize_min_days: float = 0.0
-    normalize_max_days: float = 14.0
-    #: A weekday's own shape is used only once it rests on this many days.
-    min_weekday_days: int = 1
-    #: A local day with fewer of its bins observed borrows the level of the nearest fuller day.
-    min_day_coverage: float = 0.5
-    #: Share of a candidate window whose expected load must be known.
+    #: Windows whose expected load is within this many standard errors of the best (day-by-day
+    #: differences) are equal within noise; the steadiest of them is taken. 0 = always the lowest.
+    steadiness_z: float = 1.0
+    #: Keep the median profile's window unless another carries less load beyond the noise.
+    anchor: bool = True
+    #: Learn weekdays and weekends apart when the weekly-effect test says so (False: always pool).
+    weekly: bool = True
+    #: Share of a window's bins that must be observed on a day for that day to count for it.
     min_window_coverage: float = 0.9
+    #: A window seen on fewer days than this share of the best-seen window's is not a candidate.
+    min_window_days: float = 0.5
     #: With short history and no policy windows: restart at this local time.
     default_start: time = time(2, 0)
     #: How many days ahead to look for ``days`` windows (policy windows may skip days).
@@ -90,7 +86,7 @@ class WindowPlan:
     history_start: datetime | None = None
     history_end: datetime | None = None
     slot_seconds: int = 0
-    #: Most same-weekday days behind the profile (weeks of weekly history).
+    #: Weeks of history behind the profile.
     weeks: int = 0
     notes: tuple[str, ...] = field(default=())
 
@@ -107,65 +103,56 @@ def _midnight(day: date, tz: ZoneInfo) -> float:
     return datetime.combine(day, time(0), tz).timestamp()
 
 
-class _Estimator:
-    """Expected load of real-time windows from a profile, with prefix sums over bins."""
-
-    def __init__(self, profile: Profile, first: int, last: int) -> None:
-        self.slot = profile.slot
-        self.first = first
-        load = [0.0]
-        known = [0.0]
-        for index in range(first, last + 1):
-            value = profile.at(index * profile.slot)
-            load.append(load[-1] + (value or 0.0))
-            known.append(known[-1] + (0.0 if value is None else 1.0))
-        self.load = load
-        self.known = known
-
-    def _cum(self, table: list[float], t: float) -> float:
-        x = (t / self.slot) - self.first
-        i = max(0, min(len(table) - 2, math.floor(x)))
-        frac = min(1.0, max(0.0, x - i))
-        return table[i] + frac * (table[i + 1] - table[i])
-
-    def window(self, start: float, end: float) -> tuple[float | None, float]:
-        """(mean expected load over the known part or None, known share of the window)."""
-        bins = (end - start) / self.slot
-        known = self._cum(self.known, end) - self._cum(self.known, start)
-        if known <= 0:
-            return None, 0.0
-        return (self._cum(self.load, end) - self._cum(self.load, start)) / known, known / bins
-
-
-def _normalize(observed_days: float, tuning: Tuning) -> bool:
-    return tuning.normalize_min_days <= observed_days < tuning.normalize_max_days
-
-
 def learned_profile(
-    samples: Sequence[Sample] | Sequence[Sequence[Sample]], zone: ZoneInfo, tuning: Tuning
+    samples: Sequence[Sample] | Sequence[Sequence[Sample]],
+    zone: ZoneInfo,
+    tuning: Tuning,
+    span: timedelta | None = None,
 ) -> tuple[int, dict[int, float], Profile | None]:
-    """The samples (one series, or several to sum) in bins of ``slot`` seconds, and the weekday profile
-    learned from them when they cover ``tuning.min_history_days`` (else None). The window finder and
-    the maintenance forecast read the same profile, so a forecast slot and a window agree."""
+    """The samples (one series, or several to sum) in bins of ``slot`` seconds, and the profile of
+    windows of ``span`` (default: one bin, the per-slot forecast) learned from them when they cover
+    ``tuning.min_history_days`` (else None). The window finder and the maintenance forecast learn
+    with the same rules, so a forecast slot and a window agree."""
     one_series = not samples or isinstance(samples[0][0], int | float)
     many = cast(Sequence[Sequence[Sample]], [samples] if one_series else samples)
     slot, bins = combine_series(many)
     if len(bins) * slot / 86400 < tuning.min_history_days:
         return slot, dict(bins), None
+    width = 1 if span is None else max(1, math.ceil(span.total_seconds() / slot - 1e-9))
     profile = build_profile(
         slot,
         bins,
         zone,
-        shrink=tuning.shrink,
-        min_day_coverage=tuning.min_day_coverage,
-        trim=tuning.trim,
-        smooth=tuning.smooth_slots,
-        quantile=tuning.quantile,
+        span=width,
+        burst_quantile=tuning.burst_quantile,
         half_life_days=tuning.half_life_days,
-        normalize=_normalize(len(bins) * slot / 86400, tuning),
-        min_weekday_days=tuning.min_weekday_days,
+        min_window_coverage=tuning.min_window_coverage,
+        weekly=tuning.weekly,
+        steadiness_z=tuning.steadiness_z,
+        min_window_days=tuning.min_window_days,
+        validate=tuning.anchor and span is not None,
     )
     return slot, dict(bins), profile
+
+
+def _choose(profile: Profile, candidates: Sequence[float], tuning: Tuning) -> tuple[float, float] | None:
+    """(start, expected load) of the window to take among ``candidates`` (unix seconds); None when
+    history knows none of them.
+
+    With ``tuning.anchor`` the all-days median profile's window is kept unless the learner's own
+    choices beat it on left-out weeks (``Profile.validated``), and even then whenever it is equal to
+    the lowest expected load within ``tuning.steadiness_z`` standard errors of the day-by-day
+    difference: the learner leaves the choice that needs no evidence only where history shows a lower
+    load beyond the noise. Otherwise the steadiest of the windows equal within noise is taken."""
+    known = [(t, w) for t in candidates if (w := profile.window(t, tuning.min_window_days)) is not None]
+    if not known:
+        return None
+    if tuning.anchor and not profile.validated:
+        median = median_choice(known)
+        if median is not None:
+            return median[0], median[1].expected
+    t, w = choose(known, tuning.steadiness_z, tuning.burst_quantile, tuning.anchor)
+    return t, w.expected
 
 
 def plan_windows(
@@ -193,7 +180,7 @@ def plan_windows(
     zone = parse_timezone(tz)
     length = parse_duration(duration)
     policies = parse_policy_windows(policy_windows)
-    slot, bins, profile = learned_profile(samples, zone, tuning)
+    slot, bins, profile = learned_profile(samples, zone, tuning, length)
     observed_days = len(bins) * slot / 86400
     learned = profile is not None
     first_bin = min(bins) if bins else 0
@@ -217,16 +204,6 @@ def plan_windows(
             raise PolicyWindowError(
                 "windows", f"no policy window is {length} long", "widen a window or shorten the restart"
             )
-    estimator = (
-        _Estimator(
-            profile,
-            int(_midnight(first_day, zone) // slot) - 1,
-            int(_midnight(last_day + timedelta(days=2), zone) // slot) + int(span // slot) + 2,
-        )
-        if profile
-        else None
-    )
-
     chosen: list[Window] = []
     notes: list[str] = []
     day = first_day
@@ -246,21 +223,14 @@ def plan_windows(
             }
         )
         window: Window | None = None
-        if estimator is not None and candidates:
-            best: tuple[float, float] | None = None
-            for t in candidates:
-                load, coverage = estimator.window(t, t + span)
-                if (
-                    load is not None
-                    and coverage >= tuning.min_window_coverage
-                    and (best is None or load < best[0] - 1e-12)
-                ):
-                    best = (load, t)
+        if profile is not None and candidates:
+            best = _choose(profile, candidates, tuning)
             if best is not None:
-                window = _window(best[1], span, zone, best[0], "learned")
+                relative = best[1] / profile.level if profile.level > 0 else 0.0
+                window = _window(best[0], span, zone, relative, "learned")
             elif allowed is not None:
                 notes.append(f"{day}: no history covers the policy windows; the first one is used")
-        if window is None and candidates and (estimator is None or allowed is not None):
+        if window is None and candidates and (profile is None or allowed is not None):
             if allowed is not None:  # the policy as written: its own start, not the next bin's
                 window = _window(min(a for a, _b in spans), span, zone, None, "policy")
             else:
@@ -308,15 +278,34 @@ def _reason(
     policies: bool,
 ) -> str:
     if method == "learned" and profile is not None:
-        weekly = (
-            f"each weekday's own shape from {profile.weeks} weeks, blended with the all-days shape"
-            if profile.weeks >= 2
-            else "the all-days shape (under two weeks: weekdays not told apart yet)"
-        )
+        if profile.weekly:
+            weekly = (
+                "weekdays and weekends learned apart (a weekly effect beyond the day-to-day noise "
+                f"over {profile.weeks} weeks)"
+            )
+        elif profile.weeks >= 2:
+            weekly = (
+                f"all days pooled (no weekly effect beyond the day-to-day noise over {profile.weeks} weeks)"
+            )
+        else:
+            weekly = "all days pooled (under two weeks: weekdays not told apart yet)"
         inside = "; inside the policy windows" if policies else ""
+        if not tuning.anchor:
+            checked = ""
+        elif profile.validated:
+            checked = "; the learned windows (following them would have paid off in the newest weeks)"
+        elif profile.weeks < 2:
+            checked = (
+                "; the all-days median profile's windows (under two weeks the learner cannot be checked)"
+            )
+        else:
+            checked = (
+                "; the all-days median profile's windows (following the learner would not have paid off "
+                "in the newest weeks)"
+            )
         return (
             f"learned from {observed:.1f} days of history ({slot // 60}-minute bins, {zone.key}): "
-            f"{weekly}{inside}"
+            f"{weekly}{checked}{inside}"
         )
     short = f"history too short ({observed:.1f} days < {tuning.min_history_days:g})"
     if method == "policy":

@@ -1,183 +1,320 @@
-"""The expected load at each wall-clock slot of each weekday, learned robustly from history.
+"""The expected load of every window of a given length, by time of day, learned from day-to-day noise.
 
-With a short history (``normalize``), each local day's bins are divided by that day's level (its mean
-load), so that with one week a single busy day does not set the shape. With two weeks or more the
-bins are divided by the overall mean instead: the medians below already discard an odd day, and a
-restart disturbs requests, not shares of a day, so the quiet time of the busy days should count for
-more than that of a nearly idle day (cross-validated on the tuning traces, docs/restarts.md). The
-optional ``half_life_days`` weighs recent days more and ``quantile`` replaces the median by another
-quantile; both were tried and are off by default. For every (weekday, time of day) the profile takes the
-median over the same weekday in earlier weeks (a burst or an outage in one week moves a median of
-three weeks not at all) and the median over all days, and blends them by how many same-weekday days
-there are: ``(n·same + k·all) / (n + k)``. With one week of history the all-days shape dominates,
-with many weeks the weekday's own shape does, so a quiet Sunday morning is learned once there is
-enough evidence for it and a single odd Tuesday is not.
+A restart disturbs the requests that arrive during the whole window, so each history day's load is
+integrated over the window itself (the mean of its bins, running past midnight into the next day's
+real bins), one value per local day and wall-clock start; a window is then judged by those per-day
+values, never by a point or by a profile of per-slot medians. Four rules, each from the noise between
+days rather than a fitted constant:
 
-Slots are wall-clock times in the plan's time zone (``zoneinfo``), so 03:00 means 03:00 on both
-sides of a daylight-saving change; the hour that does not exist in spring has no samples that day
-(other days fill it), and the hour that repeats in autumn is averaged.
+* **Pool days unless a weekly effect shows.** Days are pooled (every day predicts every other) unless
+  weekdays (Mon–Fri) or weekends (Sat–Sun) choose a different window than the pooled days, and that
+  choice pays off on weeks it was not learned from by more than the week-to-week noise: for each week
+  of history, the group's own best window and the pooled best window are learned from the *other*
+  weeks, and the group's days of the left-out week say which carried less (residuals of the group
+  against the pooled choice). A one-sided t test over the left-out weeks (at least two weeks,
+  α = 0.05) decides; with one week of history days are always pooled.
+* **Bursts by their risk.** A window's expected load is its days' mean after clipping the highest
+  (and lowest) days: at least ``1 - burst_quantile`` of the weight on each side is clipped to the
+  next day's value. The mean, not the median, is what a restart meets, so a burst hour that recurs
+  on more days than that raises its window's expected load by what it really adds; a single day's
+  burst (one week's luck) is clipped away.
+* **Drift.** With ``half_life_days`` each day's weight halves every that many days of age, so a level
+  or shape that moved is followed; the half-life is chosen on the tuning traces (docs/restarts.md).
+* **Steadiness among equals.** Kept per window: the per-day values, so the planner compares two
+  windows day by day (paired: a busy day raises both) and, among windows within ``steadiness_z``
+  standard errors of the best, takes the one whose load varies least across days, unless the
+  all-days median profile's window (``typical``, the choice that needs no evidence) is among them.
+* **Checked on past weeks.** ``Profile.validated`` says whether following these rules would have
+  carried no more load than the median profile in the newest weeks, each judged from the history
+  before it alone (rolling origin); with under two weeks nothing can be checked, and the planner
+  keeps the median profile's window.
+
+Loads are kept in the history's own units (a busy day's quiet time counts for more than an idle
+day's: a restart disturbs requests, not shares of a day); ``level`` converts them to multiples of the
+mean load. Slots are wall-clock times in the plan's time zone (``zoneinfo``): 03:00 means 03:00 on
+both sides of a daylight-saving change, while a window always lasts its real length.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import date, datetime
+from datetime import datetime, time, timedelta
+from typing import Any, TypeVar
 from zoneinfo import ZoneInfo
 
-__all__ = ["Profile", "build_profile"]
+__all__ = ["Profile", "WindowStats", "build_profile", "paired_standard_error", "winsorized_mean"]
+
+#: One-sided 5 % critical values of Student's t by degrees of freedom (any statistics table), and
+#: the normal value beyond 30.
+_T_05 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771,
+         1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706,
+         1.703, 1.701, 1.699, 1.697)  # fmt: skip
+_Z_05 = 1.645
+
+#: Weekday index (Monday = 0) -> group when a weekly effect is found: Mon–Fri and Sat–Sun.
+_WEEK_GROUPS = (0, 0, 0, 0, 0, 1, 1)
+_POOLED = (0, 0, 0, 0, 0, 0, 0)
+
+
+_K = TypeVar("_K", int, float)
+
+
+def _t_critical(df: int) -> float:
+    return _T_05[df - 1] if 1 <= df <= len(_T_05) else _Z_05
+
+
+@dataclass(frozen=True)
+class WindowStats:
+    """What history says about windows starting at one wall-clock slot (of one group of days)."""
+
+    #: Expected load (history's units): the clipped mean over days.
+    expected: float
+    #: Spread of the per-day loads (weighted standard deviation): the steadiness.
+    spread: float
+    #: Per day: (day ordinal, load, weight).
+    days: tuple[tuple[int, float, float], ...]
+    #: The window's load in the median profile (each wall-clock slot's median over the same days,
+    #: averaged over the window): the choice that needs no evidence; None where slots are unknown.
+    typical: float | None = None
 
 
 @dataclass(frozen=True)
 class Profile:
-    """Relative load (1.0 = a typical day's mean) by ``(weekday, slot of day)``; absent = unknown."""
+    """Expected load of windows of ``span`` bins by (weekday, wall-clock slot of their start)."""
 
     slot: int
     tz: ZoneInfo
-    values: Mapping[tuple[int, int], float]
-    #: Same-weekday days behind a typical slot (how many weeks the weekday's own shape rests on).
+    #: WindowStats length in bins (1: the per-slot forecast).
+    span: int
+    #: Mean load of the history (weighted as the days are), the unit of relative loads.
+    level: float
+    #: (group, slot of day) -> the windows starting there.
+    windows: Mapping[tuple[int, int], WindowStats]
+    #: Weekday -> group: all 0 when days are pooled.
+    group_of: tuple[int, ...]
+    #: A weekly effect beyond day-to-day noise was found (weekdays and weekends are learned apart).
+    weekly: bool
+    #: Distinct weeks of history behind the profile.
     weeks: int
-    #: Local days with enough samples to set their own level.
+    #: Local days with at least one known window.
     days: int
+    #: The learner's own choices beat the median profile's on weeks left out of the learning (see
+    #: ``_validated``); when False the planner keeps the median profile's window.
+    validated: bool
+    #: How many of the newest weeks the learner was checked on (0: too little history before them).
+    checked_weeks: int
+    #: Group -> the most days behind any of its windows (a window known on far fewer days is not
+    #: compared with it).
+    most_days: Mapping[int, int]
 
     def key(self, t: float) -> tuple[int, int]:
         """(weekday, wall-clock slot of day) of the instant ``t`` (unix seconds)."""
         local = datetime.fromtimestamp(t, self.tz)
         return local.weekday(), (local.hour * 3600 + local.minute * 60 + local.second) // self.slot
 
+    def window(self, t: float, min_share: float = 0.0) -> WindowStats | None:
+        """What history says about the window starting at ``t``, or None when it was never seen (or
+        seen on fewer than ``min_share`` of the days of the best-seen window of its group)."""
+        weekday, tod = self.key(t)
+        group = self.group_of[weekday]
+        stats = self.windows.get((group, tod))
+        if stats is None or len(stats.days) < min_share * self.most_days.get(group, 0):
+            return None
+        return stats
+
     def at(self, t: float) -> float | None:
-        return self.values.get(self.key(t))
+        """Expected load of the window starting at ``t`` relative to the mean load (1.0)."""
+        w = self.window(t)
+        if w is None:
+            return None
+        return w.expected / self.level if self.level > 0 else 0.0
 
 
-def _day_bins(t0: float, t1: float, slot: int) -> float:
-    return max(1.0, (t1 - t0) / slot)
-
-
-def _quantile(pairs: list[tuple[float, float]], q: float) -> float:
-    """Weighted ``q``-quantile of ``(value, weight)`` pairs: each value sits at the middle of its
-    weight's share of the total, and ``q`` is interpolated between them (equal weights and q = 0.5:
-    the ordinary median)."""
+def _weighted_median(pairs: Sequence[tuple[float, float]]) -> float:
     ordered = sorted(pairs)
     total = sum(w for _, w in ordered)
-    if total <= 0:
-        return statistics.median(v for v, _ in ordered)
-    position = 0.0
-    previous: tuple[float, float] | None = None
+    acc = 0.0
     for value, weight in ordered:
-        middle = (position + weight / 2) / total
-        position += weight
-        if q <= middle:
-            if previous is None:
-                return value
-            span = middle - previous[1]
-            share = (q - previous[1]) / span if span > 0 else 1.0
-            return previous[0] + share * (value - previous[0])
-        previous = (value, middle)
+        acc += weight
+        if acc >= total / 2:
+            return value
     return ordered[-1][0]
 
 
-def _center(pairs: list[tuple[float, float]], trim: float, quantile: float) -> float:
-    """The typical value of ``(value, weight)`` pairs across days: the ``quantile`` when ``trim`` is
-    0.5, else the mean of what is left after cutting ``trim`` of the weight off each end."""
-    if trim >= 0.5:
-        if quantile == 0.5 and len({w for _, w in pairs}) == 1:
-            return statistics.median(v for v, _ in pairs)
-        return _quantile(pairs, quantile)
+def _clip_value(ordered: Sequence[tuple[float, float]], share: float, total: float) -> float:
+    """The value that the days beyond it (at least ``share`` of the weight, one day or more) are
+    clipped to, counting from the start of ``ordered``."""
+    beyond = 0.0
+    for value, weight in ordered:
+        if beyond >= share * total - 1e-12 and beyond > 0:
+            return value
+        beyond += weight
+    return ordered[-1][0]
+
+
+def winsorized(pairs: Sequence[tuple[float, float]], quantile: float) -> list[tuple[float, float]]:
+    """``(value, weight)`` pairs with at least ``1 - quantile`` of the weight (one value at the least)
+    at each end clipped to the next value inward; all of them at the weighted median for ``quantile``
+    0.5 or less, none for 1 or with under three values."""
+    total = sum(w for _, w in pairs)
+    if quantile >= 1.0 or len(pairs) < 3 or total <= 0:
+        return list(pairs)
+    if quantile <= 0.5:
+        median = _weighted_median(pairs)
+        return [(median, w) for _, w in pairs]
     ordered = sorted(pairs)
-    cut = int(len(ordered) * trim)
-    kept = ordered[cut : len(ordered) - cut]
-    return sum(v * w for v, w in kept) / sum(w for _, w in kept)
+    low = _clip_value(ordered, 1.0 - quantile, total)
+    high = _clip_value(ordered[::-1], 1.0 - quantile, total)
+    if low > high:  # so few values that the two clips cross: the median is what is left
+        median = _weighted_median(pairs)
+        return [(median, w) for _, w in pairs]
+    return [(min(high, max(low, v)), w) for v, w in pairs]
 
 
-def _smooth(row: dict[int, float], width: int, per_day: int) -> dict[int, float]:
-    if width <= 0:
-        return row
-    out = {}
-    for tod in row:
-        near = [row[(tod + k) % per_day] for k in range(-width, width + 1) if (tod + k) % per_day in row]
-        out[tod] = statistics.fmean(near)
-    return out
+def winsorized_mean(pairs: Sequence[tuple[float, float]], quantile: float) -> float:
+    """Mean of ``(value, weight)`` pairs after clipping their ends (:func:`winsorized`): ``quantile``
+    1 is the plain mean and 0.5 or less the weighted median. A burst on one day of seven moves it not
+    at all; a burst on more days than the clipped share raises it by what those days really add."""
+    if not pairs:
+        raise ValueError("no values")
+    total = sum(w for _, w in pairs)
+    if total <= 0:
+        return statistics.fmean(v for v, _ in pairs)
+    return sum(v * w for v, w in winsorized(pairs, quantile)) / total
+
+
+def _spread(pairs: Sequence[tuple[float, float]]) -> float:
+    total = sum(w for _, w in pairs)
+    if total <= 0 or len(pairs) < 2:
+        return 0.0
+    mean = sum(v * w for v, w in pairs) / total
+    return math.sqrt(sum(w * (v - mean) ** 2 for v, w in pairs) / total)
 
 
 @dataclass(frozen=True)
-class _Days:
-    """The history cut into local days, each with the level its bins are divided by."""
+class _History:
+    """Per local day (ordinal): weekday, weight, and the load of each window by slot of day."""
 
-    #: Per local day: slot of day -> values (two on the repeated autumn hour).
-    slots: dict[date, dict[int, list[float]]]
-    weekday: dict[date, int]
-    #: The divisor of each day's bins (its own mean, a borrowed one, or the overall mean).
-    base: dict[date, float]
-    #: Days with enough bins to set their own level.
-    full: int
+    weekday: dict[int, int]
+    weight: dict[int, float]
+    #: slot of day -> day ordinal -> the window's mean load.
+    loads: dict[int, dict[int, float]]
+    level: float
 
 
-def _split_days(
-    slot: int, bins: Mapping[int, float], tz: ZoneInfo, min_day_coverage: float, normalize: bool
-) -> _Days:
-    days: dict[date, dict[int, list[float]]] = {}
-    weekday: dict[date, int] = {}
-    for index, value in bins.items():
-        local = datetime.fromtimestamp(index * slot, tz)
-        day = local.date()
-        tod = (local.hour * 3600 + local.minute * 60 + local.second) // slot
-        days.setdefault(day, {}).setdefault(tod, []).append(value)
-        weekday[day] = local.weekday()
-
-    levels: dict[date, float] = {}
-    overall = statistics.fmean(bins.values()) if bins else 0.0
-    for day, slots in days.items():
-        start = datetime.combine(day, datetime.min.time(), tz).timestamp()
-        end = datetime.combine(date.fromordinal(day.toordinal() + 1), datetime.min.time(), tz).timestamp()
-        count = sum(len(v) for v in slots.values())
-        if count / _day_bins(start, end, slot) >= min_day_coverage:
-            levels[day] = statistics.fmean(x for v in slots.values() for x in v)
-    full = sorted(levels)
-
-    def level(day: date) -> float:
-        if not normalize:
-            return overall
-        if day in levels:
-            return levels[day]
-        if full:  # a partial day (history starts or ends mid-day, an outage) borrows the nearest level
-            nearest = min(full, key=lambda d: abs(d.toordinal() - day.toordinal()))
-            return levels[nearest]
-        return overall
-
-    return _Days(days, weekday, {day: level(day) for day in days}, len(levels))
-
-
-def _recency(days: _Days, half_life_days: float | None) -> dict[date, float]:
-    newest = max(days.slots, default=date.min).toordinal()
-    if half_life_days is None:
-        return dict.fromkeys(days.slots, 1.0)
-    return {day: 0.5 ** ((newest - day.toordinal()) / half_life_days) for day in days.slots}
+def _day_loads(
+    slot: int, bins: Mapping[int, float], tz: ZoneInfo, span: int, min_coverage: float
+) -> tuple[dict[int, int], dict[int, dict[int, float]]]:
+    """WindowStats loads per (slot of day, day): the mean of the window's bins where at least
+    ``min_coverage`` of them were observed (a gap is never quiet)."""
+    first, last = min(bins), max(bins)
+    sums = [0.0]
+    counts = [0]
+    for index in range(first, last + 1):
+        value = bins.get(index)
+        sums.append(sums[-1] + (value or 0.0))
+        counts.append(counts[-1] + (value is not None))
+    weekday: dict[int, int] = {}
+    loads: dict[int, dict[int, float]] = {}
+    day = datetime.fromtimestamp(first * slot, tz).date()
+    end_day = datetime.fromtimestamp(last * slot, tz).date()
+    need = max(1, math.ceil(min_coverage * span - 1e-9))
+    while day <= end_day:
+        begin = datetime.combine(day, time(0), tz).timestamp()
+        stop = datetime.combine(day + timedelta(days=1), time(0), tz).timestamp()
+        ordinal = day.toordinal()
+        for index in range(max(first, math.ceil(begin / slot)), min(last + 1, math.ceil(stop / slot))):
+            a = index - first
+            b = min(a + span, last + 1 - first)
+            n = counts[b] - counts[a]
+            if n < need:
+                continue
+            local = datetime.fromtimestamp(index * slot, tz)
+            tod = (local.hour * 3600 + local.minute * 60 + local.second) // slot
+            loads.setdefault(tod, {}).setdefault(ordinal, (sums[b] - sums[a]) / n)  # repeated hour: first
+            weekday[ordinal] = day.weekday()
+        day += timedelta(days=1)
+    return weekday, loads
 
 
-def _blend(
-    same: Mapping[tuple[int, int], list[tuple[float, float]]],
-    every: Mapping[int, list[tuple[float, float]]],
-    *,
-    shrink: float,
-    trim: float,
-    quantile: float,
-    min_weekday_days: int,
-) -> dict[int, dict[int, float]]:
-    """Per weekday, per slot: the weekday's own centre shrunk toward the all-days centre."""
-    overall_shape = {tod: _center(v, trim, quantile) for tod, v in every.items()}
-    rows: dict[int, dict[int, float]] = {}
-    for wd in range(7):
-        row = {}
-        for tod, all_days in overall_shape.items():
-            own = same.get((wd, tod))
-            if own and len(own) >= min_weekday_days:
-                n = len(own)
-                row[tod] = (n * _center(own, trim, quantile) + shrink * all_days) / (n + shrink)
-            else:
-                row[tod] = all_days
-        rows[wd] = row
-    return rows
+def _history(
+    slot: int,
+    bins: Mapping[int, float],
+    tz: ZoneInfo,
+    span: int,
+    min_coverage: float,
+    half_life_days: float | None,
+) -> _History:
+    weekday, loads = _day_loads(slot, bins, tz, span, min_coverage)
+    newest = max(weekday, default=0)
+    weight = {d: 1.0 if half_life_days is None else 0.5 ** ((newest - d) / half_life_days) for d in weekday}
+    total = sum(weight[d] for by_day in loads.values() for d in by_day)
+    level = (
+        sum(v * weight[d] for by_day in loads.values() for d, v in by_day.items()) / total if total else 0.0
+    )
+    return _History(weekday, weight, loads, level)
+
+
+def _expected(
+    history: _History, days: Iterable[int] | None, quantile: float
+) -> dict[int, tuple[float, list[tuple[float, float]]]]:
+    """Per slot of day: (expected window load, [(load, weight)]) over ``days`` (None: all)."""
+    keep = None if days is None else set(days)
+    out = {}
+    for tod, by_day in history.loads.items():
+        pairs = [(v, history.weight[d]) for d, v in by_day.items() if keep is None or d in keep]
+        if pairs:
+            out[tod] = (winsorized_mean(pairs, quantile), pairs)
+    return out
+
+
+def _best(expected: Mapping[int, tuple[float, list[tuple[float, float]]]]) -> int | None:
+    return min(expected, key=lambda tod: (expected[tod][0], tod), default=None)
+
+
+def _weekly_effect(history: _History, quantile: float) -> tuple[bool, int]:
+    """Whether weekdays or weekends, learned apart, choose windows that carry less load on weeks left
+    out of the learning, by more than the week-to-week noise (one-sided t test, α = 0.05, two weeks or
+    more); and how many whole weeks of history there are."""
+    newest = max(history.weekday, default=0)
+    week_of = {d: (newest - d) // 7 for d in history.weekday}
+    weeks = sorted(set(week_of.values()))
+    whole = len(history.weekday) // 7
+    if whole < 2:
+        return False, whole
+    pooled_best: dict[int, int | None] = {}
+    for group in (0, 1):
+        gains: list[float] = []
+        members = [d for d in week_of if _WEEK_GROUPS[history.weekday[d]] == group]
+        for week in weeks:
+            held = [d for d in members if week_of[d] == week]
+            if not held:
+                continue
+            if week not in pooled_best:
+                pooled_best[week] = _best(
+                    _expected(history, (d for d in week_of if week_of[d] != week), quantile)
+                )
+            own = _best(_expected(history, (d for d in members if week_of[d] != week), quantile))
+            pooled = pooled_best[week]
+            if own is None or pooled is None:
+                continue
+            diffs = [
+                (history.loads[own][d] - history.loads[pooled][d], history.weight[d])
+                for d in held
+                if d in history.loads[own] and d in history.loads[pooled]
+            ]
+            if diffs:
+                gains.append(sum(v * w for v, w in diffs) / sum(w for _, w in diffs))
+        if len(gains) < 2:
+            continue
+        mean = statistics.fmean(gains)
+        sd = statistics.stdev(gains)
+        if mean < 0 and (sd == 0 or mean / (sd / math.sqrt(len(gains))) < -_t_critical(len(gains) - 1)):
+            return True, whole
+    return False, whole
 
 
 def build_profile(
@@ -185,35 +322,158 @@ def build_profile(
     bins: Mapping[int, float],
     tz: ZoneInfo,
     *,
-    shrink: float,
-    min_day_coverage: float,
-    trim: float = 0.5,
-    smooth: int = 0,
-    quantile: float = 0.5,
+    span: int = 1,
+    burst_quantile: float = 0.9,
     half_life_days: float | None = None,
-    normalize: bool = True,
-    min_weekday_days: int = 1,
+    min_window_coverage: float = 0.9,
+    weekly: bool = True,
+    steadiness_z: float = 1.0,
+    min_window_days: float = 0.5,
+    validate: bool = True,
 ) -> Profile:
-    """The profile of ``bins`` (bin index → load, bins of ``slot`` seconds), see the module docstring."""
-    split = _split_days(slot, bins, tz, min_day_coverage, normalize)
-    weights = _recency(split, half_life_days)
-    same: dict[tuple[int, int], list[tuple[float, float]]] = {}
-    every: dict[int, list[tuple[float, float]]] = {}
-    for day, slots in split.slots.items():
-        base = split.base[day]
-        w = weights[day]
-        for tod, seen in slots.items():
-            mean = statistics.fmean(seen)
-            rel = mean / base if base > 0 else 0.0
-            same.setdefault((split.weekday[day], tod), []).append((rel, w))
-            every.setdefault(tod, []).append((rel, w))
-
+    """The profile of windows of ``span`` bins from ``bins`` (bin index → load, bins of ``slot``
+    seconds); see the module docstring for the rules. ``validate``: check the learner's choices
+    against the median profile's on left-out weeks (``Profile.validated``)."""
+    settings = {
+        "span": span,
+        "burst_quantile": burst_quantile,
+        "half_life_days": half_life_days,
+        "min_window_coverage": min_window_coverage,
+        "weekly": weekly,
+        "steadiness_z": steadiness_z,
+        "min_window_days": min_window_days,
+    }
+    history = _history(slot, bins, tz, span, min_window_coverage, half_life_days)
+    single = _day_loads(slot, bins, tz, 1, 1.0)[1] if span > 1 else history.loads
     per_day = max(1, 86400 // slot)
-    rows = _blend(same, every, shrink=shrink, trim=trim, quantile=quantile, min_weekday_days=min_weekday_days)
-    values: dict[tuple[int, int], float] = {}
-    for wd, row in rows.items():
-        for tod, value in _smooth(row, smooth, per_day).items():
-            values[(wd, tod)] = value
-    counts = sorted(len(v) for v in same.values())
-    weeks = counts[len(counts) // 2] if counts else 0
-    return Profile(slot=slot, tz=tz, values=values, weeks=weeks, days=split.full)
+    found, weeks = _weekly_effect(history, burst_quantile) if history.weekday else (False, 0)
+    weekly = weekly and found
+    group_of = _WEEK_GROUPS if weekly else _POOLED
+    windows: dict[tuple[int, int], WindowStats] = {}
+    for group in sorted(set(group_of)):
+        members = [d for d, wd in history.weekday.items() if group_of[wd] == group]
+        chosen = set(members)
+        medians = {
+            tod: statistics.median(values)
+            for tod, by_day in single.items()
+            if (values := [v for d, v in by_day.items() if d in chosen])
+        }
+        for tod, (expected, pairs) in _expected(history, members, burst_quantile).items():
+            by_day = history.loads[tod]
+            known = [m for k in range(span) if (m := medians.get((tod + k) % per_day)) is not None]
+            windows[(group, tod)] = WindowStats(
+                expected=expected,
+                spread=_spread(winsorized(pairs, burst_quantile)),
+                days=tuple((d, by_day[d], history.weight[d]) for d in members if d in by_day),
+                typical=statistics.fmean(known) if len(known) >= min_window_coverage * span else None,
+            )
+    most: dict[int, int] = {}
+    for (group, _tod), stats in windows.items():
+        most[group] = max(most.get(group, 0), len(stats.days))
+    validated, checked = _validated(slot, bins, tz, history, settings) if validate else (False, 0)
+    return Profile(
+        slot=slot,
+        tz=tz,
+        span=span,
+        level=history.level,
+        windows=windows,
+        group_of=group_of,
+        weekly=weekly,
+        weeks=weeks,
+        days=len(history.weekday),
+        validated=validated,
+        checked_weeks=checked,
+        most_days=most,
+    )
+
+
+def choose(
+    known: Sequence[tuple[_K, WindowStats]], z: float, quantile: float, anchor: bool
+) -> tuple[_K, WindowStats]:
+    """The window to take among ``known`` (key, stats), keys ordered by time; ``known`` not empty.
+
+    The windows whose expected load is within ``z`` standard errors of the lowest (day-by-day
+    differences) are equal within noise. With ``anchor`` the median profile's window is kept when it
+    is among them (it needs no evidence); otherwise the steadiest of them is taken. ``z`` = 0: the
+    lowest expected load, nothing else."""
+    best_key, best = min(known, key=lambda kw: (kw[1].expected, kw[0]))
+    if z <= 0:
+        return best_key, best
+    equal = [
+        (k, w)
+        for k, w in known
+        if w.expected - best.expected <= z * paired_standard_error(w, best, quantile) + 1e-12
+    ]
+    typical = [(k, w) for k, w in known if w.typical is not None]
+    if anchor and typical:
+        anchor_key, stats = min(typical, key=lambda kw: (kw[1].typical or 0.0, kw[0]))
+        if any(k == anchor_key for k, _ in equal):
+            return anchor_key, stats
+    return min(equal, key=lambda kw: (kw[1].spread, kw[1].expected, kw[0]))
+
+
+def median_choice(known: Sequence[tuple[_K, WindowStats]]) -> tuple[_K, WindowStats] | None:
+    """The all-days median profile's window among ``known``: the choice that needs no evidence."""
+    typical = [(k, w) for k, w in known if w.typical is not None]
+    return min(typical, key=lambda kw: (kw[1].typical or 0.0, kw[0])) if typical else None
+
+
+#: The learner is checked on this many of the newest weeks of history, each left out in turn.
+_VALIDATION_WEEKS = 4
+
+
+def _validated(
+    slot: int, bins: Mapping[int, float], tz: ZoneInfo, history: _History, settings: Mapping[str, Any]
+) -> tuple[bool, int]:
+    """Whether following the learner would have carried no more load than the median profile in the
+    newest ``_VALIDATION_WEEKS`` weeks, each judged from the history before it only (rolling origin,
+    as time runs: a drift is learned before it is checked). Both choose with every rule above from
+    the weeks before, and the week's own days say which window carried less (recency-weighted like
+    the days). A week is checked only with a week of history before it, so with under two weeks the
+    learner cannot be checked and the median profile is kept."""
+    newest = max(history.weekday, default=0)
+    week_of = {d: (newest - d) // 7 for d in history.weekday}
+    weeks = sorted(set(week_of.values()))
+    if len(weeks) < 2:
+        return False, 0
+    day_of = {i: datetime.fromtimestamp(i * slot, tz).date().toordinal() for i in bins}
+    z, q = settings["steadiness_z"], settings["burst_quantile"]
+    gains: list[tuple[float, float]] = []
+    for week in weeks[:_VALIDATION_WEEKS]:
+        held = [d for d, w in week_of.items() if w == week]
+        kept = {i: v for i, v in bins.items() if week_of.get(day_of[i], -1) > week}
+        if len({day_of[i] for i in kept}) < 7:
+            continue
+        sub = build_profile(slot, kept, tz, **settings, validate=False)
+        diffs: list[tuple[float, float]] = []
+        for day in held:
+            group = sub.group_of[history.weekday[day]]
+            floor = settings["min_window_days"] * sub.most_days.get(group, 0)
+            known = [(tod, w) for (g, tod), w in sub.windows.items() if g == group and len(w.days) >= floor]
+            median = median_choice(known)
+            if not known or median is None:
+                continue
+            learned = choose(known, z, q, anchor=True)[0]
+            if learned == median[0]:
+                diffs.append((0.0, history.weight[day]))
+            elif day in history.loads.get(learned, {}) and day in history.loads.get(median[0], {}):
+                diffs.append(
+                    (history.loads[learned][day] - history.loads[median[0]][day], history.weight[day])
+                )
+        if diffs:
+            total = sum(w for _, w in diffs)
+            gains.append((sum(v * w for v, w in diffs) / total, total / len(diffs)))
+    return bool(gains) and sum(g * w for g, w in gains) <= 0, len(gains)
+
+
+def paired_standard_error(a: WindowStats, b: WindowStats, quantile: float) -> float:
+    """Standard error of the mean day-by-day difference of two windows' loads (days both know,
+    clipped as the expected loads are, so that one day's burst is no more noise than it is signal;
+    weighted, with the weights' effective number of days). Infinite with fewer than two such days."""
+    other = {d: v for d, v, _ in b.days}
+    diffs = winsorized([(v - other[d], w) for d, v, w in a.days if d in other], quantile)
+    total = sum(w for _, w in diffs)
+    if len(diffs) < 2 or total <= 0:
+        return math.inf
+    n_eff = total**2 / sum(w * w for _, w in diffs)
+    return _spread(diffs) / math.sqrt(max(1.0, n_eff - 1.0))
