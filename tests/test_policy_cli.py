@@ -207,7 +207,9 @@ def test_providers_default_chooses_where_nodes_come_from(
     assert code == 0 and json.loads(out)[0]["plan"]["nodeShape"]["provider"] == "gcp"  # [] is "any": kept
 
 
-def test_render_uses_the_policy_default_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_uses_the_policy_default_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     image = "registry.example.com/vllm-openai:v0.19.0"
     path = write(
         tmp_path,
@@ -217,6 +219,11 @@ def test_render_uses_the_policy_default_image(tmp_path: Path, capsys: pytest.Cap
         ),
         model(),
     )
+    # A mirror is outside vLLM's own registries: the operator's setting must allow it too, as in the chart.
+    code, out, err = run(capsys, "render", path)
+    assert code == 2 and "spec.engine.image: registry.example.com/vllm-openai:v0.19.0 is not from" in err
+    assert "settings.imageRegistries" in err
+    monkeypatch.setenv("LOADLINE_IMAGE_REGISTRIES", "registry.example.com/")
     code, out, err = run(capsys, "render", path)
     assert code == 0, err
     workload = next(yaml.safe_load_all(out))

@@ -38,7 +38,8 @@ from loadline.sizing import Plan, plan_inference_model
 
 
 class PolicyRefusal(LoadlineError):
-    """Deny-mode FleetPolicies refuse one or more InferenceModels; ``lines`` name policy, field and fix."""
+    """Deny-mode FleetPolicies, or what admission refuses whatever the policies say, refuse one or more
+    InferenceModels; ``lines`` name the field and the fix (and the policy, for a policy's refusal)."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = list(lines)
@@ -157,8 +158,8 @@ def _govern_one(
     # (the policies' defaults filled in) and for the version that will run.
     defaulted = apply_defaults(obj.spec, combine(enforced(policies)))
     problems = spec_problems(adjust(defaulted) if adjust else defaulted, guard, policies)
-    if problems:
-        return [f"{name} ({source}) refused:", *(f"  {p}" for p in problems)]
+    if problems:  # one line each, as an error of the core is reported (file, object, field, fix)
+        return [f"{source}: {where(obj)}: {p}" for p in problems]
     admission = admit(obj.spec, policies, adjust=adjust)
     spec, decision = admission.spec, admission.decision
     notes = tuple(f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in admission.filled)
