@@ -157,7 +157,7 @@ def _govern_one(
     # What admission refuses whatever the policies say, judged on the spec as it would be stored
     # (the policies' defaults filled in) and for the version that will run.
     defaulted = apply_defaults(obj.spec, combine(enforced(policies)))
-    problems = spec_problems(adjust(defaulted) if adjust else defaulted, guard, policies)
+    problems = spec_problems(defaulted if adjust is None else adjust(defaulted), guard, policies)
     if problems:  # one line each, as an error of the core is reported (file, object, field, fix)
         return [f"{source}: {where(obj)}: {p}" for p in problems]
     admission = admit(obj.spec, policies, adjust=adjust)
