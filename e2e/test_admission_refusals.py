@@ -115,10 +115,12 @@ def _roll_out(operator: ChartOperator) -> None:
     count = len([r for r in old if r.alive()])
     for _ in range(count):
         operator.start(operator.new_replica())
+    operator.wait_replicas(2 * count)  # the new ones answer before the old ones go
+    for replica in old:
+        replica.keep_running = False
     for replica in old:
         if replica.alive():
-            operator.kill(replica, signal.SIGTERM, restart=False)
-        replica.keep_running = False
+            operator.kill(replica, signal.SIGTERM, restart=False)  # also takes them out of the Service
     operator.wait_replicas(count)
     operator.wait_webhooks()
     operator.active()
