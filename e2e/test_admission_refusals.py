@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from chart import ChartOperator
-from kube import REPO, Kubectl
+from kube import REPO, Kubectl, wait_for
 from operator_helpers import example, model, wait_phase
 
 MIRROR = "registry.e2e.example/vllm-openai:v0.19.0"  # a platform team's mirror: no such registry exists
@@ -157,8 +157,9 @@ def test_each_default_widened_by_a_chart_value_or_a_fleetpolicy_is_admitted_and_
         "spec": {"selector": {"namespaces": [namespace]}, "allow": {"extraArgs": ["--trust-remote-code"]}},
     })  # fmt: skip
     try:
-        proc = _apply(kubectl, namespace, doc)
-        assert proc.returncode == 0, proc.stderr
+        # Every replica's index of FleetPolicies sees the new one within moments (a watch event).
+        wait_for(lambda: _apply(kubectl, namespace, doc).returncode == 0 or None, timeout=20,
+                 what="the model admitted once the policy allows the flag")  # fmt: skip
         wait_phase(kubectl, namespace, "chat", "Ready")
         container = kubectl.json("get", "deployment", "chat", "-n", namespace)["spec"]["template"]["spec"][
             "containers"
