@@ -312,3 +312,12 @@ def test_reconcile_refuses_what_admission_would_for_a_model_stored_without_the_w
     allowed = OperatorSettings(allowed_env="LD_PRELOAD")
     _reconcile.reconcile(kopf.Body(model), kopf.Patch(), logging.getLogger("t"), allowed, L4_VIEW, [])
     assert ("apply", "Deployment") in fake.calls
+
+
+def test_a_configmap_lacking_its_key_is_a_warning_not_a_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ConfigMap's state, not the spec's (ReferencedObjectError): GitOps may fix the ConfigMap next."""
+    body = inference_model(maxModelLen=8192)
+    body["spec"]["model"] = {"name": "org/private", "configMapRef": {"name": "cfg", "key": "config.json"}}
+    monkeypatch.setattr(_kube, "get", lambda *a, **k: {"data": {"other.json": "{}"}})
+    [warning] = validate(body, [])
+    assert "ConfigMap cfg has no key 'config.json'" in warning and "the operator will" in warning

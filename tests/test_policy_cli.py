@@ -311,3 +311,42 @@ def test_several_files_without_policies_plan_as_before(capsys: pytest.CaptureFix
         "team-a/llama-70b",
     ]
     assert "policies" not in out
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_offline_refuses_what_admission_does_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """The same pure function as the webhook (spec_problems), so the same lines, every model checked;
+    the operator's settings come from the environment the chart sets."""
+    from loadline.api import parse_inference_model
+    from loadline.policy import Guard, spec_problems
+
+    bad = model(
+        gpu={"types": ["B900"]},
+        engine={
+            "image": "evil.example/vllm:latest",
+            "extraArgs": ["--model=x", "--trust-remote-code"],
+            "env": [{"name": "LD_PRELOAD", "value": "/x.so"}],
+        },
+    )
+    other = model()
+    other["metadata"]["name"] = "other"
+    other["spec"]["engine"] = {"env": [{"name": "PYTHONPATH", "value": "/hooks"}]}
+    path = write(tmp_path, "m.yaml", bad, other)
+    monkeypatch.delenv("LOADLINE_IMAGE_REGISTRIES", raising=False)
+    code, out, err = run(capsys, command, path)
+    assert code == 2 and out == ""
+    expected = [
+        f"{path}: InferenceModel team-a/chat: {p}" for p in spec_problems(parse_inference_model(bad).spec)
+    ]
+    assert len(expected) == 5
+    lines = err.strip().splitlines()
+    assert [line.removeprefix("loadline: ") for line in lines[:5]] == expected
+    assert lines[5].endswith("InferenceModel team-a/other: spec.engine.env[0].name: PYTHONPATH changes how "
+                             "code is loaded in the vLLM container: " + Guard().env_refusal("PYTHONPATH")
+                             + " (fix: remove it, or ask the platform team to allow it in the chart value "
+                             "settings.allowedEnv (LOADLINE_ALLOWED_ENV))")  # fmt: skip
+    monkeypatch.setenv("LOADLINE_ALLOWED_ENV", "PYTHONPATH")
+    code, out, err = run(capsys, command, write(tmp_path, "ok.yaml", other))
+    assert code == 0, err
