@@ -222,7 +222,7 @@ def main(src: Path) -> None:
         if info["value"] is not None:
             entry["value"] = info["value"]
         keep = curated.get(name, {})
-        for key in ("owner", "replacement", "note"):
+        for key in ("owner", "replacement", "note", "runs_code"):
             if key in keep:
                 entry[key] = keep[key]
         entry["source"] = "vllm sdists " + (f"{first}..{last}" if first != last else first)

@@ -4,6 +4,7 @@ what `kubectl apply` gets back for each kind of policy, and what it never gets r
 from __future__ import annotations
 
 import copy
+import logging
 from typing import Any
 
 import kopf
@@ -11,7 +12,7 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loadline.api import FleetPolicy, parse_fleet_policy
-from loadline.handlers import _admission
+from loadline.handlers import _admission, _kube, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from tests.conftest import inference_model
 
@@ -142,7 +143,10 @@ def test_what_depends_on_other_objects_or_the_hub_is_admitted_with_a_warning() -
     body["spec"]["model"] = {"name": "example-org/not-in-the-catalog"}
     warnings = validate(body, [policy("short", limits={"maxModelLen": 4096})])
     assert len(warnings) == 1 and warnings[0].startswith("loadline: spec.model.name: example-org/")
-    assert validate(body, []) == []  # no policy: nothing to check, nothing read
+    # No policy: still planned (what the spec alone decides is refused), and what needs the hub is a
+    # warning, never a refusal.
+    [alone] = validate(body, [])
+    assert alone.startswith("loadline: spec.model.name: example-org/") and "the operator will" in alone
 
 
 def test_defaults_fill_only_unset_fields_from_enforcing_policies() -> None:
@@ -201,3 +205,119 @@ def test_every_answer_is_counted_by_webhook_and_result() -> None:
         validate(body, [policy("hard", limits={"maxModelLen": 4096})])
     after = {r: count("validate-inferencemodel", r) for r in ("allowed", "warned", "refused")}
     assert {r: after[r] - before[r] for r in after} == {"allowed": 1, "warned": 1, "refused": 1}
+
+
+# --- what the spec alone decides, and the operator's safe defaults, with or without a policy ---
+
+
+def test_what_can_never_run_is_refused_with_every_problem_one_line_each() -> None:
+    body = inference_model(
+        maxModelLen=8192,
+        gpu={"types": ["B900"]},
+        engine={"extraArgs": ["--model=other/model", "--no-such-flag"]},
+    )
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(body, [])
+    lines = str(refused.value).splitlines()
+    assert [line.split(":", 1)[0] for line in lines] == [
+        "spec.gpu.types[0]",
+        "spec.engine.extraArgs[0]",
+        "spec.engine.extraArgs[1]",
+    ]
+    assert "unknown GPU type 'B900'" in lines[0] and all("(fix: " in line for line in lines)
+    assert refused.value.code == _admission.DENIED
+
+
+def test_what_planning_or_rendering_refuses_of_the_spec_is_refused_too() -> None:
+    """Found only by planning and rendering (here: a flag that replaces the planned KV cache size, and
+    the same variable given twice): refused by its error's type, as the renderer words it."""
+    body = inference_model(maxModelLen=8192, engine={"extraArgs": ["--num-gpu-blocks-override", "100"]})
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(body, [])
+    assert str(refused.value).startswith("spec.engine.extraArgs[0]: --num-gpu-blocks-override")
+    twice = inference_model(maxModelLen=8192, engine={"env": [{"name": "A", "value": "1"}, {"name": "A"}]})
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(twice, [])
+    assert str(refused.value).startswith("spec.engine.env[1]")
+
+
+def test_a_model_that_fits_no_gpu_is_admitted_with_a_warning() -> None:
+    body = inference_model(maxModelLen=131072, gpu={"types": ["T4"], "maxGPUsPerReplica": 1})
+    [warning] = validate(body, [])
+    assert warning.startswith("loadline: ") and "the operator will report it in status" in warning
+
+
+def test_the_safe_defaults_refuse_without_any_policy_naming_what_allows_each() -> None:
+    body = inference_model(
+        maxModelLen=8192,
+        engine={
+            "image": "evil.example/vllm:latest",
+            "extraArgs": ["--trust-remote-code"],
+            "env": [{"name": "LD_PRELOAD", "value": "/tmp/x.so"}],
+        },
+    )
+    with pytest.raises(kopf.AdmissionError) as refused:
+        validate(body, [])
+    image, flag, env = str(refused.value).splitlines()
+    assert (
+        image.startswith("spec.engine.image: evil.example/vllm:latest")
+        and "settings.imageRegistries" in image
+    )
+    assert flag.startswith("spec.engine.extraArgs[0]: --trust-remote-code") and "spec.allow.extraArgs" in flag
+    assert env.startswith("spec.engine.env[0].name: LD_PRELOAD") and "settings.allowedEnv" in env
+
+
+def test_the_settings_and_a_policy_widen_the_safe_defaults() -> None:
+    body = inference_model(
+        maxModelLen=8192,
+        engine={
+            "image": "registry.example.com/vllm-openai:v0.19.0",
+            "extraArgs": ["--trust-remote-code"],
+            "env": [{"name": "PYTHONPATH", "value": "/opt/hooks"}],
+        },
+    )
+    wide = OperatorSettings(
+        hf_fetch=False, image_registries="registry.example.com/", allowed_env="PYTHONPATH"
+    )
+    trusting = policy("trusting", allow={"extraArgs": ["--trust-remote-code"]})
+    warnings: list[str] = []
+    _admission.validate_model(body, None, "CREATE", warnings, [trusting], wide)
+    assert warnings == []
+    with pytest.raises(kopf.AdmissionError) as refused:  # the settings alone: the flag still needs the policy
+        _admission.validate_model(body, None, "CREATE", [], [], wide)
+    assert str(refused.value).startswith("spec.engine.extraArgs[0]: --trust-remote-code")
+    with pytest.raises(kopf.AdmissionError):  # the policy alone: image and environment still refused
+        validate(body, [trusting])
+
+
+def test_reconcile_refuses_what_admission_would_for_a_model_stored_without_the_webhooks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Webhooks off, or a model stored before the settings narrowed: the operator still never runs it."""
+    from tests.test_reconcile_requests import L4_VIEW, FakeKube, body
+
+    fake = FakeKube()
+    for name in ("apply", "list_objects", "has_kind"):
+        monkeypatch.setattr(_kube, name, getattr(fake, name))
+    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    model = body()
+    model["spec"]["engine"] = {"env": [{"name": "LD_PRELOAD", "value": "/tmp/x.so"}]}
+    patch = kopf.Patch()
+    with pytest.raises(kopf.PermanentError):
+        _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), L4_VIEW, [])
+    assert patch.status["phase"] == "Failed"
+    [ready] = [c for c in patch.status["conditions"] if c["reason"] == "NotAllowed"]
+    assert "spec.engine.env[0].name: LD_PRELOAD" in ready["message"]
+    assert fake.calls == []  # nothing applied
+    allowed = OperatorSettings(allowed_env="LD_PRELOAD")
+    _reconcile.reconcile(kopf.Body(model), kopf.Patch(), logging.getLogger("t"), allowed, L4_VIEW, [])
+    assert ("apply", "Deployment") in fake.calls
+
+
+def test_a_configmap_lacking_its_key_is_a_warning_not_a_refusal(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ConfigMap's state, not the spec's (ReferencedObjectError): GitOps may fix the ConfigMap next."""
+    body = inference_model(maxModelLen=8192)
+    body["spec"]["model"] = {"name": "org/private", "configMapRef": {"name": "cfg", "key": "config.json"}}
+    monkeypatch.setattr(_kube, "get", lambda *a, **k: {"data": {"other.json": "{}"}})
+    [warning] = validate(body, [])
+    assert "ConfigMap cfg has no key 'config.json'" in warning and "the operator will" in warning

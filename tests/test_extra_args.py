@@ -128,3 +128,21 @@ def test_a_newer_version_is_checked_as_the_newest_known(
     assert code == 2 and out == ""
     assert "m.yaml: InferenceModel team-a/chat: spec.engine.extraArgs[0]: vLLM 0.33.0 has no flag" in err
     assert "Traceback" not in err
+
+
+def test_every_problem_of_the_list_is_named_not_just_the_first() -> None:
+    """Admission refuses with all of them at once: one `kubectl apply` shows every entry to fix."""
+    from loadline.render import extra_args_problems
+
+    problems = extra_args_problems(
+        ["7", "--model=x", "--max-num-seqs", "8", "--seed", "seven", "--enforce-eager=1", "--nonsense", "v"],
+        (0, 19, 0),
+    )
+    assert [(p.field, p.problem.split(" ")[0]) for p in problems] == [
+        ("spec.engine.extraArgs[0]", "'7'"),
+        ("spec.engine.extraArgs[1]", "--model"),
+        ("spec.engine.extraArgs[2]", "--max-num-seqs"),
+        ("spec.engine.extraArgs[5]", "--seed:"),
+        ("spec.engine.extraArgs[6]", "--enforce-eager"),
+        ("spec.engine.extraArgs[7]", "vLLM"),
+    ]

@@ -157,6 +157,7 @@ def test_fleetpolicy_crd_is_cluster_scoped_with_status_and_columns() -> None:
         "priority",
         "defaults",
         "limits",
+        "allow",
         "remediation",
         "restarts",
     }

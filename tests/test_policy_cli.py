@@ -207,7 +207,9 @@ def test_providers_default_chooses_where_nodes_come_from(
     assert code == 0 and json.loads(out)[0]["plan"]["nodeShape"]["provider"] == "gcp"  # [] is "any": kept
 
 
-def test_render_uses_the_policy_default_image(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_render_uses_the_policy_default_image(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     image = "registry.example.com/vllm-openai:v0.19.0"
     path = write(
         tmp_path,
@@ -217,6 +219,11 @@ def test_render_uses_the_policy_default_image(tmp_path: Path, capsys: pytest.Cap
         ),
         model(),
     )
+    # A mirror is outside vLLM's own registries: the operator's setting must allow it too, as in the chart.
+    code, out, err = run(capsys, "render", path)
+    assert code == 2 and "spec.engine.image: registry.example.com/vllm-openai:v0.19.0 is not from" in err
+    assert "settings.imageRegistries" in err
+    monkeypatch.setenv("LOADLINE_IMAGE_REGISTRIES", "registry.example.com/")
     code, out, err = run(capsys, "render", path)
     assert code == 0, err
     workload = next(yaml.safe_load_all(out))
@@ -304,3 +311,42 @@ def test_several_files_without_policies_plan_as_before(capsys: pytest.CaptureFix
         "team-a/llama-70b",
     ]
     assert "policies" not in out
+
+
+@pytest.mark.parametrize("command", ["plan", "render"])
+def test_offline_refuses_what_admission_does_one_line_each(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, command: str
+) -> None:
+    """The same pure function as the webhook (spec_problems), so the same lines, every model checked;
+    the operator's settings come from the environment the chart sets."""
+    from loadline.api import parse_inference_model
+    from loadline.policy import Guard, spec_problems
+
+    bad = model(
+        gpu={"types": ["B900"]},
+        engine={
+            "image": "evil.example/vllm:latest",
+            "extraArgs": ["--model=x", "--trust-remote-code"],
+            "env": [{"name": "LD_PRELOAD", "value": "/x.so"}],
+        },
+    )
+    other = model()
+    other["metadata"]["name"] = "other"
+    other["spec"]["engine"] = {"env": [{"name": "PYTHONPATH", "value": "/hooks"}]}
+    path = write(tmp_path, "m.yaml", bad, other)
+    monkeypatch.delenv("LOADLINE_IMAGE_REGISTRIES", raising=False)
+    code, out, err = run(capsys, command, path)
+    assert code == 2 and out == ""
+    expected = [
+        f"{path}: InferenceModel team-a/chat: {p}" for p in spec_problems(parse_inference_model(bad).spec)
+    ]
+    assert len(expected) == 5
+    lines = err.strip().splitlines()
+    assert [line.removeprefix("loadline: ") for line in lines[:5]] == expected
+    assert lines[5].endswith("InferenceModel team-a/other: spec.engine.env[0].name: PYTHONPATH changes how "
+                             "code is loaded in the vLLM container: " + Guard().env_refusal("PYTHONPATH")
+                             + " (fix: remove it, or ask the platform team to allow it in the chart value "
+                             "settings.allowedEnv (LOADLINE_ALLOWED_ENV))")  # fmt: skip
+    monkeypatch.setenv("LOADLINE_ALLOWED_ENV", "PYTHONPATH")
+    code, out, err = run(capsys, command, write(tmp_path, "ok.yaml", other))
+    assert code == 0, err

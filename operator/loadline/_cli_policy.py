@@ -2,22 +2,29 @@
 files with the FleetPolicies among them exactly as admission does in the cluster.
 
 Deny refusals are collected over every model, so one run names every problem; the command then exits
-2 with one line per violation. Warn and dryrun violations go to standard error as warnings. What
+2 with one line per violation. Before the policies' limits, each model gets the refusals admission
+gives whatever the policies say (:func:`loadline.policy.spec_problems`: what the spec alone decides,
+and the operator's safe defaults as ``LOADLINE_IMAGE_REGISTRIES``, ``LOADLINE_ALLOWED_ENV`` and
+``LOADLINE_DENIED_ENV`` set them, the chart's ``settings`` of the same names; unset: the chart's
+defaults). Warn and dryrun violations go to standard error as warnings. What
 offline use cannot know is said, not guessed: namespace labels (needed by a policy's
 ``namespaceSelector``) are known only from Namespace objects among the files.
 """
 
 from __future__ import annotations
 
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TextIO
 
 from loadline.api import FleetPolicy, InferenceModel, InferenceModelSpec, Manifests
 from loadline.errors import LoadlineError
 from loadline.policy import (
+    Guard,
     admit,
+    apply_defaults,
     combine,
     describe_selector,
     enforced,
@@ -25,12 +32,14 @@ from loadline.policy import (
     planning_spec,
     policy_governs,
     select_policies,
+    spec_problems,
 )
 from loadline.sizing import Plan, plan_inference_model
 
 
 class PolicyRefusal(LoadlineError):
-    """Deny-mode FleetPolicies refuse one or more InferenceModels; ``lines`` name policy, field and fix."""
+    """Deny-mode FleetPolicies, or what admission refuses whatever the policies say, refuse one or more
+    InferenceModels; ``lines`` name the field and the fix (and the policy, for a policy's refusal)."""
 
     def __init__(self, lines: Sequence[str]) -> None:
         self.lines = list(lines)
@@ -69,8 +78,22 @@ def _unknown_labels_note(policy: FleetPolicy, obj: InferenceModel, namespace: st
     )
 
 
+def env_guard(environ: Mapping[str, str] | None = None) -> Guard:
+    """The operator's safe defaults as the environment sets them (the chart's values become these)."""
+    env = os.environ if environ is None else environ
+    return Guard.from_text(
+        env.get("LOADLINE_IMAGE_REGISTRIES", ""),
+        env.get("LOADLINE_ALLOWED_ENV", ""),
+        env.get("LOADLINE_DENIED_ENV", ""),
+    )
+
+
 def govern(
-    manifests: Manifests, *, err: TextIO | None = None, vllm_version: str | None = None
+    manifests: Manifests,
+    *,
+    err: TextIO | None = None,
+    vllm_version: str | None = None,
+    guard: Guard | None = None,
 ) -> list[Governed]:
     """Apply the files' FleetPolicies to the files' InferenceModels, as admission would.
 
@@ -79,12 +102,13 @@ def govern(
     defaults, before the checks: the version that will run is the one judged.
     """
     out_err = err or sys.stderr
+    guard = guard if guard is not None else env_guard()
     refusals: list[str] = []
     governed: list[Governed] = []
     warned: set[str] = set()
     for source, obj in manifests.models:
         try:
-            model = _govern_one(manifests, source, obj, out_err, warned, vllm_version)
+            model = _govern_one(manifests, source, obj, out_err, warned, vllm_version, guard)
         except LoadlineError as exc:  # the core names the field; say which file and object
             raise exc.at(f"{source}: {where(obj)}") from None
         if isinstance(model, Governed):
@@ -109,6 +133,7 @@ def _govern_one(
     out_err: TextIO,
     warned: set[str],
     vllm_version: str | None,
+    guard: Guard,
 ) -> Governed | list[str]:
     """One model governed, or the lines of its refusal."""
     namespace = str(obj.metadata.get("namespace") or "default")
@@ -128,10 +153,16 @@ def _govern_one(
         def adjust(spec: InferenceModelSpec) -> InferenceModelSpec:
             return spec.model_copy(update={"engine": spec.engine.model_copy(update={"version": version})})
 
+    name = f"{namespace}/{obj.metadata.get('name', '?')}"
+    # What admission refuses whatever the policies say, judged on the spec as it would be stored
+    # (the policies' defaults filled in) and for the version that will run.
+    defaulted = apply_defaults(obj.spec, combine(enforced(policies)))
+    problems = spec_problems(defaulted if adjust is None else adjust(defaulted), guard, policies)
+    if problems:  # one line each, as an error of the core is reported (file, object, field, fix)
+        return [f"{source}: {where(obj)}: {p}" for p in problems]
     admission = admit(obj.spec, policies, adjust=adjust)
     spec, decision = admission.spec, admission.decision
     notes = tuple(f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in admission.filled)
-    name = f"{namespace}/{obj.metadata.get('name', '?')}"
     for warning in decision.warnings:
         print(f"loadline: warning: {name}: {warning}", file=out_err)
     if not decision.allowed:

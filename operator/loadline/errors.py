@@ -5,10 +5,17 @@ and the operator can put it in status and an Event without rewording.
 
     LoadlineError
     ├── SpecError            a resource or CLI input is invalid (bad field value, unknown name)
-    │   └── ModelConfigError the model's config.json cannot be read or lacks what sizing needs
+    │   ├── ModelConfigError the model's config.json cannot be read or lacks what sizing needs
+    │   ├── ReferencedObjectError  an object the spec names (ConfigMap, Secret) lacks what it needs
+    │   ├── NotAllowedError  the operator's safe defaults refuse it; names the setting that allows it
+    │   └── RenderError      the plan cannot be rendered for the chosen engine version
     ├── NoFeasiblePlanError  the spec is valid but no GPU candidate fits (carries the rejections)
     │   └── NoCapacityError  a plan fits, but the cluster has no free GPUs for it now (wait, retry)
-    └── RenderError          the plan cannot be rendered for the chosen engine version
+
+Which of these admission refuses at ``kubectl apply`` and which it only warns about is decided by type
+in :mod:`loadline.policy` (``refused_now``): what the spec alone decides is refused; what depends on
+objects that may be applied later (a ConfigMap, a Secret, the hub's config.json) or on the cluster's
+capacity is a warning and a status condition.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ __all__ = [
     "ModelConfigError",
     "NoCapacityError",
     "NoFeasiblePlanError",
+    "NotAllowedError",
+    "ReferencedObjectError",
     "RenderError",
     "SpecError",
 ]
@@ -52,6 +61,22 @@ class SpecError(LoadlineError):
 
 class ModelConfigError(SpecError):
     """The model's architecture (Hugging Face config.json) is missing, unreadable or incomplete."""
+
+
+class ReferencedObjectError(SpecError):
+    """An object the spec names (a ConfigMap's key, a Secret's key) is there but lacks what the spec
+    needs. The other object's state, not the spec's: it may be fixed by applying that object."""
+
+
+class NotAllowedError(SpecError):
+    """The spec asks for something the operator refuses by default (an image from elsewhere than
+    vLLM's registries, an environment variable that changes how code is loaded, an ``extraArgs`` flag
+    that runs code from outside the image). ``setting`` names what would allow it: a chart value or a
+    FleetPolicy field, so a platform team, not the model's author, decides."""
+
+    def __init__(self, field: str, problem: str, fix: str, setting: str) -> None:
+        self.setting = setting
+        super().__init__(field, problem, fix)
 
 
 class NoFeasiblePlanError(LoadlineError):

@@ -2,7 +2,8 @@
 
 A FleetPolicy is how a platform team governs many InferenceModels at once: defaults filled in where a
 model's spec says nothing, limits (GPU types and counts, the providers nodes come from, replicas,
-price, context length, vLLM versions, image registries, CPU offload), limits on automatic
+price, context length, vLLM versions, image registries, CPU offload), allowances beyond the
+operator's safe defaults (``extraArgs`` flags that run code from outside the image), limits on automatic
 out-of-memory remediation, and the windows restarts may happen in. It is cluster-scoped because the
 team that writes it is not the team that owns the namespaces it governs.
 
@@ -286,6 +287,28 @@ class PolicyLimits(_SpecModel):
         return None if self.vllm_versions is None else SpecifierSet(self.vllm_versions)
 
 
+class PolicyAllow(_SpecModel):
+    """What governed models may do beyond the operator's safe defaults. Unlike limits, an allowance of
+    any governing policy that is enforced (deny or warn; dryrun changes nothing) grants it."""
+
+    extra_args: list[
+        Annotated[
+            str, StringConstraints(min_length=3, max_length=128, pattern=r"^--?[A-Za-z0-9][A-Za-z0-9._-]*$")
+        ]
+    ] = Field(
+        default_factory=list,
+        alias="extraArgs",
+        max_length=64,
+        description=(
+            "vLLM flags that run code from outside the image (the flag table's runs_code: "
+            "--trust-remote-code, --tool-parser-plugin, --reasoning-parser-plugin, "
+            "--enable-prompt-embeds) that governed models may give in spec.engine.extraArgs; "
+            "refused without such an allowance."
+        ),
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+
+
 class RemediationLimits(_SpecModel):
     """Limits on automatic out-of-memory remediation; unset fields fall back to the operator's settings."""
 
@@ -395,6 +418,10 @@ class FleetPolicySpec(_SpecModel):
     )
     limits: PolicyLimits = Field(
         default_factory=PolicyLimits, description="Limits governed models must keep."
+    )
+    allow: PolicyAllow = Field(
+        default_factory=PolicyAllow,
+        description="What governed models may do beyond the operator's safe defaults.",
     )
     remediation: RemediationLimits = Field(
         default_factory=RemediationLimits, description="Limits on automatic out-of-memory remediation."

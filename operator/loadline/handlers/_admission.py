@@ -10,11 +10,16 @@ What is judged, and what is not:
   annotations, finalizers: the operator's own bookkeeping among them) is always admitted and never
   mutated, so a model that broke a policy added after it can still be deleted, and kopf can still
   record its progress on it; reconcile marks it ``PolicyCompliant=False`` instead.
-* A spec loadline cannot read (a field the schema allows but the model refuses) is refused with the
-  field and the fix, whether or not a policy governs the model. Only the spec itself is judged so:
-* what depends on other objects or the hub is left to reconcile (a ConfigMap or token Secret not
-  applied yet, a gated repository, a model that fits no GPU at all without the policies): GitOps
-  applies objects in any order. When a policy governs the model, it is admitted with a warning.
+* Whether or not a policy governs the model, everything the spec alone decides is refused with the
+  field and the fix, one line per problem: a spec loadline cannot read, a GPU type the catalog lacks,
+  ``extraArgs`` the version refuses or loadline sets itself, what planning and rendering refuse of
+  the spec (:func:`loadline.policy.refused_now` decides by the error's type), and what the
+  operator's safe defaults refuse (images, environment names, code-running flags;
+  :func:`loadline.policy.spec_problems` with the chart's settings and the governing policies'
+  allowances). Only the spec itself is judged so:
+* what depends on other objects, the hub or the cluster is a warning, and reconcile reports it in
+  status (a ConfigMap or token Secret not applied yet, a gated repository, a model that fits no GPU
+  at all): GitOps applies objects in any order.
 """
 
 from __future__ import annotations
@@ -31,7 +36,16 @@ from loadline.api import FleetPolicy, parse_fleet_policy, parse_inference_model
 from loadline.errors import LoadlineError, SpecError
 from loadline.handlers import _metrics, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
-from loadline.policy import admit, combine, defaults_patch, enforced, select_policies
+from loadline.policy import (
+    admit,
+    combine,
+    defaults_patch,
+    enforced,
+    refused_now,
+    select_policies,
+    spec_problems,
+)
+from loadline.render import render_manifests
 
 log = logging.getLogger("loadline.admission")
 
@@ -96,6 +110,23 @@ def mutate_model(
             )  # fmt: skip
 
 
+def _planned_problems(inputs: _reconcile.ModelInputs, warnings: list[str]) -> list[LoadlineError]:
+    """Plan and render the model as reconcile would (without the cluster's free GPUs): what the spec
+    alone decides is returned to refuse, the rest (no GPU fits, the config.json) becomes a warning.
+
+    Only when the model's config.json comes from the spec (inline or loadline's catalog): with a
+    ConfigMap's or the hub's, a refusal would depend on another object, which GitOps may fix later."""
+    try:
+        plan = inputs.plan()
+        render_manifests(inputs.obj, plan)
+    except LoadlineError as exc:
+        from_spec = inputs.config is None and inputs.hub is None
+        if from_spec and refused_now(exc):
+            return [exc]
+        warnings.append(f"loadline: {exc}; the operator will report it in status")
+    return []
+
+
 def validate_model(
     body: Mapping[str, Any],
     old: Mapping[str, Any] | None,
@@ -104,28 +135,37 @@ def validate_model(
     policies: list[FleetPolicy],
     settings: OperatorSettings,
 ) -> None:
-    """Refuse a spec loadline cannot read, or one a deny policy forbids; warn for warn and dryrun."""
+    """Refuse a spec loadline cannot read or never run, one the operator's safe defaults refuse, or one
+    a deny policy forbids, one line per problem; warn for what depends on other objects, warn and
+    dryrun policies."""
     with _reviewed("validate-inferencemodel", warnings):
         if spec_unchanged(operation, body, old):
             return
         try:
-            parse_inference_model(_object(body))
+            obj = parse_inference_model(_object(body))
         except SpecError as exc:
             raise kopf.AdmissionError(str(exc), code=DENIED) from None
         governing = _governing(body, policies)
-        if not governing:
-            return
+        problems: list[LoadlineError] = list(spec_problems(obj.spec, settings.guard(), governing))
+        inputs = None
         try:
             inputs = _reconcile.model_inputs(body, settings)
         except (LoadlineError, kopf.TemporaryError) as exc:
-            # Another object or the hub (a Secret not applied yet, a gated repository): the cluster's
-            # state of the moment, not the spec's fault. GitOps applies in any order; reconcile judges.
-            warnings.append(f"loadline: not checked against FleetPolicies now ({exc}); the operator will")
+            if isinstance(exc, LoadlineError) and refused_now(exc):
+                problems.append(exc)
+            else:
+                # Another object or the hub (a ConfigMap or Secret not applied yet, a gated repository):
+                # the cluster's state of the moment, not the spec's fault. GitOps applies in any order.
+                warnings.append(f"loadline: not fully checked now ({exc}); the operator will")
+        if inputs is not None and not problems:
+            problems.extend(_planned_problems(inputs, warnings))
+        if problems:
+            raise kopf.AdmissionError("\n".join(str(p) for p in problems), code=DENIED)
+        if not governing or inputs is None:
             return
         try:
             admission = admit(inputs.obj.spec, governing, inputs.plan)
-        except LoadlineError as exc:  # fits no GPU even without the policies: reconcile reports it
-            warnings.append(f"loadline: {exc}")
+        except LoadlineError:  # fits no GPU even without the policies: warned above, reconcile reports it
             return
         warnings.extend(admission.decision.warnings)
         if not admission.decision.allowed:

@@ -42,11 +42,19 @@ from loadline.api import (
     apply_overrides,
     parse_inference_model,
 )
-from loadline.errors import LoadlineError, NoCapacityError, NoFeasiblePlanError, SpecError
+from loadline.errors import (
+    LoadlineError,
+    NoCapacityError,
+    NoFeasiblePlanError,
+    NotAllowedError,
+    ReferencedObjectError,
+    SpecError,
+)
 from loadline.handlers import _build, _kube, _policies
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
+from loadline.policy import select_policies, spec_problems
 from loadline.render import child_kinds, render_manifests, workload_ref
 from loadline.sizing import (
     ClusterShapes,
@@ -77,7 +85,7 @@ def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | 
         raise kopf.TemporaryError(f"ConfigMap {ref.name} not found", delay=30)
     text = (cm.get("data") or {}).get(ref.key)
     if text is None:
-        raise SpecError(
+        raise ReferencedObjectError(
             "spec.model.configMapRef.key",
             f"ConfigMap {ref.name} has no key {ref.key!r}",
             f"add the model's config.json under {ref.key!r} or point key at the right one",
@@ -85,13 +93,15 @@ def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | 
     try:
         parsed = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise SpecError(
+        raise ReferencedObjectError(
             "spec.model.configMapRef",
             f"ConfigMap {ref.name} key {ref.key} is not JSON: {exc}",
             "fix its JSON",
         ) from None
     if not isinstance(parsed, dict):
-        raise SpecError("spec.model.configMapRef", "config.json is not a JSON object", "fix its JSON")
+        raise ReferencedObjectError(
+            "spec.model.configMapRef", "config.json is not a JSON object", "fix its JSON"
+        )
     return parsed
 
 
@@ -106,7 +116,9 @@ def _secret_value(namespace: str, name: str, key: str, field: str) -> str:
         raise kopf.TemporaryError(f"Secret {name} ({field}) not found", delay=30)
     data = (secret.get("data") or {}).get(key)
     if data is None:
-        raise SpecError(field, f"Secret {name} has no key {key!r}", f"add the token under {key!r}")
+        raise ReferencedObjectError(
+            field, f"Secret {name} has no key {key!r}", f"add the token under {key!r}"
+        )
     return base64.b64decode(data).decode().strip()
 
 
@@ -733,6 +745,22 @@ def reconcile(
         _reconcile_unguarded(body, patch, logger, settings, view, policies)
 
 
+def _refuse_unsafe(body: Mapping[str, Any], settings: OperatorSettings, policies: list[FleetPolicy]) -> None:
+    """Raise the first problem the spec alone decides (the admission webhook refused it with all of
+    them): a model stored without the webhooks, or before the settings or its policies changed, is
+    never run with an image, environment or code-running flag the operator's safe defaults refuse."""
+    meta = body["metadata"]
+    namespace = str(meta["namespace"])
+    labels = _policies.namespace_labels(namespace, policies)
+    governing = select_policies(policies, namespace, labels, meta.get("labels") or {})
+    spec = parse_inference_model(
+        {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+    ).spec
+    problems = spec_problems(spec, settings.guard(), governing)
+    if problems:
+        raise problems[0]
+
+
 def _reconcile_unguarded(
     body: kopf.Body,
     patch: kopf.Patch,
@@ -744,6 +772,7 @@ def _reconcile_unguarded(
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
     try:
+        _refuse_unsafe(body, settings, policies or [])
         inputs, plan, manifests = _plan_and_render(body, settings, view)
         obj, state = inputs.obj, inputs.state
     except NoCapacityError as exc:
@@ -751,6 +780,9 @@ def _reconcile_unguarded(
         raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
     except NoFeasiblePlanError as exc:
         _fail(body, patch, reason="NoFeasiblePlan", message=_rejection_message(exc), phase="Failed")
+        raise kopf.PermanentError(str(exc)) from None
+    except NotAllowedError as exc:
+        _fail(body, patch, reason="NotAllowed", message=str(exc), phase="Failed")
         raise kopf.PermanentError(str(exc)) from None
     except SpecError as exc:
         _fail(body, patch, reason="InvalidSpec", message=str(exc), phase="Failed")

@@ -16,6 +16,7 @@ from pydantic import Field, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loadline.errors import SpecError
+from loadline.policy import Guard
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _PROCESS_SUFFIX = secrets.token_hex(3)  # drawn once: the identity must not change while we hold a Lease
@@ -158,6 +159,23 @@ class OperatorSettings(BaseSettings):
         gt=0,
         description="How often the certificate files are re-read; a renewed one is served without a restart.",
     )
+    image_registries: str = Field(
+        default="",
+        description="Comma-separated image prefixes InferenceModels may use beside vLLM's own registries "
+        "(docker.io/vllm/, public.ecr.aws/q9t5s3a7/), e.g. registry.example.com/mirror/; * allows any "
+        "image. Refused otherwise, with or without a FleetPolicy (docs/policies.md, threat model).",
+    )
+    allowed_env: str = Field(
+        default="",
+        description="Comma-separated environment names (NAME or PREFIX*) InferenceModels may set in "
+        "spec.engine.env although they change how code is loaded (LD_*, PYTHONPATH, ...: refused by "
+        "default).",
+    )
+    denied_env: str = Field(
+        default="",
+        description="Comma-separated environment names (NAME or PREFIX*) refused in spec.engine.env "
+        "beside the built-in list.",
+    )
     remediation_mode: str = Field(
         default="auto", pattern="^(auto|recommend|off)$", description="Default OOM remediation mode."
     )
@@ -192,6 +210,10 @@ class OperatorSettings(BaseSettings):
                 f"{self.renew_deadline_seconds} > {self.retry_period_seconds}"
             )
         return self
+
+    def guard(self) -> Guard:
+        """The safe defaults these settings make (see :class:`loadline.policy.Guard`)."""
+        return Guard.from_text(self.image_registries, self.allowed_env, self.denied_env)
 
     @property
     def namespace_list(self) -> list[str]:

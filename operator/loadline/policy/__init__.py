@@ -10,6 +10,11 @@ reconcile, and ``loadline plan``/``render`` offline, all call these same functio
 
 (:func:`admit` does these steps for one model, as the webhooks and the CLI need them.)
 
+Before any of it, :func:`spec_problems` lists what the spec alone decides (a GPU type the catalog
+lacks, ``extraArgs`` the version refuses) and what the operator's safe defaults refuse without any
+policy (:class:`Guard`: images, environment names, code-running flags); :func:`refused_now` says by
+an error's type whether admission refuses it or only warns.
+
 See docs/policies.md.
 """
 
@@ -35,6 +40,15 @@ from loadline.policy._evaluate import (
     normalize_image,
     planning_spec,
 )
+from loadline.policy._guard import (
+    DEFERRED,
+    Guard,
+    allowed_code_flags,
+    denied_env,
+    refused_now,
+    spec_problems,
+    vllm_registries,
+)
 from loadline.policy._select import (
     by_precedence,
     describe_selector,
@@ -45,15 +59,18 @@ from loadline.policy._select import (
 )
 
 __all__ = [
+    "DEFERRED",
     "Admission",
     "AdmissionDecision",
     "Bound",
     "EffectivePolicy",
     "Evaluation",
     "Fill",
+    "Guard",
     "PlanFn",
     "Violation",
     "admit",
+    "allowed_code_flags",
     "apply_defaults",
     "by_precedence",
     "canonical_gpu_type",
@@ -61,6 +78,7 @@ __all__ = [
     "combine",
     "decide",
     "defaults_patch",
+    "denied_env",
     "describe_selector",
     "enforced",
     "evaluate",
@@ -71,7 +89,10 @@ __all__ = [
     "normalize_image",
     "planning_spec",
     "policy_governs",
+    "refused_now",
     "remediation_limits",
     "restart_window_sets",
     "select_policies",
+    "spec_problems",
+    "vllm_registries",
 ]

@@ -9,12 +9,15 @@ rendering, for the operator (readiness of the workload, clean-up after a layout 
 
 from loadline.render._args import PORT, VllmCommand, vllm_command
 from loadline.render._flags import (
+    CodeFlag,
     FlagSpec,
     FlagTable,
     Launcher,
     beyond_table,
     canonical_flag,
     check_extra_args,
+    code_flags,
+    extra_args_problems,
     flag_table,
     resolve_version,
     version_text,
@@ -41,6 +44,7 @@ __all__ = [
     "LABEL_MODEL",
     "MANAGED_BY",
     "PORT",
+    "CodeFlag",
     "FlagSpec",
     "FlagTable",
     "Launcher",
@@ -50,7 +54,9 @@ __all__ = [
     "canonical_flag",
     "check_extra_args",
     "child_kinds",
+    "code_flags",
     "default_image",
+    "extra_args_problems",
     "flag_table",
     "manifests_yaml",
     "pod_resources",

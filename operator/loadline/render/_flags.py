@@ -49,6 +49,7 @@ class FlagSpec:
     source: str
     absent: tuple[Version, ...] = ()
     value: ValueSpec | None = None
+    runs_code: str = ""  # which code from outside the image the flag makes vLLM run (empty: none)
 
     def present_in(self, version: Version) -> bool:
         if self.since is not None and version < self.since:
@@ -109,6 +110,7 @@ class _RawFlag(BaseModel):
     owner: str = ""
     replacement: str = ""
     note: str = ""
+    runs_code: str = ""
     source: str = Field(min_length=1)
 
 
@@ -217,6 +219,7 @@ def _flag_spec(name: str, raw: _RawFlag) -> FlagSpec:
         source=raw.source,
         absent=tuple(parse_version(v) for v in raw.absent),
         value=value,
+        runs_code=raw.runs_code,
     )
 
 
@@ -297,48 +300,43 @@ def _is_value(token: str) -> bool:
     return True
 
 
-def check_extra_args(args: list[str], version: Version) -> None:
-    """Refuse extra arguments ``vllm serve`` of ``version`` would refuse, or that override loadline.
+def extra_args_problems(args: list[str], version: Version) -> list[RenderError]:
+    """Every extra argument ``vllm serve`` of ``version`` would refuse, or that overrides loadline,
+    one error per problem (so one ``kubectl apply`` names them all).
 
     Every flag must be one of the version's (a version newer than the table is checked as the newest
     release it knows); a flag with a known value type gets a value of that type (a switch gets none);
-    a value must follow a flag. Raises :class:`RenderError` naming ``spec.engine.extraArgs[i]``.
+    a value must follow a flag. Each error names ``spec.engine.extraArgs[i]``.
     """
     table = flag_table()
     checked = min(version, table.newest)
     shown = _version_text(checked)
+    problems: list[RenderError] = []
     index = 0
     while index < len(args):
         token = args[index]
         field = f"spec.engine.extraArgs[{index}]"
         if _is_value(token):
-            raise RenderError(
-                field,
-                f"{token!r} is a value with no flag before it that takes one",
-                "put it after its flag (e.g. ['--seed', '7']) or write --flag=value",
+            problems.append(
+                RenderError(
+                    field,
+                    f"{token!r} is a value with no flag before it that takes one",
+                    "put it after its flag (e.g. ['--seed', '7']) or write --flag=value",
+                )
             )
+            index += 1
+            continue
         name, inline = split_flag(token) or (token, None)
-        entry = table.spec(name)
-        if entry is None:
-            raise RenderError(
-                field,
-                f"vLLM {shown} has no flag {name}",
-                f"check its spelling (`vllm serve --help` of vLLM {shown} lists the flags) or remove it",
-            )
-        if entry.owner:
-            raise RenderError(
-                field,
-                f"{name} is set by loadline from {entry.owner}",
-                f"remove it from extraArgs and set {entry.owner} instead",
-            )
-        if not entry.present_in(checked):
-            why = entry.absence(checked)
-            fix = f"remove {name}"
-            if entry.replacement:
-                fix += f" ({entry.replacement})"
-            fix += " or pick a spec.engine.version that has it"
-            raise RenderError(field, f"vLLM {shown} has no {name}: {why}", fix)
         index += 1
+        entry = table.spec(name)
+        problem = _flag_problem(name, entry, checked, shown, field)
+        if problem is not None or entry is None:  # (entry None always has a problem)
+            if problem is not None:
+                problems.append(problem)
+            if inline is None:  # its values are not judged on their own
+                while index < len(args) and _is_value(args[index]):
+                    index += 1
+            continue
         kind = entry.value
         if kind is None or name == "-O":
             # A value vLLM parses itself (JSON, paths, lists): the values that follow belong to it.
@@ -348,24 +346,90 @@ def check_extra_args(args: list[str], version: Version) -> None:
             continue
         if kind.type == "bool":
             if inline is not None:
-                raise RenderError(
-                    field,
-                    f"{name} is a switch and takes no value",
-                    f"write {name} alone to turn it on"
-                    + (f" or --no-{entry.name[2:]} to turn it off" if not name.startswith("--no-") else ""),
+                problems.append(
+                    RenderError(
+                        field,
+                        f"{name} is a switch and takes no value",
+                        f"write {name} alone to turn it on"
+                        + (
+                            f" or --no-{entry.name[2:]} to turn it off"
+                            if not name.startswith("--no-")
+                            else ""
+                        ),
+                    )
                 )
             continue
         if inline is None:
             if index >= len(args) or not _is_value(args[index]):
-                raise RenderError(field, f"{name} needs a value", f"write {name}=VALUE or follow it with one")
+                problems.append(
+                    RenderError(field, f"{name} needs a value", f"write {name}=VALUE or follow it with one")
+                )
+                continue
             value, value_field = args[index], f"spec.engine.extraArgs[{index}]"
             index += 1
         else:
             value, value_field = inline, field
-        problem = kind.problem(value)
-        if problem:
+        wrong = kind.problem(value)
+        if wrong:
             wanted = {"int": "an integer", "float": "a number", "choice": f"one of {', '.join(kind.choices)}"}
-            raise RenderError(value_field, f"{name}: {problem}", f"give {wanted[kind.type]}")
+            problems.append(RenderError(value_field, f"{name}: {wrong}", f"give {wanted[kind.type]}"))
+    return problems
+
+
+def _flag_problem(
+    name: str, entry: FlagSpec | None, checked: Version, shown: str, field: str
+) -> RenderError | None:
+    """Why ``name`` cannot be given at all: unknown, owned by loadline, or absent from the version."""
+    if entry is None:
+        return RenderError(
+            field,
+            f"vLLM {shown} has no flag {name}",
+            f"check its spelling (`vllm serve --help` of vLLM {shown} lists the flags) or remove it",
+        )
+    if entry.owner:
+        return RenderError(
+            field,
+            f"{name} is set by loadline from {entry.owner}",
+            f"remove it from extraArgs and set {entry.owner} instead",
+        )
+    if not entry.present_in(checked):
+        fix = f"remove {name}"
+        if entry.replacement:
+            fix += f" ({entry.replacement})"
+        fix += " or pick a spec.engine.version that has it"
+        return RenderError(field, f"vLLM {shown} has no {name}: {entry.absence(checked)}", fix)
+    return None
+
+
+@dataclass(frozen=True)
+class CodeFlag:
+    """A flag of ``extraArgs`` the table marks ``runs_code``: where it is, its name, which code it runs."""
+
+    index: int
+    name: str  # the table's name (aliases, underscores and dotted sub-keys folded)
+    runs_code: str
+
+
+def code_flags(args: list[str]) -> list[CodeFlag]:
+    """The flags among ``args`` that make vLLM run code from outside its image (the table's
+    ``runs_code``). A switch's ``--no-`` twin turns it off and is not one of them."""
+    table = flag_table()
+    found: list[CodeFlag] = []
+    for index, token in enumerate(args):
+        parsed = split_flag(token)
+        if parsed is None or parsed[0].startswith("--no-"):
+            continue
+        entry = table.spec(parsed[0])
+        if entry is not None and entry.runs_code:
+            found.append(CodeFlag(index, entry.name, entry.runs_code))
+    return found
+
+
+def check_extra_args(args: list[str], version: Version) -> None:
+    """Raise the first of :func:`extra_args_problems` (the renderer stops at the first)."""
+    problems = extra_args_problems(args, version)
+    if problems:
+        raise problems[0]
 
 
 def beyond_table(version: Version) -> str:
