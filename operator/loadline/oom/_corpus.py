@@ -28,7 +28,7 @@ __all__ = [
 
 #: Annotation keys a corpus file carries besides the INCIDENT.json fields; the classifier ignores them.
 CORPUS_KEYS = frozenset(
-    {"source", "expected_class", "note", "split", "message_origin", "timing", "resolution"}
+    {"source", "expected_class", "note", "split", "message_origin", "timing", "resolution", "collected"}
 )
 
 #: A case is held out when the first 8 hex digits of sha256(source address), as an integer, are
