@@ -64,6 +64,12 @@ def _groups(cases: list[Any]) -> dict[str, list[Any]]:
         groups[f"{split} (all)"] = on_split
         groups[f"{split} (real messages)"] = [c for c in on_split if c.origin == "real"]
         groups[f"{split} (synthetic)"] = [c for c in on_split if c.origin == "synthetic"]
+    fresh = [c for c in cases if getattr(c, "collected", None)]
+    if fresh:
+        # Gathered after the rules were written (issue 34), both sides of the split.
+        groups["fresh set (all)"] = fresh
+        groups["fresh set (real messages)"] = [c for c in fresh if c.origin == "real"]
+        groups["fresh set (held out)"] = [c for c in fresh if c.split == "heldout"]
     return groups
 
 
