@@ -200,3 +200,34 @@ def test_weights_planned_above_the_gpu_decide_without_wording() -> None:
     )
     assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
     assert any("131.4 GiB" in e and "44.4 GiB" in e for e in d.evidence)
+
+
+# ---- a termination message cut off inside a known message ----------------------------------------------
+
+
+def test_kv_refusal_cut_mid_word_is_kv_overflow() -> None:
+    msg = "ERROR 01-02 03:04:05 [core.py:1] ValueError: The model's max seq len (65536) is larger th"
+    d = classify(make(message=msg, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert "max_len_exceeds_kv_cut" in d.signals
+
+
+def test_v1_kv_refusal_cut_early_is_kv_overflow() -> None:
+    d = classify(make(message="(EngineCore pid=7) ValueError: To serve at least one req", ever_ready=False))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+
+
+def test_ray_oom_cut_inside_its_name_is_host_memory() -> None:
+    d = classify(make(message="ERROR 03-21 17:27:44 [core.py:340] ray.exceptions.OutOfMemo", ever_ready=True))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_mmap_failure_cut_is_host_memory() -> None:
+    d = classify(make(message="ERROR [core.py:396] RuntimeError: unable to mm", phase="loading"))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_a_head_followed_by_other_words_is_not_a_cut_message() -> None:
+    # The head matches but the text goes on differently: not the known message, so no signal.
+    d = classify(make(message="To serve at low latency we use OOM guards", ever_ready=True))
+    assert "max_len_exceeds_kv_cut" not in d.signals

@@ -54,6 +54,8 @@ class _Facts:
     ray_worker_died: str | None = None
     #: The report's own words for host memory ("system memory", "host RAM", "内存").
     host_words: str | None = None
+    #: The text ends inside vLLM's KV refusal (cut off before its figures).
+    kv_cut: str | None = None
 
     @property
     def host_text(self) -> bool:
@@ -91,6 +93,20 @@ def _pct(value: float) -> str:
 def _found(pattern: re.Pattern[str], text: str) -> str | None:
     m = pattern.search(text)
     return m.group(0) if m else None
+
+
+def _cut_inside(text: str, t: Tables, fact: str) -> str | None:
+    """The piece of a known message the text ends inside, if it is cut off in one (else None).
+
+    A termination message is cut to its limit wherever that falls; the opening of vLLM's or Ray's own
+    message still says which message it was, as long as what follows the head is how that message goes on.
+    """
+    tail_text = text.rstrip("\n")
+    for head, rest in t.openings.get(fact, ()):
+        for m in head.finditer(tail_text):
+            if rest.startswith(tail_text[m.end() :]):
+                return tail_text[m.start() :]
+    return None
 
 
 def _read_text(text: str, t: Tables) -> _Facts:
@@ -139,10 +155,14 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.load_phase = bool(p["load_phase"].search(text))
     f.weights_loaded = bool(p["weights_loaded"].search(text))
     f.serving = bool(p["serving"].search(text))
-    f.ray_oom = bool(p["ray_oom"].search(text))
+    f.ray_oom = bool(p["ray_oom"].search(text)) or _cut_inside(text, t, "ray_oom") is not None
     m = p["host_alloc"].search(text)
     if m:
         f.host_alloc = m.group(0)
+    else:
+        f.host_alloc = _cut_inside(text, t, "host_alloc")
+    if f.max_len is None:
+        f.kv_cut = _cut_inside(text, t, "kv_refusal")
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
 
@@ -213,6 +233,8 @@ def _score_text(
     if f.max_len is not None:
         capacity = f"{f.kv_capacity} tokens" if f.kv_capacity is not None else "less"
         s.add("max_len_exceeds_kv", max_len=f.max_len, capacity=capacity)
+    elif f.kv_cut:
+        s.add("max_len_exceeds_kv_cut", what=f.kv_cut)
     if f.load_failed:
         s.add("load_failed")
     elif f.gpu_oom and before_load_done and not f.sampler_warmup:
@@ -550,6 +572,7 @@ def classify(incident: Incident) -> Diagnosis:
         or facts.sampler_warmup
         or facts.no_cache_blocks
         or facts.max_len is not None
+        or facts.kv_cut is not None
         or facts.load_failed
     )
     reason = incident.reason.strip().lower()
