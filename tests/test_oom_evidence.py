@@ -231,3 +231,25 @@ def test_a_head_followed_by_other_words_is_not_a_cut_message() -> None:
     # The head matches but the text goes on differently: not the known message, so no signal.
     d = classify(make(message="To serve at low latency we use OOM guards", ever_ready=True))
     assert "max_len_exceeds_kv_cut" not in d.signals
+
+
+# ---- a crash with no message: the metrics before it ------------------------------------------------------
+
+
+def test_silent_crash_after_days_with_memory_creeping_is_fragmentation() -> None:
+    d = classify(
+        make(
+            reason="Error",
+            exit_code=1,
+            ever_ready=True,
+            seconds_since_ready=3 * 24 * 3600,
+            metrics={"gpu_memory_growth_gib_per_hour": 0.2, "kv_cache_usage": 0.4},
+        )
+    )
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert "memory_climbing" in d.signals
+
+
+def test_silent_crash_without_metrics_stays_unknown() -> None:
+    d = classify(make(reason="Error", exit_code=1, ever_ready=True, seconds_since_ready=3 * 24 * 3600))
+    assert d.oom_class is OomClass.UNKNOWN

@@ -264,6 +264,13 @@ def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
         s.add("weights_fit", gpu=_num(plan.gpu_memory_gib), **values)
 
 
+def _creeping(incident: Incident, t: Tables, prompts_growing: bool) -> bool:
+    """GPU memory climbing before the crash while the prompts did not grow (a steady load)."""
+    rate = incident.metrics.gpu_memory_growth_gib_per_hour
+    climbing = rate is not None and rate >= t.threshold("memory_climbing_gib_per_hour")
+    return climbing and not prompts_growing
+
+
 def _plan_exceeds(incident: Incident) -> bool:
     """Whether the plan's own figures put more weights on one GPU than it has: no text is needed then."""
     plan = incident.plan
@@ -581,6 +588,10 @@ def classify(incident: Incident) -> Diagnosis:
         # The plan alone says the weights do not fit: a crash with no wording is still evidence then.
         gpu_signal = True
     growing = _prompt_growth(incident, t)
+    if not gpu_signal and not host_signal and runtime and _creeping(incident, t, growing[0]):
+        # A crash with no message after serving: GPU memory creeping up under a load that did not grow
+        # is the evidence (the allocator's cache, not the requests, grew).
+        gpu_signal = True
 
     if not gpu_signal and not host_signal:
         return Diagnosis(
