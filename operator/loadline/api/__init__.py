@@ -73,7 +73,9 @@ from loadline.api._v1alpha1 import (
     Phase,
     PlanSummary,
     Remediation,
+    RemediationOutcome,
     RemediationState,
+    RemediationTrial,
     Resources,
 )
 
@@ -128,7 +130,9 @@ __all__ = [
     "Remediation",
     "RemediationDefaults",
     "RemediationLimits",
+    "RemediationOutcome",
     "RemediationState",
+    "RemediationTrial",
     "Resources",
     "RestartPolicy",
     "RestartWindow",
