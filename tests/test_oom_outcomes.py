@@ -77,6 +77,14 @@ def test_a_crash_of_an_instance_older_than_the_fix_does_not_judge_it() -> None:
     assert not j.outcomes and len(j.open) == 1
 
 
+def test_an_instance_started_in_the_second_of_the_fix_ran_it() -> None:
+    # The kubelet's startedAt has whole seconds; the fix's time has microseconds.
+    applied = NOW + timedelta(microseconds=600_000)
+    j = judge_outcome([trial("host_memory", "raise_memory_limit", applied)], "host_memory",
+                      NOW + HOUR, 24 * HOUR, crash_started_at=NOW)  # fmt: skip
+    assert [o.result for o in j.outcomes] == ["recurred"]
+
+
 def test_confidence_per_class_is_the_share_that_worked() -> None:
     trials = [
         trial("fragmentation", "restart", NOW - 30 * HOUR),

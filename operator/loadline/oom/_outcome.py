@@ -54,7 +54,10 @@ def judge_outcome(
     judged: list[RemediationOutcome] = []
     still: list[RemediationTrial] = []
     for trial in trials:
-        ran_the_fix = crash_started_at is None or crash_started_at >= trial.applied_at
+        # Kubernetes states a container's start to the second: an instance started in the second the
+        # fix was applied (a roll-out takes less) is read as started after it.
+        applied = trial.applied_at.replace(microsecond=0)
+        ran_the_fix = crash_started_at is None or crash_started_at >= applied
         if now - trial.applied_at <= horizon:
             if incident_class == trial.oom_class and ran_the_fix:
                 judged.append(_outcome(trial, "recurred", now))
