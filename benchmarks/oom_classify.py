@@ -64,6 +64,14 @@ def _groups(cases: list[Any]) -> dict[str, list[Any]]:
         groups[f"{split} (all)"] = on_split
         groups[f"{split} (real messages)"] = [c for c in on_split if c.origin == "real"]
         groups[f"{split} (synthetic)"] = [c for c in on_split if c.origin == "synthetic"]
+    # Later collections, each on both sides of the split: "2026-11-28 fresh set (issue 34)" is shown
+    # as "fresh set", and so on.
+    for label in sorted({c.collected for c in cases if getattr(c, "collected", None)}):
+        name = label.split(" (")[0].split(" ", 1)[-1]
+        batch = [c for c in cases if getattr(c, "collected", None) == label]
+        groups[f"{name} (all)"] = batch
+        groups[f"{name} (real messages)"] = [c for c in batch if c.origin == "real"]
+        groups[f"{name} (held out)"] = [c for c in batch if c.split == "heldout"]
     return groups
 
 

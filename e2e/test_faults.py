@@ -189,8 +189,8 @@ def test_conflicting_writers_never_make_a_crash_be_dropped(
     crashed: set[str] = set()
 
     def replaced() -> dict[str, Any] | None:
-        """The remediation's new pod, Running, once it is the model's only live pod (each crash here
-        raises the memory limit, so each one rolls out a pod that was never crashed)."""
+        """The remediation's new pod, Running, once it is the model's only live pod (the first crash
+        raises the memory limit, so it rolls out a pod that was never crashed)."""
         pods = pods_of(kubectl, namespace, "chat")  # pods being deleted are left out
         if len(pods) == 1 and pods[0]["metadata"]["name"] not in crashed:
             return pods[0] if pods[0]["status"].get("phase") == "Running" else None
@@ -198,7 +198,13 @@ def test_conflicting_writers_never_make_a_crash_be_dropped(
 
     try:
         for round_ in range(crashes):
-            current = pod if round_ == 0 else wait_for(replaced, timeout=60, what="the roll-out to finish")
+            # The second crash comes from the pod that runs the raised limit: that fix did not work, so
+            # it is not repeated (no rung left: a person is told) and nothing rolls; the third crash is
+            # the same pod's next restart.
+            if round_ == 0:
+                current = pod
+            elif round_ == 1:
+                current = wait_for(replaced, timeout=60, what="the roll-out to finish")
             crashed.add(current["metadata"]["name"])
             crash_container(kubectl, current["metadata"]["name"], namespace, "oomkilled")
 
@@ -213,7 +219,8 @@ def test_conflicting_writers_never_make_a_crash_be_dropped(
         thread.join(timeout=10)
     handled = obj["status"]["remediation"]["handledCrashes"]
     assert len(handled) == len(set(handled)) == crashes
-    assert obj["status"]["remediation"]["actionsToday"] == crashes
+    assert obj["status"]["remediation"]["actionsToday"] == 1
+    assert [o["result"] for o in obj["status"]["remediation"]["outcomes"]] == ["recurred"]
     conflicts = operator.log_text().count("changed meanwhile; deciding again")
     print(f"\n{writes[0]} concurrent annotation writes; the OOM handler met {conflicts} conflict(s)")
 

@@ -262,12 +262,61 @@ def held_for_the_window(kubectl: Kubectl, namespace: str, pod: dict[str, Any], o
     assert {"OutOfMemory", "Remediated", "RestartScheduled"} <= events(kubectl, namespace)
 
 
-def test_a_crash_is_acted_on_once_and_the_budget_ends_in_degraded(
+def handled(kubectl: Kubectl, namespace: str, count: int) -> dict[str, Any]:
+    """The model once ``count`` crashes are in its status."""
+
+    def check() -> dict[str, Any] | None:
+        obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+        done = ((obj.get("status") or {}).get("remediation") or {}).get("handledCrashes") or []
+        return obj if len(done) == count else None
+
+    return wait_for(check, timeout=30, what=f"crash {count} handled")
+
+
+def test_a_fix_that_did_not_work_is_not_repeated_the_next_rung_is_taken(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    """The sampler warm-up crash halves max_num_seqs; the pod that runs the fix crashes the same way:
+    the outcome says the fix recurred, and the next rung (gpu_memory_utilization) is taken instead of
+    halving max_num_seqs again."""
+    pod = deploy_chat(kubectl, namespace)
+    age_container(kubectl, namespace, pod, 0)
+    crash_container(kubectl, pod["metadata"]["name"], namespace, "cuda-oom", message=SAMPLER)
+    first = handled(kubectl, namespace, 1)["status"]["remediation"]
+    assert first["overrides"]["maxNumSeqs"] == 128, first
+    assert [t["action"] for t in first["trials"]] == ["lower_max_num_seqs"], first
+    new_pod = rolled_out(kubectl, namespace, pod["metadata"]["name"])
+    wait_phase(kubectl, namespace, "chat", "Ready")
+
+    # The instance that runs max_num_seqs 128 crashes the same way: the fix did not work.
+    age_container(kubectl, namespace, new_pod, 0)
+    crash_container(kubectl, new_pod["metadata"]["name"], namespace, "cuda-oom", message=SAMPLER)
+    obj = handled(kubectl, namespace, 2)
+    remediation = obj["status"]["remediation"]
+    assert [(o["action"], o["result"]) for o in remediation["outcomes"]] == [
+        ("lower_max_num_seqs", "recurred")
+    ], remediation
+    assert remediation["outcomeConfidence"] == {"batch_misconfiguration": 0.0}
+    assert remediation["overrides"]["maxNumSeqs"] == 128, "the failed fix is not repeated"
+    assert remediation["overrides"]["gpuMemoryUtilization"] is not None, remediation
+    assert [t["action"] for t in remediation["trials"]] == ["lower_gpu_memory_utilization"]
+    assert obj["status"]["incidents"][-1]["result"].startswith("applied"), obj["status"]["incidents"]
+    said = event_messages(kubectl, namespace)
+    assert any("lower_max_num_seqs" in m and "recurred" in m for m in said.get("RemediationOutcome", [])), (
+        said
+    )
+    rolled_out(kubectl, namespace, new_pod["metadata"]["name"])
+
+
+def test_a_crash_is_acted_on_once_and_a_fix_that_recurs_with_no_rung_left_needs_a_person(
     operator: ChartOperator,
     kubectl: Kubectl,
     namespace: str,
 ) -> None:
-    for round_ in range(4):
+    """OOMKilled: the memory limit is raised; the pod that runs the raised limit is OOMKilled again.
+    Raising it again is the fix that did not work, and host memory has no other rung without a KV
+    offload to shrink: the model is Degraded and a person is told what was tried."""
+    for round_ in range(2):
         [pod] = [p for p in pods_of(kubectl, namespace, "chat") if p["status"].get("phase") == "Running"] or [
             deploy_chat(kubectl, namespace)
         ]
@@ -279,7 +328,7 @@ def test_a_crash_is_acted_on_once_and_the_budget_ends_in_degraded(
             return obj if len(handled) == expected else None
 
         obj = wait_for(counted, timeout=30, what=f"crash {round_ + 1} handled")
-        if round_ < 3:
+        if round_ < 1:
             try:
                 rolled_out(kubectl, namespace, pod["metadata"]["name"])
             except TimeoutError:
@@ -288,12 +337,13 @@ def test_a_crash_is_acted_on_once_and_the_budget_ends_in_degraded(
                     f"round {round_}: no rollout; {json.dumps(obj['status'])[:3000]}\n{pods}"
                 ) from None
     remediation = obj["status"]["remediation"]
-    assert remediation["actionsToday"] == 3
+    assert remediation["actionsToday"] == 1
     assert obj["status"]["phase"] == "Degraded"
     assert obj["status"]["message"].startswith("needs a person")
-    assert "NeedsAPerson" in events(kubectl, namespace)
+    assert "raise_memory_limit" in obj["status"]["message"] and "recurred" in obj["status"]["message"]
+    assert {"NeedsAPerson", "RemediationOutcome"} <= events(kubectl, namespace)
     # The same crash seen again (e.g. after an operator restart) is not acted on twice.
-    assert len(set(remediation["handledCrashes"])) == 4
+    assert len(set(remediation["handledCrashes"])) == 2
 
 
 RUNTIME_OOM = (

@@ -25,11 +25,12 @@ IDS = [c.name for c in CASES]
 UNKNOWN_MAX_CONFIDENCE = 0.3
 DECIDED_MIN_CONFIDENCE = 0.4
 
-# Floors stated in docs/oom.md, set below the 2026-11-23 measurement (held out: 11/11 real, 13/17 all;
-# tune: 27/31 real) by one to two cases, because one case moves these small sets by 6 to 9 points.
-HELDOUT_REAL_FLOOR = 0.80
-HELDOUT_ALL_FLOOR = 0.70
-TUNE_REAL_FLOOR = 0.80
+# Floors stated in docs/oom.md, at or below the 2026-11-28 measurement (held out: 19/21 real, 31/33 all;
+# tune: 42/47 real), because one case moves these small sets by 2 to 5 points. The held-out floors are
+# the issue's bar (90 % overall; 85 % asked on real reports, 90 % held).
+HELDOUT_REAL_FLOOR = 0.90
+HELDOUT_ALL_FLOOR = 0.90
+TUNE_REAL_FLOOR = 0.85
 
 
 def _predict(incident: Mapping[str, Any]) -> str:
@@ -103,3 +104,13 @@ def test_corpus_covers_every_class_on_both_sides() -> None:
     assert counts["heldout"] >= 10 and counts["tune"] >= 20
     sources = " ".join(c.source for c in CASES)
     assert "record P26" in sources and "record P27" in sources
+
+
+def test_the_fresh_set_is_cited_real_and_covers_every_cause() -> None:
+    # The set gathered after the rules were written (issue 34): real threads from sources the first
+    # corpus did not use, labelled from each thread's resolution, split by the same hash rule.
+    fresh = [c for c in CASES if c.collected and "fresh set" in c.collected]
+    assert len(fresh) >= 30
+    assert {c.expected for c in fresh} == {c.value for c in OomClass} - {"unknown"}
+    assert all(c.origin in {"real", "paraphrase"} for c in fresh)
+    assert {c.split for c in fresh} == {"tune", "heldout"}

@@ -181,7 +181,12 @@ def test_consecutive_memory_raises_are_not_mistaken_for_an_undo() -> None:
         summary="raise",
         changes=(Change("config.memory_limit_bytes", 27 * 1024**3, 33 * 1024**3),),
     )
-    decision = decide(diagnosis, second, state, PolicyLimits(), NOW + timedelta(minutes=1))
+    # The crash comes from an instance started before the first raise (it never ran it), so it does
+    # not judge that raise: the second raise is decided on its own, and is not taken for an undo.
+    decision = decide(
+        diagnosis, second, state, PolicyLimits(), NOW + timedelta(minutes=1),
+        crash_started_at=NOW - timedelta(hours=1),
+    )  # fmt: skip
     assert decision.apply and decision.state.overrides.memory_gi_b == 33
 
 

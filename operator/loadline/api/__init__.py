@@ -74,7 +74,9 @@ from loadline.api._v1alpha1 import (
     Phase,
     PlanSummary,
     Remediation,
+    RemediationOutcome,
     RemediationState,
+    RemediationTrial,
     Resources,
 )
 
@@ -130,7 +132,9 @@ __all__ = [
     "Remediation",
     "RemediationDefaults",
     "RemediationLimits",
+    "RemediationOutcome",
     "RemediationState",
+    "RemediationTrial",
     "Resources",
     "RestartPolicy",
     "RestartWindow",

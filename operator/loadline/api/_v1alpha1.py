@@ -702,6 +702,29 @@ class AppliedChange(_Model):
     new: str = Field(default="", description="Value after.")
 
 
+OutcomeResult = Literal["worked", "recurred"]
+
+
+class RemediationTrial(_Model):
+    """A remediation applied and not judged yet: did the same class come back within the horizon?"""
+
+    oom_class: OOMClass = Field(alias="class", description="Incident class the fix answered.")
+    action: str = Field(description="The fix applied (its action name).")
+    applied_at: datetime = Field(description="When it was applied.")
+
+
+class RemediationOutcome(_Model):
+    """What became of one applied remediation."""
+
+    oom_class: OOMClass = Field(alias="class", description="Incident class the fix answered.")
+    action: str = Field(description="The fix applied (its action name).")
+    result: OutcomeResult = Field(
+        description="worked: no crash of the same class within the horizon; recurred: one came back."
+    )
+    applied_at: datetime = Field(description="When the fix was applied.")
+    judged_at: datetime = Field(description="When the outcome was decided.")
+
+
 class RemediationState(_Model):
     """Remediation bookkeeping that must survive an operator restart."""
 
@@ -733,6 +756,17 @@ class RemediationState(_Model):
         ge=0,
         description="Moved by every write of this stanza (a crash's decision, a held remediation "
         "released): a decision's write tests it, so that it never overwrites another's.",
+    )
+    trials: list[RemediationTrial] = Field(
+        default_factory=list, max_length=20, description="Applied fixes whose outcome is not judged yet."
+    )
+    outcomes: list[RemediationOutcome] = Field(
+        default_factory=list, max_length=50, description="Judged fixes, newest last."
+    )
+    outcome_confidence: dict[str, float] = Field(
+        default_factory=dict,
+        description="Per incident class, the share of this model's judged fixes that worked: how often "
+        "the diagnosis and its fix held here.",
     )
 
 

@@ -13,6 +13,11 @@ OOM_INCIDENTS = Counter(
     "Out-of-memory crashes seen, by class.",
     ["namespace", "inferencemodel", "oom_class"],
 )
+REMEDIATION_OUTCOMES = Counter(
+    "loadline_remediation_outcomes_total",
+    "Applied remediations judged: worked (the class did not come back within the horizon) or recurred.",
+    ["class", "action", "result"],
+)
 REMEDIATIONS = Counter(
     "loadline_remediations_total",
     "Remediation decisions, by action and outcome (applied, recommended, needs_person, none).",

@@ -51,6 +51,17 @@ def limits(settings: OperatorSettings) -> PolicyLimits:
     )
 
 
+def _started_at(term: Mapping[str, Any]) -> datetime | None:
+    """When the crashed instance started (a crash of an instance older than a fix does not judge it)."""
+    text = term.get("startedAt")
+    if not text:
+        return None
+    try:
+        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
 def model_limits(
     parent: Mapping[str, Any], policies: list[FleetPolicy], settings: OperatorSettings
 ) -> PolicyLimits:
@@ -250,8 +261,10 @@ def _handle_crash(
         mode = ((parent.get("spec") or {}).get("remediation") or {}).get("mode")
         now = datetime.now(UTC)
         decision = decide(
-            diagnosis, proposal, state, model_limits(parent, policies, settings), now, mode=mode
-        )
+            diagnosis, proposal, state, model_limits(parent, policies, settings), now, mode=mode,
+            outcome_horizon=timedelta(minutes=settings.remediation_outcome_horizon_minutes),
+            crash_started_at=_started_at(term),
+        )  # fmt: skip
         new_state = decision.state
         new_state.handled_crashes = [*new_state.handled_crashes, cid][-MAX_HANDLED:]
         new_state.observed_generation = parent["metadata"].get("generation")
@@ -348,6 +361,17 @@ def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, d
     _metrics.OOM_INCIDENTS.labels(*labels, diagnosis.oom_class.value).inc()
     outcome = "applied" if decision.apply else ("needs_person" if decision.needs_person else "recommended")
     _metrics.REMEDIATIONS.labels(*labels, decision.action, outcome).inc()
+    for judged in decision.outcomes:
+        _metrics.REMEDIATION_OUTCOMES.labels(judged.oom_class, judged.action, judged.result).inc()
+        share = decision.state.outcome_confidence.get(judged.oom_class)
+        said = f" ({share:.0%} of this class's fixes worked here)" if share is not None else ""
+        message = (
+            f"{judged.action} for {judged.oom_class}, applied {judged.applied_at:%Y-%m-%d %H:%M}Z: "
+            f"{judged.result}{said}"
+        )
+        _reconcile._event(
+            parent, warning=judged.result == "recurred", reason="RemediationOutcome", message=message
+        )
     first = diagnosis.evidence[0] if diagnosis.evidence else ""
     _reconcile._event(parent, warning=True, reason="OutOfMemory",
                       message=f"{pod['metadata']['name']}/{container}: {diagnosis.oom_class.value} "

@@ -185,6 +185,11 @@ class OperatorSettings(BaseSettings):
     )
     remediation_min_confidence: float = Field(default=0.6, ge=0, le=1, description="Act only above this.")
     remediation_max_memory_gib: float = Field(default=1024, gt=0, description="Cap on raised pod memory.")
+    remediation_outcome_horizon_minutes: int = Field(
+        default=1440,
+        gt=0,
+        description="An applied fix counts as having worked when its class does not come back within this.",
+    )
 
     @field_validator("restart_timezone")
     @classmethod

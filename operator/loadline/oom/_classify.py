@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import re
 from dataclasses import dataclass, field
 
 from loadline.oom._model import CAUSES, AllocatorFigures, Diagnosis, Incident, OomClass
@@ -48,6 +49,20 @@ class _Facts:
     ray_oom: bool = False
     host_alloc: str | None = None
     offload_flags: bool = False
+    #: Killed from outside for memory: the OOM killer named, or SIGKILL / exit 137 with an OOM word.
+    host_kill: str | None = None
+    ray_worker_died: str | None = None
+    #: The report's own words for host memory ("system memory", "host RAM", "内存").
+    host_words: str | None = None
+    #: The text ends inside vLLM's KV refusal (cut off before its figures).
+    kv_cut: str | None = None
+
+    @property
+    def host_text(self) -> bool:
+        """Whether the text itself speaks of the host's memory (not counting the reason or exit code)."""
+        return bool(
+            self.ray_oom or self.host_alloc or self.host_kill or self.ray_worker_died or self.host_words
+        )
 
 
 @dataclass
@@ -75,10 +90,28 @@ def _pct(value: float) -> str:
     return f"{value:.0%}"
 
 
+def _found(pattern: re.Pattern[str], text: str) -> str | None:
+    m = pattern.search(text)
+    return m.group(0) if m else None
+
+
+def _cut_inside(text: str, t: Tables, fact: str) -> str | None:
+    """The piece of a known message the text ends inside, if it is cut off in one (else None).
+
+    A termination message is cut to its limit wherever that falls; the opening of vLLM's or Ray's own
+    message still says which message it was, as long as what follows the head is how that message goes on.
+    """
+    tail_text = text.rstrip("\n")
+    for head, rest in t.openings.get(fact, ()):
+        for m in head.finditer(tail_text):
+            if rest.startswith(tail_text[m.end() :]):
+                return tail_text[m.start() :]
+    return None
+
+
 def _read_text(text: str, t: Tables) -> _Facts:
     p = t.patterns
     f = _Facts()
-    f.gpu_oom = bool(p["gpu_oom"].search(text))
     m = p["sampler_warmup"].search(text)
     if m:
         f.sampler_warmup = True
@@ -86,6 +119,19 @@ def _read_text(text: str, t: Tables) -> _Facts:
     # A finished capture in the log means a later out-of-memory happened after it, not during it.
     f.graph_capture = bool(p["graph_capture"].search(text)) and not p["graph_capture_done"].search(text)
     f.profiling = bool(p["profiling"].search(text))
+    oom_word = p["oom_word"].search(text)
+    f.host_kill = _found(p["oom_killer"], text)
+    f.host_words = _found(p["host_words"], text)
+    f.ray_worker_died = _found(p["ray_worker_died"], text)
+    m = p["sigkill"].search(text)
+    if f.host_kill is None and m and oom_word:
+        f.host_kill = m.group(0)
+    # "OOM" without the GPU's own words is a GPU out-of-memory only when it came in a GPU-only step
+    # (the profiling batch, CUDA graph capture, the sampler warm-up) and nothing speaks of the host.
+    gpu_step = f.profiling or f.graph_capture or f.sampler_warmup
+    f.gpu_oom = bool(p["gpu_oom"].search(text)) or bool(
+        oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
+    )
     f.no_cache_blocks = bool(p["no_cache_blocks"].search(text))
     m = p["max_len_kv_v0"].search(text)
     if m:
@@ -109,10 +155,14 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.load_phase = bool(p["load_phase"].search(text))
     f.weights_loaded = bool(p["weights_loaded"].search(text))
     f.serving = bool(p["serving"].search(text))
-    f.ray_oom = bool(p["ray_oom"].search(text))
+    f.ray_oom = bool(p["ray_oom"].search(text)) or _cut_inside(text, t, "ray_oom") is not None
     m = p["host_alloc"].search(text)
     if m:
         f.host_alloc = m.group(0)
+    else:
+        f.host_alloc = _cut_inside(text, t, "host_alloc")
+    if f.max_len is None:
+        f.kv_cut = _cut_inside(text, t, "kv_refusal")
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
 
@@ -136,8 +186,16 @@ def _prompt_growth(incident: Incident, t: Tables) -> tuple[bool, str]:
 
 
 def _score_text(
-    s: _Score, f: _Facts, incident: Incident, runtime: bool, before_load_done: bool, gpu: bool
+    s: _Score,
+    f: _Facts,
+    incident: Incident,
+    runtime: bool,
+    before_load_done: bool,
+    gpu: bool,
+    pieces: bool = False,
 ) -> None:
+    """``pieces``: the allocator's figures show the memory was there in pieces; then a start-up step
+    (graph capture, profiling) is only where it happened, not evidence that the budget was too small."""
     reason = incident.reason.strip().lower()
     host = False
     if reason == "oomkilled":
@@ -152,6 +210,15 @@ def _score_text(
     if f.host_alloc:
         s.add("host_alloc", what=f.host_alloc)
         host = True
+    if f.host_kill:
+        s.add("host_kill", what=f.host_kill)
+        host = True
+    if f.ray_worker_died and not f.ray_oom:
+        s.add("ray_worker_died", what=f.ray_worker_died)
+        host = True
+    if f.host_words and not (f.ray_oom or f.host_alloc or f.host_kill):
+        s.add("host_words", what=f.host_words)
+        host = True
     if host and f.offload_flags:
         s.add("offload_flags")
 
@@ -159,13 +226,15 @@ def _score_text(
         s.add("gpu_only")
     if f.sampler_warmup:
         s.add("sampler_warmup", warmup=f.warmup if f.warmup is not None else "its")
-    elif f.gpu_oom and f.graph_capture and not runtime:
+    elif f.gpu_oom and f.graph_capture and not runtime and not pieces:
         s.add("graph_capture_oom")
-    elif f.gpu_oom and f.profiling and not runtime and not before_load_done:
+    elif f.gpu_oom and f.profiling and not runtime and not before_load_done and not pieces:
         s.add("profiling_oom")
     if f.max_len is not None:
         capacity = f"{f.kv_capacity} tokens" if f.kv_capacity is not None else "less"
         s.add("max_len_exceeds_kv", max_len=f.max_len, capacity=capacity)
+    elif f.kv_cut:
+        s.add("max_len_exceeds_kv_cut", what=f.kv_cut)
     if f.load_failed:
         s.add("load_failed")
     elif f.gpu_oom and before_load_done and not f.sampler_warmup:
@@ -178,7 +247,9 @@ def _score_text(
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
     plan, config, t = incident.plan, incident.config, s.t
-    if plan.weights_gib is None or plan.gpu_memory_gib is None or not gpu_signal:
+    if plan.weights_gib is None or plan.gpu_memory_gib is None:
+        return
+    if not gpu_signal and not _plan_exceeds(incident):
         return
     tp = config.tensor_parallel_size or 1
     per_gpu = plan.weights_gib / tp
@@ -193,12 +264,33 @@ def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
         s.add("weights_fit", gpu=_num(plan.gpu_memory_gib), **values)
 
 
-def _score_timing(s: _Score, incident: Incident, runtime: bool, gpu_signal: bool) -> None:
-    """Facts about *when* that rule classes out (the moments that point to a class are the timing table)."""
+def _creeping(incident: Incident, t: Tables, prompts_growing: bool) -> bool:
+    """GPU memory climbing before the crash while the prompts did not grow (a steady load)."""
+    rate = incident.metrics.gpu_memory_growth_gib_per_hour
+    climbing = rate is not None and rate >= t.threshold("memory_climbing_gib_per_hour")
+    return climbing and not prompts_growing
+
+
+def _plan_exceeds(incident: Incident) -> bool:
+    """Whether the plan's own figures put more weights on one GPU than it has: no text is needed then."""
+    plan = incident.plan
+    if plan.weights_gib is None or plan.gpu_memory_gib is None:
+        return False
+    return plan.weights_gib / (incident.config.tensor_parallel_size or 1) >= plan.gpu_memory_gib
+
+
+def _score_timing(
+    s: _Score, incident: Incident, runtime: bool, gpu_signal: bool, pieces: bool = False
+) -> None:
+    """Facts about *when* that rule classes out (the moments that point to a class are the timing table).
+
+    ``pieces``: the allocator's figures show the memory was there in pieces. Then the phase does not rule
+    fragmentation out: CUDA graph capture and profiling fragment the cache at start-up too.
+    """
     t = s.t
     if gpu_signal and (incident.ever_ready or runtime):
         s.add("served")
-    elif gpu_signal and incident.ever_ready is False:
+    elif gpu_signal and incident.ever_ready is False and not pieces:
         s.add("never_ready")
     util = incident.config.gpu_memory_utilization
     if gpu_signal and util is not None and util >= t.threshold("high_util"):
@@ -222,7 +314,14 @@ def _since_ready(incident: Incident) -> float | None:
 
 
 def _timing_verdict(
-    t: Tables, incident: Incident, f: _Facts, runtime: bool, host: bool, gpu: bool, growing: bool
+    t: Tables,
+    incident: Incident,
+    f: _Facts,
+    runtime: bool,
+    host: bool,
+    gpu: bool,
+    growing: bool,
+    pieces: bool = False,
 ) -> _Verdict | None:
     """The field guide's timing table, read from the incident: which moment the crash came at, if known.
 
@@ -239,7 +338,7 @@ def _timing_verdict(
         after_load = f.weights_loaded or f.profiling or f.graph_capture or f.sampler_warmup
         if incident.phase == "loading" or (f.load_phase and not f.weights_loaded) or f.load_failed:
             row_id = "at_load"
-        elif (incident.phase == "starting" or after_load) and f.gpu_oom:
+        elif (incident.phase == "starting" or after_load) and f.gpu_oom and not pieces:
             # A refusal (no cache blocks, max_len vs KV) is not an out-of-memory during a batch.
             row_id = "after_load"
     elif gpu and runtime:
@@ -302,21 +401,33 @@ def _score_metrics(s: _Score, incident: Incident, runtime: bool, growing: tuple[
         s.add("memory_climbing", rate=_num(rate))
 
 
-def _score_allocator(s: _Score, fig: AllocatorFigures | None, incident: Incident, runtime: bool) -> None:
+def _score_allocator(
+    s: _Score, fig: AllocatorFigures | None, incident: Incident, runtime: bool, named_setting: bool = False
+) -> None:
+    """``named_setting``: vLLM's own message names the setting that sized the failed request (the sampler
+    warm-up's max_num_seqs dummy requests); lowering it removes the request, so fragmentation figures beside
+    it do not make it a fragmentation case."""
     t = s.t
     if fig is None:
         return
-    if runtime and fig.reserved_unallocated_gib is not None and fig.requested_gib:
+    # The figures decide, whatever the phase: the caching allocator serves a request from one block, so
+    # reserved-but-unallocated memory at least the size of the request means the bytes were there but
+    # not in one piece (fragmentation by definition); free plus cached enough, most of it cached, is the
+    # same in two places. Less than that and the memory was used up.
+    if fig.reserved_unallocated_gib is not None and fig.requested_gib and not named_setting:
+        verdict = _pieces(fig, t)
         ratio = fig.reserved_unallocated_gib / fig.requested_gib
         values = {
             "unalloc": _num(fig.reserved_unallocated_gib),
             "ratio": f"{ratio:.1f}×",
             "requested": _num(fig.requested_gib),
         }
-        if ratio >= t.threshold("reserved_large_ratio"):
+        if verdict == "reserved_large":
             s.add("reserved_large", **values)
-        elif ratio >= t.threshold("reserved_covers_ratio"):
+        elif verdict == "reserved_covers":
             s.add("reserved_covers", **values)
+        elif verdict == "in_pieces":
+            s.add("in_pieces", free=_num(fig.free_gib or 0.0), **values)
         elif fig.free_gib is not None and fig.requested_gib > fig.free_gib:
             s.add("allocator_exhausted", free=_num(fig.free_gib), **values)
     outside = fig.outside_gib
@@ -326,9 +437,24 @@ def _score_allocator(s: _Score, fig: AllocatorFigures | None, incident: Incident
             s.add("external_memory", outside=_num(outside), total=_num(fig.total_gib))
 
 
+def _pieces(fig: AllocatorFigures | None, t: Tables) -> str | None:
+    """Which fragmentation signal the allocator's figures support, if any (see ``_score_allocator``)."""
+    if fig is None or fig.reserved_unallocated_gib is None or not fig.requested_gib:
+        return None
+    unalloc, requested = fig.reserved_unallocated_gib, fig.requested_gib
+    if unalloc >= t.threshold("reserved_large_ratio") * requested:
+        return "reserved_large"
+    if unalloc >= t.threshold("reserved_covers_ratio") * requested:
+        return "reserved_covers"
+    free = fig.free_gib
+    if free is not None and free + unalloc >= requested and unalloc >= free:
+        return "in_pieces"
+    return None
+
+
 def _score_config(s: _Score, incident: Incident, host: bool) -> None:
     config, t = incident.config, s.t
-    if config.expandable_segments and "reserved_large" in s.fired:
+    if config.expandable_segments and {"reserved_large", "reserved_covers", "in_pieces"} & set(s.fired):
         s.add("expandable_on")
     if host and config.kv_offload_cpu_gib and config.memory_limit_bytes:
         limit_gib = config.memory_limit_bytes / 1024**3
@@ -453,13 +579,19 @@ def classify(incident: Incident) -> Diagnosis:
         or facts.sampler_warmup
         or facts.no_cache_blocks
         or facts.max_len is not None
+        or facts.kv_cut is not None
         or facts.load_failed
     )
     reason = incident.reason.strip().lower()
-    host_signal = (
-        reason == "oomkilled" or incident.exit_code == 137 or facts.ray_oom or facts.host_alloc is not None
-    )
+    host_signal = reason == "oomkilled" or incident.exit_code == 137 or facts.host_text
+    if not gpu_signal and not host_signal and _plan_exceeds(incident):
+        # The plan alone says the weights do not fit: a crash with no wording is still evidence then.
+        gpu_signal = True
     growing = _prompt_growth(incident, t)
+    if not gpu_signal and not host_signal and runtime and _creeping(incident, t, growing[0]):
+        # A crash with no message after serving: GPU memory creeping up under a load that did not grow
+        # is the evidence (the allocator's cache, not the requests, grew).
+        gpu_signal = True
 
     if not gpu_signal and not host_signal:
         return Diagnosis(
@@ -472,15 +604,16 @@ def classify(incident: Incident) -> Diagnosis:
             figures=figures,
         )
 
-    _score_text(s, facts, incident, runtime, before_load_done, gpu_signal)
+    pieces = _pieces(figures, t) is not None and not facts.sampler_warmup
+    _score_text(s, facts, incident, runtime, before_load_done, gpu_signal, pieces=pieces)
     _score_plan(s, incident, gpu_signal)
-    _score_timing(s, incident, runtime, gpu_signal)
+    _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
-    _score_allocator(s, figures, incident, runtime)
+    _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup)
     _score_config(s, incident, host_signal)
 
-    host_only = bool(reason == "oomkilled" or facts.ray_oom or facts.host_alloc)
-    timing = _timing_verdict(t, incident, facts, runtime, host_only, gpu_signal, growing[0])
+    host_only = reason == "oomkilled" or facts.host_text
+    timing = _timing_verdict(t, incident, facts, runtime, host_only, gpu_signal, growing[0], pieces)
     oom_class, confidence, notes = _decide(s, timing)
     evidence = [e for e in s.evidence if e]
     fired = list(s.fired)

@@ -28,7 +28,7 @@ __all__ = [
 
 #: Annotation keys a corpus file carries besides the INCIDENT.json fields; the classifier ignores them.
 CORPUS_KEYS = frozenset(
-    {"source", "expected_class", "note", "split", "message_origin", "timing", "resolution"}
+    {"source", "expected_class", "note", "split", "message_origin", "timing", "resolution", "collected"}
 )
 
 #: A case is held out when the first 8 hex digits of sha256(source address), as an integer, are
@@ -61,6 +61,9 @@ class Case:
     split: str
     origin: str
     source: str
+    #: Which later collection the case came in (None for the first corpus): a set gathered after the
+    #: rules were written, so its before/after figures are measured on data the rules were not written on.
+    collected: str | None = None
 
 
 def load_corpus(directory: Path) -> list[Case]:
@@ -82,6 +85,7 @@ def load_corpus(directory: Path) -> list[Case]:
                 split=str(data["split"]),
                 origin=str(data["message_origin"]),
                 source=str(data["source"]),
+                collected=data.get("collected"),
             )
         )
     return cases

@@ -38,7 +38,7 @@ _UNIT_GIB = {
     "TB": 1024.0,
 }
 
-_START = re.compile(r"CUDA out of memory|OutOfMemoryError", re.IGNORECASE)
+_START = re.compile(r"CUDA out of memory|OutOfMemoryError|would exceed allowed memory", re.IGNORECASE)
 _WINDOW = 1500
 
 _OLD = re.compile(
@@ -54,6 +54,24 @@ _IN_USE = re.compile(r"(?:this process|Process \d+) has " + _SIZE + r" memory in
 _ALLOCATED = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch")
 _POOLS = re.compile(r"with " + _SIZE + r" allocated in private pools")
 _RESERVED_UNALLOC = re.compile(_SIZE + r" is reserved by PyTorch but unallocated")
+# torch with a memory fraction set (``set_per_process_memory_fraction``; TGI's --cuda-memory-fraction):
+# "Allocation on device 0 would exceed allowed memory. (out of memory)\nCurrently allocated : X\n
+# Requested : Y\nDevice limit : Z\nFree (according to CUDA): W". The limit is what the process may use.
+_FRACTION = re.compile(
+    r"Currently allocated\s*:\s*"
+    + _SIZE
+    + r"\s*(?:\\n)?\s*Requested\s*:\s*"
+    + _SIZE
+    + r"\s*(?:\\n)?\s*Device limit\s*:\s*"
+    + _SIZE
+    + r"\s*(?:\\n)?\s*Free \(according to CUDA\)\s*:\s*"
+    + _SIZE
+)
+# The same figures as people condense them ("GPU has 19.53 GiB total, 329.87 MiB free. PyTorch allocated:
+# 18.40 GiB Reserved but unallocated: 402.27 MiB").
+_SHORT_TOTAL_FREE = re.compile(r"GPU(?: \d+)? has " + _SIZE + r" total, " + _SIZE + r" free")
+_SHORT_ALLOCATED = re.compile(r"PyTorch allocated:\s*" + _SIZE)
+_SHORT_UNALLOC = re.compile(r"Reserved but unallocated:\s*" + _SIZE)
 
 
 def to_gib(number: str, unit: str) -> float:
@@ -106,9 +124,41 @@ def _parse_new(window: str, requested: float | None) -> AllocatorFigures | None:
     )
 
 
+def _parse_fraction(window: str) -> AllocatorFigures | None:
+    m = _FRACTION.search(window)
+    if m is None:
+        return None
+    return AllocatorFigures(
+        fmt="fraction",
+        allocated_gib=_gib(m, 1),
+        requested_gib=_gib(m, 3),
+        total_gib=_gib(m, 5),
+        free_gib=_gib(m, 7),
+    )
+
+
+def _parse_short(window: str, requested: float | None) -> AllocatorFigures | None:
+    total_free = _SHORT_TOTAL_FREE.search(window)
+    if total_free is None:
+        return None
+    return AllocatorFigures(
+        fmt="short",
+        requested_gib=requested,
+        total_gib=_gib(total_free, 1),
+        free_gib=_gib(total_free, 3),
+        allocated_gib=_gib(_SHORT_ALLOCATED.search(window), 1),
+        reserved_unallocated_gib=_gib(_SHORT_UNALLOC.search(window), 1),
+    )
+
+
 def _parse_window(window: str) -> AllocatorFigures | None:
     requested = _gib(_REQUESTED.search(window), 1)
-    figures = _parse_old(window, requested) or _parse_new(window, requested)
+    figures = (
+        _parse_old(window, requested)
+        or _parse_new(window, requested)
+        or _parse_fraction(window)
+        or _parse_short(window, requested)
+    )
     if figures is None and requested is not None:
         return AllocatorFigures(fmt="partial", requested_gib=requested)
     return figures

@@ -9,17 +9,29 @@ the fleet's limits. Rules, in order:
 - the daily budget spent: phase Degraded, "needs a person", and what to look at;
 - a change that would undo one made within the cool-down (the other direction on the same setting)
   is dropped: no flapping; a proposal with nothing left is recommended only;
-- host memory is raised at least 20 % and never above the policy cap.
+- host memory is raised at least 20 % and never above the policy cap;
+- outcomes: every applied fix opens a trial; the same class again within the horizon judges it
+  ``recurred`` (:mod:`loadline.oom._outcome`), and a fix that recurred for a class is not proposed again
+  for it: the next rung is taken (:func:`loadline.oom._remediate.next_rung`), and when no rung is left
+  the model is marked for a person with the history of what was tried.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
-from loadline.api import AppliedChange, RemediationState
+from loadline.api import AppliedChange, RemediationOutcome, RemediationState, RemediationTrial
 from loadline.oom._model import Change, Diagnosis, OomClass, Remediation
+from loadline.oom._outcome import (
+    DEFAULT_HORIZON,
+    failed_actions,
+    history_sentence,
+    judge_outcome,
+    outcome_confidence,
+)
+from loadline.oom._remediate import next_rung
 
 GIB = 1024**3
 
@@ -60,6 +72,8 @@ class Decision:
     restart: bool = False
     needs_person: str = ""
     look_at: tuple[str, ...] = field(default=())
+    #: Fixes judged by this incident (or by the clock): for the Event and the outcomes metric.
+    outcomes: tuple[RemediationOutcome, ...] = ()
 
 
 def _number(value: object) -> float | None:
@@ -115,13 +129,73 @@ def decide(
     now: datetime,
     *,
     mode: str | None = None,
+    outcome_horizon: timedelta = DEFAULT_HORIZON,
+    crash_started_at: datetime | None = None,
 ) -> Decision:
-    """Decide on one incident; the returned state is what to write to ``status.remediation``."""
+    """Decide on one incident; the returned state is what to write to ``status.remediation``.
+
+    ``outcome_horizon``: how long an applied fix must hold to count as having worked;
+    ``crash_started_at``: when the crashed instance started (a crash of an instance older than a fix
+    does not judge that fix)."""
+    decision = _decide(diagnosis, proposal, state, limits, now, mode, outcome_horizon, crash_started_at)
+    return decision
+
+
+def _decide(
+    diagnosis: Diagnosis,
+    proposal: Remediation,
+    state: RemediationState,
+    limits: PolicyLimits,
+    now: datetime,
+    mode: str | None,
+    horizon: timedelta,
+    crash_started_at: datetime | None,
+) -> Decision:
     mode = mode or limits.mode
     day = now.date().isoformat()
     state = state.model_copy(deep=True)
     if state.day != day:
         state.day, state.actions_today, state.needs_person = day, 0, ""
+    cls = diagnosis.oom_class.value
+    judged = judge_outcome(state.trials, cls, now, horizon, crash_started_at=crash_started_at)
+    state.trials = list(judged.open)
+    state.outcomes = [*state.outcomes, *judged.outcomes][-50:]
+    outcomes = judged.outcomes
+    if outcomes:
+        state.outcome_confidence = outcome_confidence(state.outcomes)
+    if proposal.action != "none" and diagnosis.oom_class != OomClass.UNKNOWN:
+        rung = next_rung(proposal, failed_actions(state.outcomes, cls))
+        if rung is None:
+            state.needs_person = (
+                f"needs a person: every fix loadline has for {cls} was tried on this model and the crash "
+                f"came back; tried: {history_sentence(state.outcomes, cls)}; look at: "
+                + ("; ".join(proposal.look_at) or proposal.summary)
+            )
+            return Decision(False, proposal.action, "the fixes for this class did not work", state,
+                            needs_person=state.needs_person, look_at=proposal.look_at,
+                            outcomes=outcomes)  # fmt: skip
+        proposal = rung
+    decision = _apply(diagnosis, proposal, state, limits, now, mode)
+    if decision.apply:
+        trial = RemediationTrial.model_validate({"class": cls, "action": decision.action, "appliedAt": now})
+        decision.state.trials = [*decision.state.trials, trial][-20:]
+    return replace(decision, outcomes=outcomes)
+
+
+def confidence_by_class(state: RemediationState) -> dict[str, float]:
+    """Per class, the share of this model's judged fixes that worked (see :func:`outcome_confidence`)."""
+    return outcome_confidence(state.outcomes)
+
+
+def _apply(
+    diagnosis: Diagnosis,
+    proposal: Remediation,
+    state: RemediationState,
+    limits: PolicyLimits,
+    now: datetime,
+    mode: str,
+) -> Decision:
+    """The budget, cool-down and policy rules on one (rung-chosen) proposal."""
     look_at = proposal.look_at
     if mode == "off":
         return Decision(False, "none", "remediation is off for this model", state, look_at=look_at)

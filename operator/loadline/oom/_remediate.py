@@ -10,10 +10,11 @@ repeated incident walks down the ladder instead of jumping to the bottom.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 
 from loadline.oom._model import GIB, Change, Diagnosis, Incident, OomClass, Option, Remediation
 
-__all__ = ["propose_remediation"]
+__all__ = ["next_rung", "propose_remediation"]
 
 # vLLM's defaults, used when the config does not say (old value then reported as None).
 _DEFAULT_GPU_UTIL = 0.9
@@ -331,3 +332,26 @@ def propose_remediation(diagnosis: Diagnosis, incident: Incident) -> Remediation
             return _host(diagnosis, incident)
         case _:
             return _unknown(diagnosis)
+
+
+def next_rung(proposal: Remediation, failed: Collection[str]) -> Remediation | None:
+    """``proposal`` without the fixes that already failed for its class (the class came back after them):
+    its first alternative not tried in vain becomes the action. None when every rung has failed: then a
+    person must look, with the history.
+
+    A fix that did not work is not repeated, however sure the diagnosis: doing the same thing again
+    costs a restart and changes nothing the last one did not.
+    """
+    if proposal.action == "none" or proposal.action not in failed:
+        return proposal
+    left = [o for o in proposal.alternatives if o.action not in failed]
+    if not left:
+        return None
+    first = left[0]
+    return Remediation(
+        action=first.action,
+        summary=f"{first.summary} ({proposal.action} was tried and the crash came back.)",
+        changes=first.changes,
+        alternatives=tuple(left[1:]),
+        look_at=proposal.look_at,
+    )

@@ -16,7 +16,7 @@ from typing import Any
 
 from loadline.oom._model import CAUSES, OomClass
 
-__all__ = ["Signal", "Tables", "TimingRow", "tables"]
+__all__ = ["Opening", "Signal", "Tables", "TimingRow", "tables"]
 
 
 @dataclass(frozen=True)
@@ -38,9 +38,15 @@ class TimingRow:
     when: str
 
 
+#: The opening of a known message: the head to find and the rest the text may end inside.
+Opening = tuple[re.Pattern[str], str]
+
+
 @dataclass(frozen=True)
 class Tables:
     patterns: dict[str, re.Pattern[str]]
+    #: Per fact, the openings of the messages that state it (see ``openings`` in signals.json).
+    openings: dict[str, tuple[Opening, ...]]
     signals: dict[str, Signal]
     thresholds: dict[str, float]
     timing: dict[str, TimingRow]
@@ -78,6 +84,11 @@ def tables() -> Tables:
     raw = _load_raw("signals.json")
     timing = _load_raw("timing.json")
     patterns = {name: re.compile(rx, re.MULTILINE) for name, rx in raw["patterns"].items()}
+    openings = {
+        name: tuple((re.compile(head), str(rest)) for head, rest in rows)
+        for name, rows in raw["openings"].items()
+        if not name.startswith("_")
+    }
     signals: dict[str, Signal] = {}
     for sid, spec in raw["signals"].items():
         weights = {OomClass(name): float(w) for name, w in spec["weights"].items()}
@@ -88,6 +99,7 @@ def tables() -> Tables:
     assert all(c in CAUSES for s in signals.values() for c in s.weights)
     return Tables(
         patterns=patterns,
+        openings=openings,
         signals=signals,
         thresholds=thresholds,
         timing=_timing_rows(timing),

@@ -1,0 +1,255 @@
+"""The classifier decides from evidence, not wording: the allocator's figures in every phrasing, the host's
+own words for its memory, the plan, and the phase. One test per rule; each fails without its rule.
+
+Messages are quoted from the fresh corpus reports (tests/corpus/oom, ``collected`` set) or built from
+torch's own formats with other figures.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from loadline.oom import Incident, OomClass, classify, parse_incident, parse_oom_text
+
+ADVICE = (
+    " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
+    " to avoid fragmentation.  See documentation for Memory Management"
+)
+
+
+def make(**fields: Any) -> Incident:
+    data: dict[str, Any] = {"reason": "Error", "exit_code": 1}
+    data.update(fields)
+    return parse_incident(data)
+
+
+def new_format(requested: str, total: str, free: str, in_use: str, allocated: str, unalloc: str) -> str:
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {requested}. GPU 0 has a total "
+        f"capacity of {total} of which {free} is free. Including non-PyTorch memory, this process has "
+        f"{in_use} memory in use. Of the allocated memory {allocated} is allocated by PyTorch, and {unalloc} "
+        "is reserved by PyTorch but unallocated."
+    )
+
+
+# ---- the allocator's figures in every phrasing -------------------------------------------------------
+
+TGI_FRACTION = (
+    "thread 'main' panicked at 'Unable to warmup model: Generation(\"Allocation on device 0 would exceed "
+    "allowed memory. (out of memory)\\nCurrently allocated     : 16.08 GiB\\nRequested               : "
+    "4.83 GiB\\nDevice limit            : 22.20 GiB\\nFree (according to CUDA): 11.12 MiB\\nPyTorch limit "
+    "(set by user-supplied memory fraction)\\n                        : 22.20 GiB\")'"
+)
+
+
+def test_memory_fraction_format_is_read() -> None:
+    fig = parse_oom_text(TGI_FRACTION)
+    assert fig is not None and fig.fmt == "fraction"
+    assert (fig.requested_gib, fig.allocated_gib, fig.total_gib) == (4.83, 16.08, 22.2)
+    assert fig.free_gib is not None and abs(fig.free_gib - 11.12 / 1024) < 1e-4
+
+
+def test_condensed_format_is_read() -> None:
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 384.00 MiB.\nGPU has 19.53 GiB "
+        "total, 329.87 MiB free.\nPyTorch allocated: 18.40 GiB\nReserved but unallocated: 402.27 MiB"
+    )
+    fig = parse_oom_text(text)
+    assert fig is not None and fig.fmt == "short"
+    assert fig.requested_gib == 0.375 and fig.reserved_unallocated_gib is not None
+    assert abs(fig.reserved_unallocated_gib - 402.27 / 1024) < 1e-4
+
+
+def test_the_trailing_advice_is_no_evidence() -> None:
+    msg = new_format("960.00 MiB", "79.14 GiB", "712.75 MiB", "78.43 GiB", "76.06 GiB", "10.00 MiB")
+    bare = classify(make(message=msg, ever_ready=True))
+    advised = classify(make(message=msg + ADVICE, ever_ready=True))
+    assert dict(advised.scores) == dict(bare.scores)
+    assert advised.oom_class is not OomClass.FRAGMENTATION
+
+
+# ---- fragmentation from the figures, start-up too ------------------------------------------------------
+
+
+def test_reserved_unallocated_at_least_the_request_is_fragmentation() -> None:
+    # 1.2x the request: below the old 1.5x "large" line, yet the bytes were cached, just not in one block.
+    msg = new_format("1.00 GiB", "79.33 GiB", "100.00 MiB", "79.19 GiB", "77.00 GiB", "1.20 GiB")
+    d = classify(make(message=msg, ever_ready=True))
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert "reserved_covers" in d.signals
+    assert any("1.2 GiB reserved but unallocated" in e for e in d.evidence)
+
+
+def test_free_plus_cached_enough_is_fragmentation() -> None:
+    # compressed-tensors#587: 1.96 GiB asked, 1.08 free + 1.83 cached, neither alone enough.
+    msg = new_format("1.96 GiB", "79.18 GiB", "1.08 GiB", "78.09 GiB", "75.31 GiB", "1.83 GiB")
+    d = classify(make(message=msg, ever_ready=True))
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert "in_pieces" in d.signals
+
+
+def test_memory_used_up_is_not_fragmentation() -> None:
+    msg = new_format("1.96 GiB", "79.18 GiB", "1.08 GiB", "78.09 GiB", "77.00 GiB", "0.50 GiB")
+    d = classify(make(message=msg, ever_ready=True))
+    assert d.oom_class is not OomClass.FRAGMENTATION
+    assert "in_pieces" not in d.signals
+
+
+def test_fragmentation_figures_decide_during_graph_capture() -> None:
+    msg = new_format("1.00 GiB", "79.33 GiB", "100.00 MiB", "79.19 GiB", "76.00 GiB", "2.00 GiB")
+    d = classify(make(message=msg + "\n  File x, in capture_model", ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.FRAGMENTATION
+
+
+def test_a_setting_named_by_vllm_outweighs_fragmented_figures() -> None:
+    sampler = (
+        "RuntimeError: CUDA out of memory occurred when warming up sampler with 1024 dummy requests. "
+        "Please try lowering `max_num_seqs` or `gpu_memory_utilization` when initializing the engine.\n"
+    )
+    msg = new_format("786.00 MiB", "79.19 GiB", "552.50 MiB", "78.64 GiB", "74.91 GiB", "1.78 GiB")
+    d = classify(make(message=sampler + msg, ever_ready=False))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+def test_expandable_segments_on_takes_the_pieces_reading_away() -> None:
+    msg = new_format("1.96 GiB", "79.18 GiB", "1.08 GiB", "78.09 GiB", "75.31 GiB", "1.83 GiB")
+    d = classify(make(message=msg, ever_ready=True, config={"expandable_segments": True}))
+    assert d.oom_class is not OomClass.FRAGMENTATION
+
+
+# ---- the host's own words -------------------------------------------------------------------------------
+
+
+def test_sigkill_with_an_oom_word_is_host_memory() -> None:
+    msg = "The Python process exited with exit code 137 (SIGKILL). This may have been cause by OOM error."
+    d = classify(make(message=msg, exit_code=137))
+    assert d.oom_class is OomClass.HOST_MEMORY
+    assert "host_kill" in d.signals
+
+
+def test_sigkill_without_an_oom_word_is_not_a_host_kill() -> None:
+    d = classify(make(message="worker received SIGKILL", exit_code=1))
+    assert "host_kill" not in d.signals
+
+
+def test_rays_worker_death_even_cut_short_is_host_memory() -> None:
+    msg = (
+        "(raylet) A worker died or was killed while executing a task by an unexpected system error. Worker "
+        "exit type: SYSTEM_ERROR Worker exit detail: Worker unexpectedly exits with a connection error code "
+        "2. End of file. There are some potential root caus"
+    )
+    d = classify(make(message=msg, ever_ready=True, phase="serving"))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_ray_oom_in_the_reporters_words_is_host_memory() -> None:
+    d = classify(make(message="when I use multi gpu, I meet the ray OOM error."))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_system_memory_is_host_memory() -> None:
+    for msg in (
+        "**System Memory** OOM after upgrading",
+        "host-OOM for large models",
+        "mem会用完，内存都不够",
+    ):
+        assert classify(make(message=msg)).oom_class is OomClass.HOST_MEMORY, msg
+
+
+def test_oom_killer_named_is_host_memory() -> None:
+    msg = "(1) The process is killed by SIGKILL by OOM killer due to high memory usage."
+    assert classify(make(message=msg)).oom_class is OomClass.HOST_MEMORY
+
+
+# ---- start-up steps that name a batch setting -----------------------------------------------------------
+
+
+def test_bare_oom_in_the_profile_run_is_batch_settings() -> None:
+    d = classify(
+        make(
+            message="OOM error",
+            log_tail="Loading model weights took 19.9073 GB\nStarting profile run for multi-modal models.",
+            ever_ready=False,
+        )
+    )
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+def test_bare_oom_with_no_gpu_step_is_not_called_gpu() -> None:
+    d = classify(make(message="OOM error", ever_ready=False))
+    assert d.oom_class is OomClass.UNKNOWN
+
+
+def test_tgi_warmup_oom_is_batch_settings() -> None:
+    d = classify(make(message=TGI_FRACTION, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert "profiling_oom" in d.signals
+
+
+# ---- the plan without any wording ----------------------------------------------------------------------
+
+
+def test_weights_planned_above_the_gpu_decide_without_wording() -> None:
+    d = classify(
+        make(
+            message="",
+            ever_ready=False,
+            config={"tensor_parallel_size": 1},
+            plan={"weights_gib": 131.4, "gpu_memory_gib": 44.4},
+        )
+    )
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert any("131.4 GiB" in e and "44.4 GiB" in e for e in d.evidence)
+
+
+# ---- a termination message cut off inside a known message ----------------------------------------------
+
+
+def test_kv_refusal_cut_mid_word_is_kv_overflow() -> None:
+    msg = "ERROR 01-02 03:04:05 [core.py:1] ValueError: The model's max seq len (65536) is larger th"
+    d = classify(make(message=msg, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert "max_len_exceeds_kv_cut" in d.signals
+
+
+def test_v1_kv_refusal_cut_early_is_kv_overflow() -> None:
+    d = classify(make(message="(EngineCore pid=7) ValueError: To serve at least one req", ever_ready=False))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+
+
+def test_ray_oom_cut_inside_its_name_is_host_memory() -> None:
+    d = classify(make(message="ERROR 03-21 17:27:44 [core.py:340] ray.exceptions.OutOfMemo", ever_ready=True))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_mmap_failure_cut_is_host_memory() -> None:
+    d = classify(make(message="ERROR [core.py:396] RuntimeError: unable to mm", phase="loading"))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_a_head_followed_by_other_words_is_not_a_cut_message() -> None:
+    # The head matches but the text goes on differently: not the known message, so no signal.
+    d = classify(make(message="To serve at low latency we use OOM guards", ever_ready=True))
+    assert "max_len_exceeds_kv_cut" not in d.signals
+
+
+# ---- a crash with no message: the metrics before it ------------------------------------------------------
+
+
+def test_silent_crash_after_days_with_memory_creeping_is_fragmentation() -> None:
+    d = classify(
+        make(
+            reason="Error",
+            exit_code=1,
+            ever_ready=True,
+            seconds_since_ready=3 * 24 * 3600,
+            metrics={"gpu_memory_growth_gib_per_hour": 0.2, "kv_cache_usage": 0.4},
+        )
+    )
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert "memory_climbing" in d.signals
+
+
+def test_silent_crash_without_metrics_stays_unknown() -> None:
+    d = classify(make(reason="Error", exit_code=1, ever_ready=True, seconds_since_ready=3 * 24 * 3600))
+    assert d.oom_class is OomClass.UNKNOWN

@@ -1,0 +1,199 @@
+"""Fixes judged by their outcome: the same class within the horizon means the fix did not work, and a
+fix that did not work is not repeated (the next rung, or a person with the history)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from loadline.api import RemediationState, RemediationTrial
+from loadline.handlers import _index, _kube, _metrics, _oom, _reconcile
+from loadline.handlers._settings import OperatorSettings
+from loadline.oom import Change, Diagnosis, OomClass, Option, Remediation, SeenCrashes
+from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confidence
+from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
+from loadline.oom._remediate import next_rung
+from tests.test_crash_requests import crashed_pod
+from tests.test_reconcile_requests import FakeParent
+
+LOG = logging.getLogger("test")
+NOW = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
+HOUR = timedelta(hours=1)
+
+
+def trial(cls: str, action: str, at: datetime) -> RemediationTrial:
+    return RemediationTrial.model_validate({"class": cls, "action": action, "appliedAt": at})
+
+
+def batch_diagnosis() -> Diagnosis:
+    return Diagnosis(OomClass.BATCH_MISCONFIGURATION, 0.9, ("graph capture",), signals=("graph_capture_oom",))
+
+
+def batch_proposal() -> Remediation:
+    return Remediation(
+        action="lower_gpu_memory_utilization",
+        summary="util 0.9 -> 0.85",
+        changes=(Change("config.gpu_memory_utilization", 0.9, 0.85),),
+        alternatives=(
+            Option("lower_max_num_seqs", "seqs 256 -> 128", (Change("config.max_num_seqs", 256, 128),)),
+            Option(
+                "lower_max_num_batched_tokens",
+                "tokens 8192 -> 4096",
+                (Change("config.max_num_batched_tokens", 8192, 4096),),
+            ),
+        ),
+    )
+
+
+# ---- judge_outcome --------------------------------------------------------------------------------------
+
+
+def test_same_class_within_the_horizon_is_recurred() -> None:
+    j = judge_outcome([trial("fragmentation", "restart", NOW - HOUR)], "fragmentation", NOW, 24 * HOUR)
+    assert [o.result for o in j.outcomes] == ["recurred"] and not j.open
+
+
+def test_horizon_passed_without_the_class_is_worked() -> None:
+    j = judge_outcome([trial("fragmentation", "restart", NOW - 25 * HOUR)], "host_memory", NOW, 24 * HOUR)
+    assert [o.result for o in j.outcomes] == ["worked"]
+
+
+def test_another_class_within_the_horizon_judges_nothing() -> None:
+    j = judge_outcome([trial("fragmentation", "restart", NOW - HOUR)], "host_memory", NOW, 24 * HOUR)
+    assert not j.outcomes and len(j.open) == 1
+
+
+def test_the_horizon_is_configurable() -> None:
+    trials = [trial("fragmentation", "restart", NOW - 3 * HOUR)]
+    assert judge_outcome(trials, "fragmentation", NOW, 2 * HOUR).outcomes[0].result == "worked"
+    assert judge_outcome(trials, "fragmentation", NOW, 4 * HOUR).outcomes[0].result == "recurred"
+
+
+def test_a_crash_of_an_instance_older_than_the_fix_does_not_judge_it() -> None:
+    trials = [trial("fragmentation", "restart", NOW - HOUR)]
+    j = judge_outcome(trials, "fragmentation", NOW, 24 * HOUR, crash_started_at=NOW - 2 * HOUR)
+    assert not j.outcomes and len(j.open) == 1
+
+
+def test_an_instance_started_in_the_second_of_the_fix_ran_it() -> None:
+    # The kubelet's startedAt has whole seconds; the fix's time has microseconds.
+    applied = NOW + timedelta(microseconds=600_000)
+    j = judge_outcome([trial("host_memory", "raise_memory_limit", applied)], "host_memory",
+                      NOW + HOUR, 24 * HOUR, crash_started_at=NOW)  # fmt: skip
+    assert [o.result for o in j.outcomes] == ["recurred"]
+
+
+def test_confidence_per_class_is_the_share_that_worked() -> None:
+    trials = [
+        trial("fragmentation", "restart", NOW - 30 * HOUR),
+        trial("fragmentation", "restart_with_expandable_segments", NOW - HOUR),
+        trial("host_memory", "raise_memory_limit", NOW - 30 * HOUR),
+    ]
+    outcomes = judge_outcome(trials, "fragmentation", NOW, 24 * HOUR).outcomes
+    assert outcome_confidence(outcomes) == {"fragmentation": 0.5, "host_memory": 1.0}
+    assert failed_actions(outcomes, "fragmentation") == {"restart_with_expandable_segments"}
+
+
+# ---- next_rung --------------------------------------------------------------------------------------------
+
+
+def test_a_failed_fix_is_replaced_by_the_next_rung() -> None:
+    rung = next_rung(batch_proposal(), {"lower_gpu_memory_utilization"})
+    assert rung is not None and rung.action == "lower_max_num_seqs"
+    assert [o.action for o in rung.alternatives] == ["lower_max_num_batched_tokens"]
+
+
+def test_no_rung_left_is_none() -> None:
+    failed = {"lower_gpu_memory_utilization", "lower_max_num_seqs", "lower_max_num_batched_tokens"}
+    assert next_rung(batch_proposal(), failed) is None
+
+
+# ---- decide: the whole loop -----------------------------------------------------------------------------
+
+
+def test_fix_applied_crash_recurs_next_rung_is_taken_then_a_person() -> None:
+    limits = PolicyLimits(max_actions_per_day=10, cooldown=timedelta(0))
+    first = decide(batch_diagnosis(), batch_proposal(), RemediationState(), limits, NOW)
+    assert first.apply and first.action == "lower_gpu_memory_utilization"
+    assert [t.action for t in first.state.trials] == ["lower_gpu_memory_utilization"]
+
+    # The same class again, from an instance that ran the fix: it did not work.
+    second = decide(
+        batch_diagnosis(), batch_proposal(), first.state, limits, NOW + HOUR, crash_started_at=NOW + HOUR / 2
+    )
+    assert [(o.action, o.result) for o in second.outcomes] == [("lower_gpu_memory_utilization", "recurred")]
+    assert second.apply and second.action == "lower_max_num_seqs"
+    assert second.state.overrides.max_num_seqs == 128
+
+    third = decide(batch_diagnosis(), batch_proposal(), second.state, limits, NOW + 2 * HOUR)
+    assert third.apply and third.action == "lower_max_num_batched_tokens"
+
+    fourth = decide(batch_diagnosis(), batch_proposal(), third.state, limits, NOW + 3 * HOUR)
+    assert not fourth.apply and fourth.needs_person
+    assert "lower_gpu_memory_utilization" in fourth.needs_person and "recurred" in fourth.needs_person
+    assert confidence_by_class(fourth.state) == {"batch_misconfiguration": 0.0}
+
+
+def test_a_fix_that_held_is_recorded_as_worked_and_may_be_used_again() -> None:
+    limits = PolicyLimits(max_actions_per_day=10)
+    first = decide(batch_diagnosis(), batch_proposal(), RemediationState(), limits, NOW)
+    later = decide(batch_diagnosis(), batch_proposal(), first.state, limits, NOW + 48 * HOUR)
+    assert [(o.action, o.result) for o in later.outcomes] == [("lower_gpu_memory_utilization", "worked")]
+    assert later.action == "lower_gpu_memory_utilization"
+    assert confidence_by_class(later.state) == {"batch_misconfiguration": 1.0}
+
+
+# ---- the handler's glue: status, Event and metric --------------------------------------------------------
+
+
+@pytest.fixture
+def model(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
+    """The Ready model on a stand-in API server (as tests/test_crash_requests.py sets it up)."""
+    fake = FakeParent({"phase": "Ready"})
+    monkeypatch.setattr(_kube, "get", fake.get)
+    monkeypatch.setattr(_kube, "patch_status", fake.patch_status)
+    monkeypatch.setattr(_kube, "patch_status_tested", fake.patch_status_tested)
+    monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: fake.calls.append("annotate"))
+    monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
+    monkeypatch.setattr(_oom, "SEEN", SeenCrashes(capacity=10))
+    return fake
+
+
+def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
+    model: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    parent = model
+    events: list[tuple[str, str]] = []
+    monkeypatch.setattr(
+        _reconcile, "_event", lambda obj, *, warning, reason, message: events.append((reason, message))
+    )
+    before = _metrics.REMEDIATION_OUTCOMES.labels(
+        "host_memory", "raise_memory_limit", "recurred"
+    )._value.get()
+    known = _index.model_entry(parent.model)
+    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    remediation = parent.model["status"]["remediation"]
+    assert [t["action"] for t in remediation["trials"]] == ["raise_memory_limit"]
+
+    # The pod restarted with the raised limit and was OOMKilled again: that instance ran the fix.
+    again = crashed_pod()
+    started = datetime.now(UTC) + timedelta(seconds=1)
+    status = again["status"]["containerStatuses"][0]
+    status["restartCount"] = 2
+    status["lastState"]["terminated"] |= {
+        "startedAt": started.isoformat().replace("+00:00", "Z"),
+        "finishedAt": (started + timedelta(seconds=30)).isoformat().replace("+00:00", "Z"),
+    }
+    _oom.on_pod_event(again, LOG, OperatorSettings(), [], None)  # type: ignore[arg-type]
+    remediation = parent.model["status"]["remediation"]
+    assert [(o["action"], o["result"]) for o in remediation["outcomes"]] == [
+        ("raise_memory_limit", "recurred")
+    ]
+    assert remediation["outcomeConfidence"] == {"host_memory": 0.0}
+    assert "raise_memory_limit" in remediation["needsPerson"]
+    assert parent.model["status"]["phase"] == "Degraded"
+    assert any(reason == "RemediationOutcome" and "recurred" in message for reason, message in events)
+    after = _metrics.REMEDIATION_OUTCOMES.labels("host_memory", "raise_memory_limit", "recurred")._value.get()
+    assert after == before + 1
