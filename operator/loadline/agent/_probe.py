@@ -15,10 +15,9 @@ from importlib import resources
 from typing import Any
 
 from loadline.agent._nvml import GPU, NodeReading
+from loadline.units import GIB
 
 __all__ = ["catalog_entries", "catalog_memory_gib"]
-
-GIB = 1024**3
 
 
 @cache

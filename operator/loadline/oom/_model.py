@@ -12,8 +12,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-GIB = 1024**3
-
 
 class OomClass(StrEnum):
     """Why a vLLM server ran out of memory, as the platform teams' field guide names it."""

@@ -14,7 +14,6 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
 
-GIB = 1024**3
 _parse_quantity: Callable[[str], Decimal] = _untyped_parse_quantity  # the client ships no types
 
 

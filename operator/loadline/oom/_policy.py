@@ -32,8 +32,7 @@ from loadline.oom._outcome import (
     outcome_confidence,
 )
 from loadline.oom._remediate import next_rung
-
-GIB = 1024**3
+from loadline.units import GIB
 
 # INCIDENT.json field → the override it sets (and how to turn the proposed value into it).
 _FIELD_TO_OVERRIDE = {

@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from loadline.oom._model import GIB, Change, Diagnosis, Incident, OomClass, Option, Remediation
+from loadline.oom._model import Change, Diagnosis, Incident, OomClass, Option, Remediation
+from loadline.units import GIB
 
 __all__ = ["next_rung", "propose_remediation"]
 

@@ -34,7 +34,6 @@ from dataclasses import dataclass
 from loadline.api import InferenceModel
 from loadline.sizing import Plan, pod_request
 
-GIB = 1024**3
 #: Worst-case download throughput from the Hugging Face Hub, per pod. Hub/CDN downloads to cloud nodes
 #: commonly run at 100-500 MB/s, but shared NAT gateways, egress proxies and many pods of one rollout
 #: downloading at once cut that by several times; 50 MB/s (400 Mbit/s) is the floor loadline budgets for.

@@ -23,8 +23,7 @@ from loadline.sizing._data import ModelCoefficients, QuantMethod, coefficients, 
 from loadline.sizing._memo import GuardedMemo
 from loadline.sizing._params import ParameterCounts, count_parameters
 from loadline.sizing._records import quick_init
-
-GIB = 1024**3
+from loadline.units import GIB
 
 DTYPE_BYTES = {"float32": 4.0, "float16": 2.0, "bfloat16": 2.0}
 KV_DTYPE_BYTES = {"fp8": 1.0, "fp8_e4m3": 1.0, "fp8_e5m2": 1.0, "bfloat16": 2.0, "float16": 2.0}

@@ -17,7 +17,8 @@ from functools import lru_cache
 from typing import Any, NamedTuple
 
 from loadline.sizing._data import find_gpu, gpu_catalog
-from loadline.sizing._shapes import GIB, ClusterShapes, build_cluster_shapes, parse_quantity
+from loadline.sizing._shapes import ClusterShapes, build_cluster_shapes, parse_quantity
+from loadline.units import GIB
 
 GPU_RESOURCE = "nvidia.com/gpu"
 PRODUCT_LABEL = "nvidia.com/gpu.product"

@@ -20,8 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from loadline.sizing._arch import Architecture
 from loadline.sizing._params import count_parameters
-
-GIB = 1024**3
+from loadline.units import GIB
 
 
 class _Strict(BaseModel):

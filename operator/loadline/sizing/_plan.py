@@ -31,7 +31,7 @@ from typing import Any, Generic, NamedTuple, TypeVar, overload
 from loadline.api import InferenceModelSpec
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.sizing._align import tp_problem
-from loadline.sizing._budget import GIB, EngineSettings, MemoryBudget, ModelTerms, blocks_within
+from loadline.sizing._budget import EngineSettings, MemoryBudget, ModelTerms, blocks_within
 from loadline.sizing._capacity import FreeGPUs
 from loadline.sizing._compat import compat_table
 from loadline.sizing._data import (
@@ -73,6 +73,7 @@ from loadline.sizing._tune import (
     tuned,
     version_defaults,
 )
+from loadline.units import GIB
 
 _TP_SIZES = (1, 2, 4, 8)
 _MAX_NODES = 8

@@ -49,8 +49,8 @@ from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
 from loadline.errors import SpecError
 from loadline.sizing._data import GPU_CATALOG_ENV, GPUType, read_json, read_user_catalog
 from loadline.sizing._memo import GuardedMemo
+from loadline.units import GIB
 
-GIB = 1024**3
 parse_quantity: Callable[[object], Decimal] = _untyped_parse_quantity  # the client ships no types
 #: Providers a shape may name; ``spec.gpu.providers`` restricts the planner to some of them. A shape
 #: derived from a cluster node of an instance type the catalog does not know has provider "cluster".

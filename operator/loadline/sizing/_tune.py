@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from functools import cache
 
 from loadline.sizing._budget import (
-    GIB,
     EngineSettings,
     FixedTerms,
     MemoryBudget,
@@ -44,6 +43,7 @@ from loadline.sizing._budget import (
 )
 from loadline.sizing._data import GPUType, engine_version
 from loadline.sizing._resolve import SpecInputs
+from loadline.units import GIB
 
 #: Highest gpu-memory-utilization the planner sets by itself (vLLM's own examples go to 0.95).
 MAX_UTILIZATION = 0.95
