@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from dataclasses import dataclass, replace
 from functools import cache
 from importlib import resources
@@ -17,6 +16,7 @@ from typing import Any
 import yaml
 
 from loadline.errors import SpecError
+from loadline.versions import parse_release
 
 
 def read_json(*parts: str) -> Any:
@@ -32,12 +32,12 @@ def _read_json(*parts: str) -> Any:
 
 
 def parse_version(text: str) -> tuple[int, int, int]:
-    """``"0.19.0"`` → ``(0, 19, 0)``; suffixes such as ``.post1`` or ``rc1`` are ignored."""
-    match = re.match(r"^\s*v?(\d+)\.(\d+)(?:\.(\d+))?", text)
-    if not match:
+    """``"0.19.0"`` → ``(0, 19, 0)`` (:func:`loadline.versions.parse_release`); a text that is no
+    version is the spec's error."""
+    release = parse_release(text)
+    if release is None:
         raise SpecError("spec.engine.version", f"{text!r} is not a vLLM version", "write it like 0.19.0")
-    major, minor, patch = match.groups()
-    return int(major), int(minor), int(patch or 0)
+    return release
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,9 @@ unknown version the query asks for the preferred name and falls back to the othe
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
+
+from loadline.versions import release_of_image
 
 __all__ = [
     "AGENT_CONTAINER_MEMORY_USED",
@@ -63,22 +64,12 @@ DCGM_FB_USED = "DCGM_FI_DEV_FB_USED"
 #: loadline's GPU node agent (docs/agent.md): bytes of one GPU held by one container's compute processes.
 AGENT_CONTAINER_MEMORY_USED = "loadline_gpu_container_memory_used_bytes"
 
-_VERSION = re.compile(r"(\d+)\.(\d+)(?:\.(\d+))?")
-
 
 def parse_version(text: str | None) -> Version | None:
-    """``"v0.10.1.post1"``, ``"0.9.2"``, ``"vllm/vllm-openai:v0.11.0"`` → ``(0, 10, 1)``; else None.
-
-    Pre-releases count as their release (``0.12.0rc1`` → ``(0, 12, 0)``): release candidates already
-    carry the release's metric changes.
-    """
-    if not text:
-        return None
-    match = _VERSION.search(text.rsplit(":", 1)[-1] if ":" in text else text)
-    if not match:
-        return None
-    major, minor, patch = match.groups()
-    return int(major), int(minor), int(patch or 0)
+    """``"v0.10.1.post1"``, ``"0.9.2"``, ``"vllm/vllm-openai:v0.11.0"`` → ``(0, 10, 1)``; else None
+    (:func:`loadline.versions.release_of_image`: a release candidate counts as its release, since it
+    already carries the release's metric changes)."""
+    return release_of_image(text) if text else None
 
 
 def kv_cache_usage_names(engine_version: str | None) -> tuple[str, ...]:
