@@ -32,7 +32,7 @@ from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import crash_urgency, record_from_status
 from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
-from loadline.oom._observe import build_incident, crash_id, loop_key, terminated_state
+from loadline.oom._observe import build_incident, crash_id, loop_key, parse_timestamp, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
 from loadline.policy import combine, enforced, remediation_limits, select_policies
 from loadline.traffic import incident_metrics
@@ -53,13 +53,7 @@ def limits(settings: OperatorSettings) -> PolicyLimits:
 
 def _started_at(term: Mapping[str, Any]) -> datetime | None:
     """When the crashed instance started (a crash of an instance older than a fix does not judge it)."""
-    text = term.get("startedAt")
-    if not text:
-        return None
-    try:
-        return datetime.fromisoformat(str(text).replace("Z", "+00:00"))
-    except ValueError:
-        return None
+    return parse_timestamp(term.get("startedAt"))
 
 
 def model_limits(

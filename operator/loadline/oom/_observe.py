@@ -27,7 +27,9 @@ def quantity_bytes(value: Any) -> int | None:
         return None
 
 
-def _time(text: Any) -> datetime | None:
+def parse_timestamp(text: Any) -> datetime | None:
+    """A Kubernetes timestamp (``2026-11-28T08:00:00Z``) as an aware datetime; None when absent or not
+    one (a status written by hand)."""
     if not text:
         return None
     try:
@@ -96,7 +98,7 @@ def _readiness(
     """
     for cond in model_status.get("conditions") or []:
         if cond.get("type") == "Ready" and cond.get("status") == "True":
-            when = _time(cond.get("lastTransitionTime"))
+            when = parse_timestamp(cond.get("lastTransitionTime"))
             if when and started and finished and started < when <= finished:
                 return True, (finished - when).total_seconds()
     budget = startup_budget_seconds(container)
@@ -118,7 +120,7 @@ def build_incident(
         return None
     name = str(container_status.get("name", ""))
     container = _container_spec(pod, name)
-    started, finished = _time(term.get("startedAt")), _time(term.get("finishedAt"))
+    started, finished = parse_timestamp(term.get("startedAt")), parse_timestamp(term.get("finishedAt"))
     status = model.get("status") or {}
     plan = status.get("plan") or {}
     memory = plan.get("memory") or {}
