@@ -249,17 +249,22 @@ def test_hub_refusal_names_the_token_field(
     assert "spec.model.tokenSecretRef" in obj["status"]["message"]
 
 
-def test_a_pod_no_node_can_take_is_reported_with_the_schedulers_words(
+def test_a_pod_no_node_can_take_is_replanned_and_pending_in_the_schedulers_words(
     operator: ChartOperator, kubectl: Kubectl, namespace: str
 ) -> None:
     """The plan fits the L4 nodes' shapes, but other pods already hold their host memory (the planner
-    counts GPUs, the scheduler memory): the scheduler's reason reaches the model's Ready condition."""
+    counts GPUs, the scheduler memory). The scheduler's reason reaches the model, and its re-plan takes
+    the scheduler's word: no room on L4, the only type it allows, so it is Pending (not Deploying for as
+    long as no room is made) with the scheduler's words. Once room is made the scheduler places the
+    pod, the refusal lapses and the model turns Ready."""
+    fillers: list[str] = []
     for node in kubectl.json("get", "nodes", "-l", "nvidia.com/gpu.product=NVIDIA-L4")["items"]:
         allocatable = parse_quantity(node["status"]["allocatable"]["memory"])
+        fillers.append(f"filler-{node['metadata']['name']}")
         filler = {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": f"filler-{node['metadata']['name']}"},
+            "metadata": {"name": fillers[-1]},
             "spec": {
                 "nodeName": node["metadata"]["name"],  # placed, as a DaemonSet's pod would be
                 "containers": [{"name": "hold", "image": "registry.k8s.io/pause:3.10",
@@ -271,20 +276,25 @@ def test_a_pod_no_node_can_take_is_reported_with_the_schedulers_words(
     doc["spec"]["gpu"] = {"types": ["L4"]}
     kubectl.apply(doc, namespace)
 
-    def reported() -> dict[str, Any] | None:
+    def replanned() -> dict[str, Any] | None:
         obj = model(kubectl, namespace, "chat")
-        ready = next(
-            (c for c in (obj.get("status") or {}).get("conditions", []) if c["type"] == "Ready"), None
-        )
-        return obj if ready and "cannot be scheduled" in ready.get("message", "") else None
+        status = obj.get("status") or {}
+        pending = status.get("phase") == "Pending" and "cannot be scheduled" in status.get("message", "")
+        return obj if pending else None
 
-    obj = wait_for(reported, timeout=60, what="the unschedulable pod in the Ready condition")
-    assert obj["status"]["phase"] == "Deploying"
-    # Its readiness timer runs, yet nothing holds its deletion (kopf's timers ask for a finalizer).
+    obj = wait_for(replanned, timeout=120, what="the model re-planned and Pending in the scheduler's words")
+    # Its readiness timer ran, yet nothing holds its deletion (kopf's timers ask for a finalizer).
     assert not obj["metadata"].get("finalizers")
-    ready = next(c for c in obj["status"]["conditions"] if c["type"] == "Ready")
-    assert "Insufficient memory" in ready["message"]
+    message = obj["status"]["message"]
+    assert "L4" in message and "Insufficient memory" in message, message
+    planned = next(c for c in obj["status"]["conditions"] if c["type"] == "Planned")
+    assert planned["status"] == "False" and planned["reason"] == "NoCapacity"
     events = kubectl.json("get", "events", "-n", namespace, "--field-selector", "involvedObject.name=chat")[
         "items"
     ]
     assert any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events)
+    assert any(e["reason"] == "NoCapacity" and e["type"] == "Warning" for e in events)
+
+    for name in fillers:  # room is made: the pod the scheduler refused is placed
+        kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
+    wait_phase(kubectl, namespace, "chat", "Ready", timeout=180)

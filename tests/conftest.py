@@ -60,6 +60,7 @@ def _fresh_operator_memory() -> Iterator[None]:
         _reconcile._PLANNED.clear()
         _reconcile._DEMANDS.clear()
         _reconcile._HELD.clear()
+        _reconcile._REFUSED.clear()
     with _reconcile._ROLLED_OUT_LOCK:
         _reconcile._ROLLED_OUT.clear()
         _reconcile._MODEL_LOCKS.clear()

@@ -532,3 +532,33 @@ def test_two_plans_made_before_either_is_applied_never_count_the_same_free_gpu()
     _reconcile._HELD.pop("ns/b")
     _, again, _ = _reconcile._plan_and_render(b, settings, view)
     assert again.chosen.gpu.name == "L4"
+
+
+def test_a_gpu_type_the_scheduler_refused_is_full_for_its_models_replan_until_it_binds_the_pods() -> None:
+    """The planner saw a free L4 but the scheduler cannot place a's pod there (a pod the planner does
+    not count holds the node's memory, say). a's re-plan takes the scheduler's word: the L4 is full, so
+    a falls back to the L40S, or, allowed only L4, is Pending naming the scheduler's reason. Once the
+    scheduler binds a's L4 pod (room was made), the refusal lapses and L4 is planned as usual."""
+    from loadline.errors import NoCapacityError
+    from loadline.handlers._settings import OperatorSettings
+
+    settings = OperatorSettings(hf_fetch=False, capacity_aware=True)
+    nodes = [node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]
+    spec = {"gpu": {"types": ["L4", "L40S"]}, "maxModelLen": 8192, "concurrency": 1}
+    a = inference_model(**spec) | {"metadata": {"name": "a", "namespace": "ns", "uid": "ua"}}
+    _reconcile.note_demand(rendered_deployment("a", "L4", 1))  # a's Deployment asks for one L4 pod
+    assert _reconcile._plan_and_render(a, settings, (nodes, []))[1].chosen.gpu.name == "L4"
+
+    _reconcile.note_unschedulable("ns", "a", "L4", "0/2 nodes are available: 1 Insufficient memory.")
+    assert _reconcile._plan_and_render(a, settings, (nodes, []))[1].chosen.gpu.name == "L40S"
+    only_l4 = inference_model(**(spec | {"gpu": {"types": ["L4"]}}))
+    only_l4["metadata"] = a["metadata"]
+    try:
+        _reconcile._plan_and_render(only_l4, settings, (nodes, []))
+        raise AssertionError("planned onto the L4 the scheduler refused")
+    except NoCapacityError:
+        pass
+
+    bound = [model_pod("l4-a", "a")]  # the scheduler placed it after all
+    assert _reconcile._plan_and_render(a, settings, (nodes, bound))[1].chosen.gpu.name == "L4"
+    assert "ns/a" not in _reconcile._REFUSED

@@ -668,3 +668,36 @@ def test_no_progressing_event_when_the_index_has_not_seen_loadlines_own_restart_
     _reconcile.on_workload_event(kopf.Body(rolling), logging.getLogger("t"), known)
     assert parent.calls == ["patch"]
     assert parent.model["status"]["phase"] == "Deploying" and said == []
+
+
+def test_a_pod_the_scheduler_cannot_place_has_its_model_replanned_once_per_workload_version(
+    fake: FakeKube, looks: ReadinessKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With capacity-aware planning, the scheduler's reason asks reconcile for a re-plan (an annotation
+    kopf's update handler sees) with the planned GPU type counted full; not again until the workload
+    changes. Without it, the model said "cannot be scheduled" and stayed Deploying for as long as no
+    room was made (issue 41: 25 minutes)."""
+    annotated: list[dict[str, str]] = []
+    monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: annotated.append(dict(annotations)))
+    model = deploying()
+    gpu_type = model["status"]["plan"]["gpuType"]
+    _reconcile.note_workload(deployment(0, "7"))
+    memo: dict[str, Any] = {}
+    looks.now = 20
+    memo["readiness_checked_at"] = 20
+    _reconcile.read_readiness(kopf.Body(model), kopf.Patch(), memo, True)
+    assert annotated == [{_reconcile.REPLAN_ANNOTATION: "7"}]
+    assert _reconcile._REFUSED["team-a/chat"] == (
+        gpu_type,
+        "pod chat-0 cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+    )
+    for elapsed in (40, 100):  # the same workload: its reason is known, nothing is asked again
+        memo["readiness_checked_at"] = elapsed
+        _reconcile.read_readiness(kopf.Body(model), kopf.Patch(), memo, True)
+    assert len(annotated) == 1
+    # Capacity-blind planning would plan the same again: no re-plan is asked.
+    _reconcile._REFUSED.clear()
+    _reconcile.note_workload(deployment(0, "8"))
+    memo["readiness_checked_at"] = 160
+    _reconcile.read_readiness(kopf.Body(model), kopf.Patch(), memo, False)
+    assert len(annotated) == 1 and not _reconcile._REFUSED

@@ -173,6 +173,7 @@ def forget_planned(namespace: str, name: str) -> None:
         _PLANNED.pop(f"{namespace}/{name}", None)
         _DEMANDS.pop(f"{namespace}/{name}", None)
         _HELD.pop(f"{namespace}/{name}", None)
+        _REFUSED.pop(f"{namespace}/{name}", None)
 
 
 #: How long a plan holds its GPUs in the other models' capacity views before anything else shows them:
@@ -204,6 +205,39 @@ def _hold(namespace: str, name: str, plan: Plan, replicas: int) -> None:
     """Hold a plan's GPUs from the moment it is made (see :data:`_HELD`)."""
     with _PLANNED_LOCK:
         _HELD[f"{namespace}/{name}"] = (_reservation(plan, replicas), time.monotonic() + HOLD_SECONDS)
+
+
+#: The GPU type the scheduler could not place a model's pods on, and its words: ``namespace/model`` →
+#: (GPU type, the scheduler's reason), from the readiness look that found the reason. The model's
+#: re-plan counts that type as full (:func:`_scheduler_refusal`), so it falls back to another type or
+#: goes Pending naming the reason, instead of staying Deploying on a GPU the planner thought free.
+_REFUSED: dict[str, tuple[str, str]] = {}
+#: Set on a model whose pods the scheduler cannot place, to the workload version it refused: kopf's
+#: update handler sees the change and reconciles (re-plans). Outside the "loadline.dev/" prefix for
+#: the reason :data:`REMEDIATION_ANNOTATION` is.
+REPLAN_ANNOTATION = "replan.loadline.dev/unschedulable"
+
+
+def note_unschedulable(namespace: str, name: str, gpu_type: str, reason: str) -> None:
+    """Remember that the scheduler cannot place the model's pods on ``gpu_type``."""
+    with _PLANNED_LOCK:
+        _REFUSED[f"{namespace}/{name}"] = (gpu_type, reason)
+
+
+def _scheduler_refusal(key: str, bound: Counter[tuple[str, str]]) -> tuple[str, str] | None:
+    """The scheduler's refusal of a GPU type for model ``key``, while it still holds: while the model's
+    pods ask for that type (its Deployment, or this process's plan) and some of them are not bound.
+    The scheduler's word stands until the scheduler changes its mind: once it binds the pods (room was
+    made), or the model asks for another type, the refusal lapses and the type is planned as usual."""
+    with _PLANNED_LOCK:
+        refused = _REFUSED.get(key)
+        demand = _DEMANDS.get(key) or _PLANNED.get(key)
+        if refused is None:
+            return None
+        if demand is None or demand.gpu != refused[0] or demand.pods <= bound[key, refused[0]]:
+            del _REFUSED[key]
+            return None
+    return refused
 
 
 #: What each loadline Deployment of the cluster asks the scheduler for, from its watch events
@@ -535,7 +569,11 @@ def _plan_and_render(
         plan = inputs.plan(free_gpus=None, **options)
     else:
         with _PLANNING_LOCK:  # the free GPUs read and the ones this plan takes held, in one step
-            plan = inputs.plan(free_gpus=_free_gpus(meta["name"], meta["namespace"], cluster), **options)
+            free = _free_gpus(meta["name"], meta["namespace"], cluster)
+            refused = _scheduler_refusal(f"{meta['namespace']}/{meta['name']}", _capacity(cluster).bound)
+            if refused is not None:  # the scheduler's word over the snapshot's: no room of that type
+                free = {**free, refused[0]: []}
+            plan = inputs.plan(free_gpus=free, **options)
             _hold(meta["namespace"], meta["name"], plan, inputs.obj.spec.replicas)
     return inputs, plan, render_manifests(inputs.obj, plan)
 
@@ -776,7 +814,12 @@ def _reconcile_unguarded(
         inputs, plan, manifests = _plan_and_render(body, settings, view)
         obj, state = inputs.obj, inputs.state
     except NoCapacityError as exc:
-        _fail(body, patch, reason="NoCapacity", message=_rejection_message(exc), phase="Pending")
+        message = _rejection_message(exc)
+        with _PLANNED_LOCK:
+            refused = _REFUSED.get(f"{namespace}/{name}")
+        if refused is not None:
+            message = f"{message}; the scheduler cannot place its pods on {refused[0]}: {refused[1]}"
+        _fail(body, patch, reason="NoCapacity", message=message, phase="Pending")
         raise kopf.TemporaryError(str(exc), delay=settings.retry_delay_seconds) from None
     except NoFeasiblePlanError as exc:
         _fail(body, patch, reason="NoFeasiblePlan", message=_rejection_message(exc), phase="Failed")
@@ -1093,8 +1136,14 @@ def unbound_pods(namespace: str, name: str) -> list[dict[str, Any]]:
     return UNBOUND_PODS.get(namespace, read).get(name, [])
 
 
-def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]) -> None:
-    """The look itself: the workload (and, when it is not ready, its unbound pods' scheduling)."""
+def read_readiness(
+    body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any], replan: bool = False
+) -> None:
+    """The look itself: the workload (and, when it is not ready, its unbound pods' scheduling).
+
+    ``replan`` (capacity-aware planning): a pod the scheduler cannot place has the model re-planned
+    with its GPU type counted full (:func:`_scheduler_refusal`): another type, or Pending with the
+    scheduler's reason and the fix, rather than Deploying for as long as no room is made."""
     status = dict(body.get("status") or {})
     plan = status.get("plan") or {}
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
@@ -1123,6 +1172,11 @@ def read_readiness(body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str,
         if unschedulable:
             memo["readiness_reason_version"] = version
             message = f"{message}; {unschedulable}"
+            gpu_type = str(plan.get("gpuType") or "")
+            if replan and gpu_type:
+                note_unschedulable(meta["namespace"], meta["name"], gpu_type, unschedulable)
+                with contextlib.suppress(ApiException):  # the next look, or reconcile's retry, re-plans
+                    _kube.annotate(body, {REPLAN_ANNOTATION: str(version)})
     changes = _build.build_readiness_status(
         status, ready=ready, message=message, now=_build.now_iso(), stuck=bool(unschedulable)
     )

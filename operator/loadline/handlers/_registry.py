@@ -195,7 +195,7 @@ async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: An
     # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute): the tick
     # is decided on the event loop, and only a due look takes a thread (the CHECKS lane).
     if _reconcile.readiness_due(body, memo):
-        await _lanes.CHECKS.run(_reconcile.read_readiness, body, patch, memo)
+        await _lanes.CHECKS.run(_reconcile.read_readiness, body, patch, memo, SETTINGS.capacity_aware)
 
 
 def _measurable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
