@@ -2,8 +2,8 @@
 
 The learned windows (:func:`loadline.windows.plan_windows`) give one window per day; a predicted
 out-of-memory crash needs the quietest slot *before a given time*, which may fall between them. The
-forecast is the same robust weekday profile the window finder learns (same bins, same medians, same
-time-zone handling), evaluated on the coming bins; with too little history it is empty, and the
+forecast is the same robust profile the window finder learns (same bins, the same clipped means that
+discount a one-off burst, same time-zone handling), evaluated on the coming bins; with too little history it is empty, and the
 planner then acts as soon as it may.
 """
 
