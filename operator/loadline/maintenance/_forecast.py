@@ -3,8 +3,8 @@
 The learned windows (:func:`loadline.windows.plan_windows`) give one window per day; a predicted
 out-of-memory crash needs the quietest slot *before a given time*, which may fall between them. The
 forecast is the same robust profile the window finder learns (same bins, the same clipped means that
-discount a one-off burst, same time-zone handling), evaluated on the coming bins; with too little history it is empty, and the
-planner then acts as soon as it may.
+discount a one-off burst, same time-zone handling), evaluated on the coming bins; with too little
+history it is empty, and the planner then acts as soon as it may.
 """
 
 from __future__ import annotations
