@@ -1,0 +1,189 @@
+"""docs/reference.md names everything a user can set or read: users rely on the reference being true.
+
+Each test collects one kind of name from the code (the generated CRDs, the metrics the package
+registers, the operator's settings, the chart's values) and fails with the exact names missing from
+the reference, so whoever adds a field, a metric, a setting or a value knows which rows to write.
+Metrics and CRD field rows are also checked the other way: a row naming something that no longer
+exists is stale documentation.
+"""
+
+from __future__ import annotations
+
+import importlib
+import pkgutil
+import re
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import prometheus_client
+import yaml
+
+import loadline
+from loadline.agent import _metrics as agent_metrics
+from loadline.handlers import OperatorSettings
+
+ROOT = Path(__file__).resolve().parent.parent
+REFERENCE = ROOT / "docs" / "reference.md"
+CRDS = sorted((ROOT / "crds").glob("*.yaml"))
+VALUES = ROOT / "charts" / "loadline" / "values.yaml"
+
+#: A chart value key is a camelCase identifier; a mapping with any other key (a label map such as
+#: agent.nodeSelector's ``nvidia.com/gpu.present``) is itself one value, not a group of values.
+VALUE_KEY = re.compile(r"^[A-Za-z][A-Za-z0-9]*$")
+#: A backquoted metric name in the reference.
+METRIC_IN_TEXT = re.compile(r"`(loadline_[a-z0-9_]+)`")
+#: The first cell of a CRD field row: | `spec.x.y` | ...
+FIELD_ROW = re.compile(r"^\| `((?:spec|status)[A-Za-z0-9_.\[\]*]*)` \|", re.MULTILINE)
+
+
+def reference_text() -> str:
+    return REFERENCE.read_text(encoding="utf-8")
+
+
+def _missing_message(kind: str, missing: list[str], how: str) -> str:
+    lines = "\n".join(f"  {name}" for name in missing)
+    return f"docs/reference.md lacks {len(missing)} {kind} ({how}):\n{lines}"
+
+
+# --- CRD fields ----------------------------------------------------------------------------------
+
+
+def _schema_paths(schema: Mapping[str, Any], path: str) -> Iterator[str]:
+    """Every field path under ``path``, as ``kubectl explain`` reads them; ``[]`` for a list of objects."""
+    if path:
+        yield path
+    for name, sub in (schema.get("properties") or {}).items():
+        yield from _schema_paths(sub, f"{path}.{name}" if path else name)
+    items = schema.get("items")
+    if isinstance(items, Mapping) and items.get("properties"):  # a list of scalars is one field
+        yield from _schema_paths(items, f"{path}[]")
+
+
+def crd_field_paths() -> dict[str, set[str]]:
+    """Field paths under ``spec`` and ``status`` of every served version of every CRD in crds/."""
+    out: dict[str, set[str]] = {}
+    for file in CRDS:
+        crd = yaml.safe_load(file.read_text(encoding="utf-8"))
+        kind = crd["spec"]["names"]["kind"]
+        for version in crd["spec"]["versions"]:
+            paths = _schema_paths(version["schema"]["openAPIV3Schema"], "")
+            out.setdefault(kind, set()).update(p for p in paths if p.split(".")[0] in ("spec", "status"))
+    return out
+
+
+def test_the_crds_are_read() -> None:
+    paths = crd_field_paths()
+    assert set(paths) >= {"InferenceModel", "FleetPolicy"}
+    assert "spec.model.name" in paths["InferenceModel"]
+    assert "status.conditions[].reason" in paths["InferenceModel"]
+    assert "spec.restarts.windows[].timezone" in paths["FleetPolicy"]
+
+
+def test_every_crd_field_is_in_the_reference() -> None:
+    text = reference_text()
+    missing = sorted(
+        f"{kind}: {path}"
+        for kind, paths in crd_field_paths().items()
+        for path in paths
+        if f"`{path}`" not in text
+    )
+    assert not missing, _missing_message(
+        "CRD fields",
+        missing,
+        "add a row `| `path` | type | meaning |` to the kind's table under 'Custom resources'; the "
+        "description is the field's in crds/*.yaml",
+    )
+
+
+def test_every_crd_field_row_in_the_reference_exists() -> None:
+    every = set().union(*crd_field_paths().values())
+    stale = sorted(set(FIELD_ROW.findall(reference_text())) - every)
+    assert not stale, f"docs/reference.md has rows for CRD fields that crds/*.yaml no longer has: {stale}"
+
+
+# --- metrics -------------------------------------------------------------------------------------
+
+
+def registered_metric_names() -> set[str]:
+    """Every ``loadline_*`` series family the package exports, as a scrape shows its name.
+
+    The operator's metrics register in prometheus_client's default registry when their module is
+    imported, so every module of the package is imported first; counters are scraped with
+    ``_total``. The agent exports through its own collector, whose names it lists in METRIC_NAMES.
+    """
+    for module in pkgutil.walk_packages(loadline.__path__, prefix="loadline."):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    names = set(agent_metrics.METRIC_NAMES)
+    for family in prometheus_client.REGISTRY.collect():
+        if family.name.startswith("loadline_"):
+            names.add(f"{family.name}_total" if family.type == "counter" else family.name)
+    return names
+
+
+def test_the_metrics_are_found() -> None:
+    names = registered_metric_names()
+    assert {"loadline_oom_incidents_total", "loadline_lane_wait_seconds", "loadline_gpu_info"} <= names
+
+
+def test_every_metric_is_in_the_reference() -> None:
+    text = reference_text()
+    missing = sorted(name for name in registered_metric_names() if f"`{name}`" not in text)
+    assert not missing, _missing_message(
+        "metrics", missing, "add a row `| `name` | type | labels | what |` under 'Metrics'"
+    )
+
+
+def test_every_metric_in_the_reference_exists() -> None:
+    stale = sorted(set(METRIC_IN_TEXT.findall(reference_text())) - registered_metric_names())
+    assert not stale, f"docs/reference.md names metrics the package does not export: {stale}"
+
+
+# --- operator settings ---------------------------------------------------------------------------
+
+
+def test_every_operator_setting_is_in_the_reference() -> None:
+    text = reference_text()
+    env = (f"LOADLINE_{name.upper()}" for name in OperatorSettings.model_fields)
+    missing = sorted(name for name in env if f"`{name}`" not in text)
+    assert not missing, _missing_message(
+        "operator settings",
+        missing,
+        "add a row `| `LOADLINE_…` | default | chart value | meaning |` under 'Operator settings'; the "
+        "meaning is the field's description in handlers/_settings.py",
+    )
+
+
+# --- chart values --------------------------------------------------------------------------------
+
+
+def _value_keys(values: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+    for key, value in values.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping) and value and all(VALUE_KEY.match(str(k)) for k in value):
+            yield from _value_keys(value, path)
+        else:
+            yield path
+
+
+def chart_value_keys() -> list[str]:
+    return list(_value_keys(yaml.safe_load(VALUES.read_text(encoding="utf-8"))))
+
+
+def test_the_chart_values_are_read() -> None:
+    keys = chart_value_keys()
+    assert {"replicas", "settings.restarts.windowMinutes", "agent.nodeSelector", "webhook.rotate"} <= set(
+        keys
+    )
+    assert not any(key.startswith("agent.nodeSelector.") for key in keys)
+
+
+def test_every_chart_value_is_in_the_reference() -> None:
+    text = reference_text()
+    missing = [key for key in chart_value_keys() if f"`{key}`" not in text]
+    assert not missing, _missing_message(
+        "chart values",
+        missing,
+        "add a row `| `key` | default | meaning |` under 'Helm chart values', as values.yaml comments it",
+    )
