@@ -187,3 +187,19 @@ def test_every_chart_value_is_in_the_reference() -> None:
         missing,
         "add a row `| `key` | default | meaning |` under 'Helm chart values', as values.yaml comments it",
     )
+
+
+# --- the README's layout -------------------------------------------------------------------------
+
+
+def test_the_readme_layout_names_every_top_level_directory_and_package() -> None:
+    """The README's layout table is where a newcomer finds their way: every directory must be in it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    layout = readme.split("## Layout", 1)[1].split("\n## ", 1)[0]
+    top = [p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")]
+    packages = [p.name for p in (ROOT / "operator" / "loadline").iterdir() if (p / "__init__.py").is_file()]
+    missing = sorted(
+        [f"{name}/" for name in top if f"`{name}/" not in layout]
+        + [f"operator/loadline/{name}/" for name in packages if f"`operator/loadline/{name}/`" not in layout]
+    )
+    assert not missing, f"README.md's layout table lacks {missing}: add a row `| `path/` | what |` for each"
