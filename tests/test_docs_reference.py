@@ -9,6 +9,7 @@ exists is stale documentation.
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 import re
@@ -21,6 +22,7 @@ import yaml
 
 import loadline
 from loadline.agent import _metrics as agent_metrics
+from loadline.cli import build_parser
 from loadline.handlers import OperatorSettings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -203,3 +205,16 @@ def test_the_readme_layout_names_every_top_level_directory_and_package() -> None
         + [f"operator/loadline/{name}/" for name in packages if f"`operator/loadline/{name}/`" not in layout]
     )
     assert not missing, f"README.md's layout table lacks {missing}: add a row `| `path/` | what |` for each"
+
+
+# --- CLI verbs -----------------------------------------------------------------------------------
+
+
+def test_every_cli_verb_is_in_the_reference() -> None:
+    parser = build_parser()
+    [verbs] = [a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    text = reference_text().split("## `loadline` command", 1)[1]
+    missing = sorted(verb for verb in verbs if f"| `{verb}` |" not in text)
+    assert not missing, _missing_message(
+        "CLI verbs", missing, "add a row `| `verb` | what | e.g. |` under '`loadline` command'"
+    )
