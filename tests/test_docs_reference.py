@@ -10,6 +10,7 @@ exists is stale documentation.
 from __future__ import annotations
 
 import argparse
+import ast
 import importlib
 import pkgutil
 import re
@@ -107,26 +108,71 @@ def test_every_crd_field_row_in_the_reference_exists() -> None:
 # --- metrics -------------------------------------------------------------------------------------
 
 
+#: prometheus_client's metric constructors; counters are scraped with ``_total``.
+METRIC_CALLS = {
+    "Counter": True,
+    "CounterMetricFamily": True,
+    "Gauge": False,
+    "GaugeMetricFamily": False,
+    "Histogram": False,
+    "HistogramMetricFamily": False,
+    "Summary": False,
+    "SummaryMetricFamily": False,
+    "Info": False,
+    "InfoMetricFamily": False,
+    "Enum": False,
+}
+
+
+def _scraped(name: str, counter: bool) -> str:
+    return f"{name.removesuffix('_total')}_total" if counter else name
+
+
+def metric_names_in_source() -> set[str]:
+    """``loadline_*`` names passed as a literal to a metric constructor anywhere in the package.
+
+    Reading the source finds a metric wherever it is made (at import, or in an object built at start).
+    """
+    names = set()
+    for file in Path(loadline.__file__).parent.rglob("*.py"):
+        for node in ast.walk(ast.parse(file.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call) or not node.args:
+                continue
+            func = node.func
+            called = func.attr if isinstance(func, ast.Attribute) else getattr(func, "id", "")
+            first = node.args[0]
+            if (
+                called in METRIC_CALLS
+                and isinstance(first, ast.Constant)
+                and isinstance(first.value, str)
+                and first.value.startswith("loadline_")
+            ):
+                names.add(_scraped(first.value, METRIC_CALLS[called]))
+    return names
+
+
 def registered_metric_names() -> set[str]:
     """Every ``loadline_*`` series family the package exports, as a scrape shows its name.
 
-    The operator's metrics register in prometheus_client's default registry when their module is
-    imported, so every module of the package is imported first; counters are scraped with
-    ``_total``. The agent exports through its own collector, whose names it lists in METRIC_NAMES.
+    The union of three sources: the metrics made with a literal name (the source), those registered
+    in prometheus_client's default registry once every module is imported, and the agent collector's
+    METRIC_NAMES (its gauges are made from a table of names).
     """
     for module in pkgutil.walk_packages(loadline.__path__, prefix="loadline."):
         if not module.name.endswith("__main__"):
             importlib.import_module(module.name)
-    names = set(agent_metrics.METRIC_NAMES)
+    names = set(agent_metrics.METRIC_NAMES) | metric_names_in_source()
     for family in prometheus_client.REGISTRY.collect():
         if family.name.startswith("loadline_"):
-            names.add(f"{family.name}_total" if family.type == "counter" else family.name)
+            names.add(_scraped(family.name, family.type == "counter"))
     return names
 
 
 def test_the_metrics_are_found() -> None:
     names = registered_metric_names()
     assert {"loadline_oom_incidents_total", "loadline_lane_wait_seconds", "loadline_gpu_info"} <= names
+    in_source = metric_names_in_source()
+    assert {"loadline_api_requests_total", "loadline_agent_nvml_errors_total"} <= in_source
 
 
 def test_every_metric_is_in_the_reference() -> None:
