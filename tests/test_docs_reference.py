@@ -52,27 +52,47 @@ def _missing_message(kind: str, missing: list[str], how: str) -> str:
 # --- CRD fields ----------------------------------------------------------------------------------
 
 
-def _schema_paths(schema: Mapping[str, Any], path: str) -> Iterator[str]:
-    """Every field path under ``path``, as ``kubectl explain`` reads them; ``[]`` for a list of objects."""
+def _schema_fields(schema: Mapping[str, Any], path: str) -> Iterator[tuple[str, Mapping[str, Any]]]:
+    """Every field under ``path`` with its schema, as ``kubectl explain`` reads paths; ``[]`` for a
+    list of objects (a list of scalars is one field)."""
     if path:
-        yield path
+        yield path, schema
     for name, sub in (schema.get("properties") or {}).items():
-        yield from _schema_paths(sub, f"{path}.{name}" if path else name)
+        yield from _schema_fields(sub, f"{path}.{name}" if path else name)
     items = schema.get("items")
-    if isinstance(items, Mapping) and items.get("properties"):  # a list of scalars is one field
-        yield from _schema_paths(items, f"{path}[]")
+    if isinstance(items, Mapping) and items.get("properties"):
+        yield from _schema_fields(items, f"{path}[]")
+
+
+def _row(path: str, schema: Mapping[str, Any]) -> str:
+    """The reference's row for a field: type (with its values when an enum) and the CRD's description."""
+    raw_items = schema.get("items")
+    items: Mapping[str, Any] = raw_items if isinstance(raw_items, Mapping) else {}
+    kind = str(schema.get("type") or ("object" if "properties" in schema else "any"))
+    if kind == "array":
+        kind = f"array of {items.get('type') or ('object' if 'properties' in items else 'any')}"
+    values = schema.get("enum") or items.get("enum")
+    if values:
+        kind += ": " + ", ".join(f"`{v}`" for v in values)
+    meaning = str(schema.get("description") or "").replace("\n", " ").replace("|", "\\|")
+    return f"| `{path}` | {kind} | {meaning} |"
+
+
+def crd_field_rows() -> dict[str, dict[str, str]]:
+    """Per kind, every field under ``spec`` and ``status`` of every version in crds/, with its row."""
+    out: dict[str, dict[str, str]] = {}
+    for file in CRDS:
+        crd = yaml.safe_load(file.read_text(encoding="utf-8"))
+        rows = out.setdefault(crd["spec"]["names"]["kind"], {})
+        for version in crd["spec"]["versions"]:
+            for path, schema in _schema_fields(version["schema"]["openAPIV3Schema"], ""):
+                if path.split(".")[0] in ("spec", "status"):
+                    rows[path] = _row(path, schema)
+    return out
 
 
 def crd_field_paths() -> dict[str, set[str]]:
-    """Field paths under ``spec`` and ``status`` of every served version of every CRD in crds/."""
-    out: dict[str, set[str]] = {}
-    for file in CRDS:
-        crd = yaml.safe_load(file.read_text(encoding="utf-8"))
-        kind = crd["spec"]["names"]["kind"]
-        for version in crd["spec"]["versions"]:
-            paths = _schema_paths(version["schema"]["openAPIV3Schema"], "")
-            out.setdefault(kind, set()).update(p for p in paths if p.split(".")[0] in ("spec", "status"))
-    return out
+    return {kind: set(rows) for kind, rows in crd_field_rows().items()}
 
 
 def test_the_crds_are_read() -> None:
@@ -83,19 +103,21 @@ def test_the_crds_are_read() -> None:
     assert "spec.restarts.windows[].timezone" in paths["FleetPolicy"]
 
 
-def test_every_crd_field_is_in_the_reference() -> None:
-    text = reference_text()
+def test_every_crd_field_is_in_the_reference_as_the_crd_describes_it() -> None:
+    """A row per field, with the type and description ``kubectl explain`` shows: a field added, or a
+    description changed in the API models, fails here with the row to write."""
+    lines = set(reference_text().splitlines())
     missing = sorted(
-        f"{kind}: {path}"
-        for kind, paths in crd_field_paths().items()
-        for path in paths
-        if f"`{path}`" not in text
+        f"{kind}: {row}"
+        for kind, rows in crd_field_rows().items()
+        for row in rows.values()
+        if row not in lines
     )
     assert not missing, _missing_message(
-        "CRD fields",
+        "CRD field rows",
         missing,
-        "add a row `| `path` | type | meaning |` to the kind's table under 'Custom resources'; the "
-        "description is the field's in crds/*.yaml",
+        "add each row below, made from crds/*.yaml, to its kind's table under 'Custom resources', "
+        "replacing the field's old row if it has one",
     )
 
 
