@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import ast
 import importlib
+import json
 import pkgutil
 import re
 from collections.abc import Iterator, Mapping
@@ -199,7 +200,7 @@ def test_the_metrics_are_found() -> None:
 
 def test_every_metric_is_in_the_reference() -> None:
     text = reference_text()
-    missing = sorted(name for name in registered_metric_names() if f"`{name}`" not in text)
+    missing = sorted(name for name in registered_metric_names() if f"| `{name}` |" not in text)
     assert not missing, _missing_message(
         "metrics", missing, "add a row `| `name` | type | labels | what |` under 'Metrics'"
     )
@@ -215,30 +216,38 @@ def test_every_metric_in_the_reference_exists() -> None:
 
 def test_every_operator_setting_is_in_the_reference() -> None:
     text = reference_text()
-    env = (f"LOADLINE_{name.upper()}" for name in OperatorSettings.model_fields)
-    missing = sorted(name for name in env if f"`{name}`" not in text)
+    missing = sorted(
+        f"| `LOADLINE_{name.upper()}` | `{field.default}` | — | {field.description} |"
+        for name, field in OperatorSettings.model_fields.items()
+        if f"| `LOADLINE_{name.upper()}` |" not in text
+    )
     assert not missing, _missing_message(
         "operator settings",
         missing,
-        "add a row `| `LOADLINE_…` | default | chart value | meaning |` under 'Operator settings'; the "
-        "meaning is the field's description in handlers/_settings.py",
+        "add each row below, from handlers/_settings.py, under 'Operator settings', with the chart "
+        "value that sets it (charts/loadline/templates/deployment.yaml) instead of —",
     )
 
 
 # --- chart values --------------------------------------------------------------------------------
 
 
-def _value_keys(values: Mapping[str, Any], prefix: str = "") -> Iterator[str]:
+def _values(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str, Any]]:
     for key, value in values.items():
         path = f"{prefix}.{key}" if prefix else str(key)
         if isinstance(value, Mapping) and value and all(VALUE_KEY.match(str(k)) for k in value):
-            yield from _value_keys(value, path)
+            yield from _values(value, path)
         else:
-            yield path
+            yield path, value
+
+
+def chart_values() -> dict[str, Any]:
+    """Every value of the chart with its default, by dotted key."""
+    return dict(_values(yaml.safe_load(VALUES.read_text(encoding="utf-8"))))
 
 
 def chart_value_keys() -> list[str]:
-    return list(_value_keys(yaml.safe_load(VALUES.read_text(encoding="utf-8"))))
+    return list(chart_values())
 
 
 def test_the_chart_values_are_read() -> None:
@@ -251,11 +260,15 @@ def test_the_chart_values_are_read() -> None:
 
 def test_every_chart_value_is_in_the_reference() -> None:
     text = reference_text()
-    missing = [key for key in chart_value_keys() if f"`{key}`" not in text]
+    missing = [
+        f"| `{key}` | `{json.dumps(default)}` | … |"
+        for key, default in chart_values().items()
+        if f"| `{key}` |" not in text
+    ]
     assert not missing, _missing_message(
         "chart values",
         missing,
-        "add a row `| `key` | default | meaning |` under 'Helm chart values', as values.yaml comments it",
+        "add each row below under 'Helm chart values', its meaning as values.yaml comments it",
     )
 
 
