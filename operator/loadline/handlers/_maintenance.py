@@ -21,17 +21,15 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
-import time
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
-from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
+from loadline.handlers import _build, _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
@@ -51,37 +49,15 @@ from loadline.sizing import free_rooms_by_type
 from loadline.traffic import model_load_query, query_range
 from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
 
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
+
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 #: States in which something waits or runs (the timer's ``when``).
 PENDING_STATES = frozenset({"Scheduled", "WaitingForLock", "CoolingDown", "Running"})
 #: Prometheus answers at most 11,000 points per series; the history's step keeps under this.
 MAX_POINTS = 10_000
 QUERY_TIMEOUT_SECONDS = 5.0
-
-#: Event reason per state a decision moves the model to.
-EVENT_REASONS = {
-    "Scheduled": "RestartScheduled",
-    "WaitingForLock": "RestartWaiting",
-    "CoolingDown": "RestartCoolingDown",
-    "Running": "RestartStarted",
-    "Done": "RestartDone",
-}
-
-# Models this process set Running whose status its index may not show yet: the restart slots of
-# ``maxConcurrent`` are taken under this lock, so two timers of this process never take the last one
-# together. One process decides at a time (the elected leader), so no lock in the API is needed.
-_SLOTS = threading.Lock()
-_CLAIMED: dict[str, float] = {}
-#: A claim stands in for the index only until the index has caught up (seconds); after this it is
-#: dropped, so a model deleted mid-restart never holds a slot for the rest of the process's life.
-CLAIM_SECONDS = 300.0
-
-
-def _live_claims(now: float) -> list[str]:
-    """The claims still standing (call under ``_SLOTS``)."""
-    for key in [k for k, at in _CLAIMED.items() if now - at > CLAIM_SECONDS]:
-        del _CLAIMED[key]
-    return list(_CLAIMED)
 
 
 def pending(status: Mapping[str, Any]) -> bool:
@@ -101,6 +77,8 @@ class FleetView:
     #: Sharded: other replicas take restart slots at the same time, so a start is also claimed in the
     #: slots Lease they all decide on (:mod:`loadline.handlers._restart_slots`).
     shared_slots: bool = False
+    #: The operator's memory (restart claims, the Deployments seen, reconcile's).
+    state: OperatorState = field(kw_only=True)
 
 
 def restarting_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -195,20 +173,13 @@ def _running_by_policy(
     return out
 
 
-def _maintenance_event(body: Mapping[str, Any], record: MaintenanceRecord) -> None:
-    reason = EVENT_REASONS.get(record.state)
-    if reason is not None:
-        warning = record.state in ("WaitingForLock", "CoolingDown")
-        _reconcile._event(body, warning=warning, reason=reason, message=record.reason[:1000])
-
-
 def _write(
     body: Mapping[str, Any], patch: kopf.Patch, record: MaintenanceRecord, changed: bool = True
 ) -> None:
     previous = (body.get("status") or {}).get("maintenance")
     patch.status["maintenance"] = _build.maintenance_patch(previous, record)
     if changed:
-        _maintenance_event(body, record)
+        _events.maintenance_event(body, record)
 
 
 def tend(
@@ -257,8 +228,8 @@ def tend(
         def decide(claimed_elsewhere: Mapping[str, frozenset[str]]) -> MaintenanceDecision:
             """The decision with this process's own starts and ``claimed_elsewhere`` (policy →
             models claiming its slots in the shared table) counted as holders of the slots."""
-            with _SLOTS:
-                claims = _live_claims(now.timestamp())
+            with fleet.state.claims.slots:
+                claims = fleet.state.claims.live(now.timestamp())
                 restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in claims}}
                 running = _running_by_policy(governing, restarting, fleet.policies)
                 for policy, models in claimed_elsewhere.items():
@@ -280,9 +251,9 @@ def tend(
                     timezone=settings.restart_timezone,
                 )
                 if decision.kind == "act":
-                    _CLAIMED[key] = now.timestamp()
+                    fleet.state.claims.claim(key, now.timestamp())
                 else:
-                    _CLAIMED.pop(key, None)  # decided on again after a lost claim: not this one's
+                    fleet.state.claims.drop(key)  # decided on again after a lost claim: not this one's
                 return decision
 
         decision = decide({})
@@ -292,7 +263,7 @@ def tend(
             # table is read only for a start (not at every tick of every model waiting for its window).
             shared = _restart_slots.take(key, limited, decide, fleet.restarting.keys(), now, settings)
             if shared is None:  # other replicas kept claiming: decide again next tick, nothing written
-                _release(key)
+                _release(fleet, key)
                 return
             decision = shared
     except PolicyWindowError as exc:
@@ -338,9 +309,9 @@ def _start(
     _carry_out(cast(kopf.Body, started), patch, record, pods, settings, fleet, logger, now)
 
 
-def _release(key: str) -> None:
-    with _SLOTS:
-        _CLAIMED.pop(key, None)
+def _release(fleet: FleetView, key: str) -> None:
+    with fleet.state.claims.slots:
+        fleet.state.claims.drop(key)
 
 
 def _carry_out(
@@ -366,7 +337,7 @@ def _carry_out(
         if remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
             return
-        if _rollout_complete(api_version, kind, namespace, workload_name):
+        if _rollout_complete(fleet, api_version, kind, namespace, workload_name):
             _finish(body, patch, record, now, logger, fleet, settings)
         return
     if multi_node:  # a group restarts with its leader (the LeaderWorkerSet recreates the group)
@@ -390,15 +361,15 @@ def _carry_out(
             _scale(api_version, kind, namespace, workload_name, step.scale_to)
     else:
         return
-    _reconcile._event(body, warning=step.downtime, reason="Restarting", message=step.reason[:1000])
+    _events.event(body, warning=step.downtime, reason="Restarting", message=step.reason[:1000])
     logger.info("restart of %s/%s: %s", namespace, name, step.reason)
 
 
-def _rollout_complete(api_version: str, kind: str, namespace: str, name: str) -> bool:
+def _rollout_complete(fleet: FleetView, api_version: str, kind: str, namespace: str, name: str) -> bool:
     """Whether the workload rolled out its current template. A Deployment that its last watch event
     shows still rolling is taken at its word (no request each tick of a roll-out); a GET confirms
     what the event shows done, since that event may predate the remediation's new template."""
-    seen = _reconcile.seen_workload(namespace, name) if kind == "Deployment" else None
+    seen = fleet.state.workloads.get(namespace, name) if kind == "Deployment" else None
     if seen is not None and not _build.rollout_complete(seen):
         return False
     return _build.rollout_complete(_kube.get(api_version, kind, namespace, name))
@@ -432,7 +403,7 @@ def _roll_remediation(
     released = {**(status.get("remediation") or {}), "heldOverrides": None}
     view = {**body, "status": {**status, **patch.status, "remediation": released}}
     _reconcile.reconcile(
-        cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
+        fleet.state, cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
     )
     # A write of the stanza moves its revision, which a crash's decision decided on the held overrides
     # tests (_build.build_decision_patch): it is refused and decided again rather than holding them again.
@@ -457,89 +428,7 @@ def _finish(
     key = f"{meta['namespace']}/{meta['name']}"
     done = finish_maintenance(record, now)
     _write(body, patch, done)
-    _release(key)
+    _release(fleet, key)
     if fleet.shared_slots:
         _restart_slots.give_back(key, fleet.restarting.keys(), now, settings)
     logger.info("restart of %s/%s done", meta["namespace"], meta["name"])
-
-
-def pending_remediation(
-    previous: RemediationState, decided: RemediationState, urgent: str | None
-) -> tuple[RemediationState, str | None]:
-    """The remediation state to write after a crash's decision, and the action to put in
-    ``status.maintenance`` (None: none). A change of overrides that may wait is held back: the pods keep
-    running the overrides they have (``heldOverrides``) until the window; an urgent one rolls now."""
-    changed = decided.overrides != previous.overrides
-    restart = (
-        bool(decided.restart_requested_at) and decided.restart_requested_at != previous.restart_requested_at
-    )
-    if not changed:
-        return decided, ("restart" if restart else None)
-    if urgent is not None:
-        return decided.model_copy(update={"held_overrides": None}), "remediation"
-    held = previous.held_overrides if previous.held_overrides is not None else previous.overrides
-    return decided.model_copy(update={"held_overrides": held}), "remediation"
-
-
-def pending_record(
-    persisted: MaintenanceRecord | None, action: str, urgent: str | None, now: datetime
-) -> MaintenanceRecord:
-    """``status.maintenance`` right after a crash's decision: Running from now when it is ``urgent``
-    (the crash recurs at every start: the OOM handler's reconcile rolls it at once), else Scheduled
-    with no time yet, for the maintenance timer to choose the window. A remediation covers a pending
-    plain restart (it rolls every pod anyway)."""
-    prev = persisted or MaintenanceRecord()
-    carried = prev.action if prev.pending else None
-    merged = "remediation" if "remediation" in (action, carried) else "restart"
-    if urgent is not None:
-        return MaintenanceRecord(
-            action=merged,  # type: ignore[arg-type]
-            state="Running",
-            trigger="crashLoop",
-            scheduled_at=now,
-            started_at=now,
-            last_restart_at=prev.last_restart_at,
-            reason=f"{urgent}; starting the roll-out now.",
-        )
-    if prev.state == "Running":
-        return replace(prev, action=merged)  # type: ignore[arg-type]
-    return MaintenanceRecord(
-        action=merged,  # type: ignore[arg-type]
-        state="Scheduled",
-        last_restart_at=prev.last_restart_at,
-        reason="waiting for the model's next low-traffic window (being chosen).",
-    )
-
-
-def report_pending(parent: Mapping[str, Any], maintenance: Mapping[str, Any]) -> None:
-    """The Event for what a crash's decision put in ``status.maintenance``."""
-    record = record_from_status({k: v for k, v in maintenance.items() if v is not None})
-    if record is not None:
-        _maintenance_event(parent, record)
-
-
-def claimed() -> frozenset[str]:
-    """Models this process has started restarting (for tests and the metrics)."""
-    with _SLOTS:
-        return frozenset(_live_claims(time.time()))
-
-
-def clear_claims() -> None:
-    """Forget every claim (a process that loses its leadership starts from the API's view)."""
-    with _SLOTS:
-        _CLAIMED.clear()
-
-
-__all__ = [
-    "FleetView",
-    "claimed",
-    "clear_claims",
-    "learn_windows",
-    "pending",
-    "pending_record",
-    "pending_remediation",
-    "report_pending",
-    "restarting_entry",
-    "risk_from_status",
-    "tend",
-]

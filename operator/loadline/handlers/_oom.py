@@ -4,11 +4,11 @@ Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). T
 incident, the crash id and the decision (new overrides, a restart request) to the InferenceModel's
 status in one patch, on condition that what the decision read still holds (a test of each, so that
 the readiness its own crash causes meanwhile does not refuse it). When the decision changes the
-children, the same patch carries the plan they are rendered from (:func:`_reconcile.plan_remediation`,
+children, the same patch carries the plan they are rendered from (:func:`_rollout.plan_remediation`,
 planned on the crash's thread before the write) and the workload is then applied at once, on the
-MODELS lane (:func:`_reconcile.apply_remediation`): one plan, one status write and one apply per
+MODELS lane (:func:`_rollout.apply_remediation`): one plan, one status write and one apply per
 crash. What that roll-out cannot do alone (a move between layouts, a failed plan, a refused apply) it
-hands to reconcile, by stamping :data:`_reconcile.REMEDIATION_ANNOTATION` on the model: the path that
+hands to reconcile, by stamping :data:`_rollout.REMEDIATION_ANNOTATION` on the model: the path that
 applies every child, with kopf's retries and back-off. An operator that dies between the writes loses
 nothing: reconcile runs on resume and applies the overrides from status; the crash id in status
 means no crash is acted on twice.
@@ -21,21 +21,24 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
+from loadline.handlers import _build, _events, _inputs, _kube, _metrics, _policies, _rollout
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
-from loadline.maintenance import crash_urgency, record_from_status
-from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
+from loadline.maintenance import crash_urgency, pending_record, pending_remediation, record_from_status
+from loadline.oom import classify, parse_incident, propose_remediation, start_up_phase
 from loadline.oom._observe import build_incident, crash_id, loop_key, parse_timestamp, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
 from loadline.policy import combine, enforced, remediation_limits, select_policies
 from loadline.traffic import incident_metrics
+
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
 
 MAX_HANDLED = 50
 CONFLICT_RETRIES = _kube.CONFLICT_RETRIES
@@ -119,16 +122,12 @@ def _finished_at(term: Mapping[str, Any]) -> float | None:
         return None
 
 
-# Crash ids this process has already handled (bounded; see loadline.oom.SeenCrashes).
-SEEN = SeenCrashes(capacity=10_000)
-
-
-def has_new_crash(body: Mapping[str, Any]) -> bool:
+def has_new_crash(state: OperatorState, body: Mapping[str, Any]) -> bool:
     """Whether the pod shows a crash not handled yet (no I/O: asked on kopf's event loop, so that only
     crashes take a thread of the CRASHES lane)."""
     for status in (body.get("status") or {}).get("containerStatuses") or []:
         cid = crash_id(body, status)
-        if cid is not None and cid not in SEEN:
+        if cid is not None and cid not in state.crashes:
             return True
     return False
 
@@ -136,16 +135,17 @@ def has_new_crash(body: Mapping[str, Any]) -> bool:
 @dataclass(frozen=True)
 class RollOut:
     """How the operator rolls a crash's remediation out itself. ``plan``: the remediation of the model
-    as the decision will leave it (:func:`_reconcile.plan_remediation`; None leaves it to reconcile),
+    as the decision will leave it (:func:`_rollout.plan_remediation`; None leaves it to reconcile),
     asked before the decision is written so that the write carries its plan. ``start``: given the model
     as the write answered, the crash's id and that remediation, applies the workload or asks reconcile
     (the operator does it on the MODELS lane), not waited for."""
 
-    plan: Callable[[dict[str, Any]], _reconcile.Remediation | None]
-    start: Callable[[dict[str, Any], str, _reconcile.Remediation | None], object]
+    plan: Callable[[dict[str, Any]], _rollout.Remediation | None]
+    start: Callable[[dict[str, Any], str, _rollout.Remediation | None], object]
 
 
 def on_pod_event(
+    state: OperatorState,
     body: kopf.Body,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
@@ -156,7 +156,7 @@ def on_pod_event(
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
     it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
     ``roll_out``: how a remediation is rolled out (:class:`RollOut`); without it the crash's thread
-    asks reconcile (:func:`_reconcile.ask_reconcile`), and the roll-out waits for it."""
+    asks reconcile (:func:`_rollout.ask_reconcile`), and the roll-out waits for it."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
@@ -167,15 +167,26 @@ def on_pod_event(
         cid = crash_id(pod, status)
         if (
             cid is not None
-            and cid not in SEEN
+            and cid not in state.crashes
             and _handle_crash(
-                pod, status, cid, namespace, str(name), logger, settings, policies or [], known, roll_out
+                state,
+                pod,
+                status,
+                cid,
+                namespace,
+                str(name),
+                logger,
+                settings,
+                policies or [],
+                known,
+                roll_out,
             )
         ):
-            SEEN.add(cid)
+            state.crashes.add(cid)
 
 
 def _handle_crash(
+    state: OperatorState,
     pod: Mapping[str, Any],
     status: Mapping[str, Any],
     cid: str,
@@ -224,8 +235,8 @@ def _handle_crash(
         if parent is None:
             return True
         owner_uids = {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
-        state = _reconcile.remediation_state(parent)
-        if cid in state.handled_crashes:
+        current = _inputs.remediation_state(parent)
+        if cid in current.handled_crashes:
             return True
         log_tail = once("tail", _previous_log, namespace, pod_name, container) if needs_log else ""
         incident_dict = build_incident(pod, status, parent, log_tail=log_tail)
@@ -255,14 +266,14 @@ def _handle_crash(
         mode = ((parent.get("spec") or {}).get("remediation") or {}).get("mode")
         now = datetime.now(UTC)
         decision = decide(
-            diagnosis, proposal, state, model_limits(parent, policies, settings), now, mode=mode,
+            diagnosis, proposal, current, model_limits(parent, policies, settings), now, mode=mode,
             outcome_horizon=timedelta(minutes=settings.remediation_outcome_horizon_minutes),
             crash_started_at=_started_at(term),
         )  # fmt: skip
         new_state = decision.state
         new_state.handled_crashes = [*new_state.handled_crashes, cid][-MAX_HANDLED:]
         new_state.observed_generation = parent["metadata"].get("generation")
-        new_state.revision = state.revision + 1  # what the next decision's write tests
+        new_state.revision = current.revision + 1  # what the next decision's write tests
         evidence = list(diagnosis.evidence) + ([diagnosis.caller_note] if diagnosis.caller_note else [])
         incidents = _build.merge_incident(
             (parent.get("status") or {}).get("incidents") or [],
@@ -283,11 +294,11 @@ def _handle_crash(
             # A fix that may wait is held back for the model's window; one whose crash recurs at every
             # start rolls now (loadline.maintenance.crash_urgency says which).
             urgent = crash_urgency(diagnosis.oom_class.value, int(incidents[-1].get("count", 1)))
-            new_state, action = _maintenance.pending_remediation(state, new_state, urgent)
+            new_state, action = pending_remediation(current, new_state, urgent)
         changes = _build.build_incident_status(incidents, new_state, needs_person=decision.needs_person)
         if action is not None:
             previous = (parent.get("status") or {}).get("maintenance")
-            record = _maintenance.pending_record(record_from_status(previous), action, urgent, now)
+            record = pending_record(record_from_status(previous), action, urgent, now)
             changes["maintenance"] = _build.maintenance_patch(previous, record)
         remediation = None
         if roll_out is not None and decision.apply:
@@ -302,7 +313,7 @@ def _handle_crash(
                     leaves, result=decision.result, now=_build.now_iso()
                 )
             # From before the write: reconcile passes over versions without this decision meanwhile.
-            _reconcile.expect_roll_out(namespace, name, cid)
+            state.roll_outs.expect(namespace, name, cid)
             expected = True
         try:
             written = _write_decision(parent, changes)
@@ -312,26 +323,26 @@ def _handle_crash(
             continue
         except ApiException:
             if expected:
-                _reconcile.forget_roll_out(namespace, name)
+                state.roll_outs.forget(namespace, name)
             raise
         if roll_out is not None and decision.apply:
             # At once, from the model as this write left it, and not on this thread: the crash lane
             # holds a crash for its decision only.
             roll_out.start(written, cid, remediation)
         elif decision.apply:
-            _reconcile.ask_reconcile(parent, cid, logger)
+            _rollout.ask_reconcile(parent, cid, logger)
         # A roll-out that starts now is said in the Remediated Event (one Event, not a RestartStarted
         # beside it in the same second: Events are the largest share of a crash burst's writes).
         starting = record.reason if action is not None and urgent is not None else None
         _report(parent, pod, container, diagnosis, decision, owner_uids, starting=starting)
         if action is not None and starting is None:
-            _maintenance.report_pending(parent, changes["maintenance"])
+            _events.report_pending(parent, changes["maintenance"])
         finished = _finished_at(term)
         if finished is not None:
             _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
         return True
     if expected:
-        _reconcile.forget_roll_out(namespace, name)
+        state.roll_outs.forget(namespace, name)
     logger.warning(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
@@ -363,19 +374,19 @@ def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, d
             f"{judged.action} for {judged.oom_class}, applied {judged.applied_at:%Y-%m-%d %H:%M}Z: "
             f"{judged.result}{said}"
         )
-        _reconcile._event(
+        _events.event(
             parent, warning=judged.result == "recurred", reason="RemediationOutcome", message=message
         )
     first = diagnosis.evidence[0] if diagnosis.evidence else ""
-    _reconcile._event(parent, warning=True, reason="OutOfMemory",
+    _events.event(parent, warning=True, reason="OutOfMemory",
                       message=f"{pod['metadata']['name']}/{container}: {diagnosis.oom_class.value} "
                       f"(confidence {diagnosis.confidence:.2f}). {first}")  # fmt: skip
     if diagnosis.caller_note:
-        _reconcile._event(parent, warning=True, reason="CallerSidePrompts", message=diagnosis.caller_note)
+        _events.event(parent, warning=True, reason="CallerSidePrompts", message=diagnosis.caller_note)
     if decision.apply:
         said = f"{decision.result} Restart: {starting}" if starting else decision.result
-        _reconcile._event(parent, warning=False, reason="Remediated", message=said[:1000])
+        _events.event(parent, warning=False, reason="Remediated", message=said[:1000])
     elif decision.needs_person:
-        _reconcile._event(parent, warning=True, reason="NeedsAPerson", message=decision.needs_person)
+        _events.event(parent, warning=True, reason="NeedsAPerson", message=decision.needs_person)
     else:
-        _reconcile._event(parent, warning=False, reason="RemediationRecommended", message=decision.result)
+        _events.event(parent, warning=False, reason="RemediationRecommended", message=decision.result)

@@ -42,6 +42,7 @@ from loadline.maintenance._model import (
     State,
     Trigger,
 )
+from loadline.maintenance._pending import pending_record, pending_remediation
 from loadline.maintenance._plan import finish_maintenance, plan_maintenance
 from loadline.maintenance._rollout import PodState, RolloutAction, RolloutStep, plan_rollout
 from loadline.maintenance._status import record_from_status, record_to_status
@@ -71,6 +72,8 @@ __all__ = [
     "format_slot_claims",
     "holds_restart_slot",
     "parse_slot_claims",
+    "pending_record",
+    "pending_remediation",
     "plan_maintenance",
     "plan_rollout",
     "quietest_start",

@@ -1,0 +1,47 @@
+"""Kubernetes Events about a model: what ``kubectl describe`` shows of loadline's decisions."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, cast
+
+import kopf
+
+from loadline.maintenance import MaintenanceRecord, record_from_status
+from loadline.sizing import Plan
+
+#: Event reason per state a maintenance decision moves the model to.
+EVENT_REASONS = {
+    "Scheduled": "RestartScheduled",
+    "WaitingForLock": "RestartWaiting",
+    "CoolingDown": "RestartCoolingDown",
+    "Running": "RestartStarted",
+    "Done": "RestartDone",
+}
+
+
+def event(obj: Mapping[str, Any], *, warning: bool, reason: str, message: str) -> None:
+    """Post a Kubernetes Event about ``obj``."""
+    kopf.event(cast(Any, obj), type="Warning" if warning else "Normal", reason=reason, message=message)
+
+
+def report_fallback(body: Mapping[str, Any], plan: Plan) -> None:
+    """A Warning when a new plan took a dearer GPU type because the cheaper one was absent or full."""
+    if plan.fallback_from:
+        fallback = f"{plan.fallback_from} absent or full; using {plan.chosen.gpu.name}"
+        event(body, warning=True, reason="GPUFallback", message=fallback)
+
+
+def maintenance_event(body: Mapping[str, Any], record: MaintenanceRecord) -> None:
+    """The Event for the state a restart decision moved the model to."""
+    reason = EVENT_REASONS.get(record.state)
+    if reason is not None:
+        warning = record.state in ("WaitingForLock", "CoolingDown")
+        event(body, warning=warning, reason=reason, message=record.reason[:1000])
+
+
+def report_pending(parent: Mapping[str, Any], maintenance: Mapping[str, Any]) -> None:
+    """The Event for what a crash's decision put in ``status.maintenance``."""
+    record = record_from_status({k: v for k, v in maintenance.items() if v is not None})
+    if record is not None:
+        maintenance_event(parent, record)
