@@ -9,9 +9,10 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.handlers import _build, _events, _index, _kube, _oom, _readiness, _rollout, _state
+from loadline.handlers import _events, _index, _kube, _oom, _readiness, _rollout, _state
 from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
+from loadline.status import build as _build
 from tests.test_oom_operator_side import pod
 from tests.test_reconcile_requests import FakeParent, available_deployment
 

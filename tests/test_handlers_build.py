@@ -9,8 +9,10 @@ import pydantic
 import pytest
 
 from loadline.api import Condition, RemediationState, parse_inference_model
-from loadline.handlers import _build, _metrics
-from loadline.handlers._build import (
+from loadline.handlers import _metrics
+from loadline.sizing import plan_inference_model
+from loadline.status import build as _build
+from loadline.status.build import (
     build_deployed_status,
     build_failed_status,
     build_owner_reference,
@@ -20,7 +22,6 @@ from loadline.handlers._build import (
     status_changes,
     with_owner,
 )
-from loadline.sizing import plan_inference_model
 from tests.conftest import inference_model
 
 BODY = {
@@ -167,7 +168,7 @@ def test_children_are_owned_for_garbage_collection() -> None:
 
 
 def test_unschedulable_reason_quotes_the_scheduler() -> None:
-    from loadline.handlers._build import unschedulable_reason
+    from loadline.status.build import unschedulable_reason
 
     placed = {
         "metadata": {"name": "a"},

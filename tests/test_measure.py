@@ -13,9 +13,10 @@ import kopf
 import pytest
 
 from loadline.api import parse_inference_model
-from loadline.handlers import _build, _measure
+from loadline.handlers import _measure
 from loadline.handlers._settings import OperatorSettings
 from loadline.sizing import plan_inference_model
+from loadline.status import build as _build
 from tests.conftest import inference_model
 from tests.promserver import FakePrometheus
 

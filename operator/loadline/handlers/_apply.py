@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any
 
 from kubernetes.client.exceptions import ApiException
 
-from loadline.handlers import _build, _kube
+from loadline.handlers import _kube
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.render import child_kinds
+from loadline.status import build as _build
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState

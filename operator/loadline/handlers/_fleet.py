@@ -20,9 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.errors import LoadlineError
-from loadline.handlers import _build, _inputs, _kube, _maintenance, _policies, _reconcile, _shards
+from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile, _shards
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache
+from loadline.status import build as _build
 
 log = logging.getLogger("loadline.policies")
 

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
-from loadline.handlers import _build, _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
+from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
@@ -46,6 +46,7 @@ from loadline.policy import combine, enforced, policy_governs, restart_window_se
 from loadline.render import workload_ref
 from loadline.risk import OOMRiskEstimate
 from loadline.sizing import free_rooms_by_type
+from loadline.status import build as _build
 from loadline.traffic import model_load_query, query_range
 from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
 

@@ -27,7 +27,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _build, _events, _inputs, _kube, _metrics, _policies, _rollout
+from loadline.handlers import _events, _inputs, _kube, _metrics, _policies, _rollout
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import crash_urgency, pending_record, pending_remediation, record_from_status
@@ -35,6 +35,7 @@ from loadline.oom import classify, parse_incident, propose_remediation, start_up
 from loadline.oom._observe import build_incident, crash_id, loop_key, parse_timestamp, terminated_state
 from loadline.oom._policy import PolicyLimits, decide
 from loadline.policy import combine, enforced, remediation_limits, select_policies
+from loadline.status import build as _build
 from loadline.traffic import incident_metrics
 
 if TYPE_CHECKING:

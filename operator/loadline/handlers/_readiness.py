@@ -13,10 +13,11 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND
-from loadline.handlers import _build, _events, _kube
+from loadline.handlers import _events, _kube
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._plan import REPLAN_ANNOTATION
 from loadline.render import workload_ref
+from loadline.status import build as _build
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState

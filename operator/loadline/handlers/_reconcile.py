@@ -30,11 +30,12 @@ from loadline.errors import (
     NotAllowedError,
     SpecError,
 )
-from loadline.handlers import _apply, _build, _events, _kube, _plan, _policies
+from loadline.handlers import _apply, _events, _kube, _plan, _policies
 from loadline.handlers._inputs import ModelInputs
 from loadline.handlers._settings import OperatorSettings
 from loadline.policy import select_policies, spec_problems
 from loadline.sizing import ClusterView, Plan, beyond_tables
+from loadline.status import build as _build
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState
