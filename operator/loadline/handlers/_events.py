@@ -7,17 +7,8 @@ from typing import Any, cast
 
 import kopf
 
-from loadline.maintenance import MaintenanceRecord, record_from_status
+from loadline.maintenance import EVENT_REASONS, MaintenanceRecord, record_from_status
 from loadline.sizing import Plan
-
-#: Event reason per state a maintenance decision moves the model to.
-EVENT_REASONS = {
-    "Scheduled": "RestartScheduled",
-    "WaitingForLock": "RestartWaiting",
-    "CoolingDown": "RestartCoolingDown",
-    "Running": "RestartStarted",
-    "Done": "RestartDone",
-}
 
 
 def event(obj: Mapping[str, Any], *, warning: bool, reason: str, message: str) -> None:

@@ -22,6 +22,7 @@ from loadline.errors import ReferencedObjectError
 from loadline.handlers import _kube
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
+from loadline.oom import remediation_in_force
 from loadline.sizing import Plan, find_catalog_model, plan_inference_model
 
 
@@ -89,17 +90,6 @@ def _hub_config(
     return config
 
 
-def remediation_state(body: Mapping[str, Any]) -> RemediationState:
-    """The remediation state in force: its overrides hold only for the generation they were made for,
-    so a person's spec change starts from the spec again."""
-    raw = (body.get("status") or {}).get("remediation")
-    state = RemediationState.model_validate(raw) if raw else RemediationState()
-    if state.observed_generation != body["metadata"].get("generation"):
-        return RemediationState(day=state.day, actions_today=state.actions_today, history=state.history,
-                                handled_crashes=state.handled_crashes, revision=state.revision)  # fmt: skip
-    return state
-
-
 @dataclass(frozen=True)
 class ModelInputs:
     """What planning a model needs, read once: the model with remediation's overrides applied (they
@@ -122,7 +112,7 @@ def model_inputs(body: Mapping[str, Any], settings: OperatorSettings, hub: Confi
     """Reconcile, admission and the FleetPolicy judge read a model the same way (raises on a bad spec).
     ``hub``: the process's cache of config.json files fetched from the hub."""
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
-    state = remediation_state(body)
+    state = remediation_in_force(body.get("status") or {}, body["metadata"].get("generation"))
     obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])})
     # Overrides waiting for the restart window are not rendered yet: the pods keep the held ones.
     running = state.held_overrides if state.held_overrides is not None else state.overrides

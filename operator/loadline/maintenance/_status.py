@@ -51,3 +51,13 @@ def record_to_status(record: MaintenanceRecord) -> Maintenance:
         last_restart_at=record.last_restart_at,
         reason=record.reason,
     )
+
+
+#: The Event reason for each state a restart decision moves the model to.
+EVENT_REASONS = {
+    "Scheduled": "RestartScheduled",
+    "WaitingForLock": "RestartWaiting",
+    "CoolingDown": "RestartCoolingDown",
+    "Running": "RestartStarted",
+    "Done": "RestartDone",
+}

@@ -37,8 +37,13 @@ REMEDIATING = "Remediating"
 (:func:`build_remediating_status`) and kept until the workload is available or cannot be scheduled."""
 
 
+def iso(moment: datetime) -> str:
+    """A time as the API server writes it: whole seconds, UTC, ``Z``."""
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso(datetime.now(UTC))
 
 
 def _wire(model: BaseModel) -> dict[str, Any]:
