@@ -4,6 +4,7 @@ saw it (no GET), writes the decision once, and reads the model only when that en
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
@@ -42,6 +43,22 @@ def crashed_pod() -> dict[str, Any]:
 
 def decided(parent: FakeParent) -> bool:
     return bool(parent.model["status"]["remediation"]["handledCrashes"])
+
+
+def roll_out_with(
+    monkeypatch: pytest.MonkeyPatch,
+    plan: Callable[[dict[str, Any]], Any],
+    start: Callable[[dict[str, Any], str, Any], Any],
+) -> _oom.Indexes:
+    """The crash's own roll-out, its plan stood in for by ``plan`` (given the model as the decision
+    will leave it) and its start on the MODELS lane by ``start``; the (empty) indexes that turn it on."""
+    monkeypatch.setattr(_rollout, "plan_remediation", lambda _state, model, *a, **k: plan(model))
+    monkeypatch.setattr(
+        _oom,
+        "roll_out_soon",
+        lambda _state, _settings, _logger, model, crash, remediation: start(model, crash, remediation),
+    )
+    return {}, {}
 
 
 def test_a_crash_is_decided_on_the_indexed_model_without_reading_it(
@@ -113,7 +130,9 @@ def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
 
     monkeypatch.setattr(_kube, "patch_status_tested", write)
     known = _index.model_entry(parent.model)
-    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known, _oom.RollOut(plan, start))  # type: ignore[arg-type]
+    _oom.on_pod_event(
+        state, crashed_pod(), LOG, OperatorSettings(), [], known, roll_out_with(monkeypatch, plan, start)
+    )  # type: ignore[arg-type]
     assert parent.calls == ["plan", "patch", "start"]
     model, crash, handed_remediation = handed[0]
     assert planned[0]["status"]["remediation"]["handledCrashes"][-1] == crash
@@ -123,12 +142,14 @@ def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
 
 
 def test_a_remediation_left_to_reconcile_is_still_handed_to_the_roll_out(
-    state: OperatorState, parent: FakeParent
+    state: OperatorState, parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No plan (a move between layouts, a failed plan): the decision is written alone and the roll-out
     is handed nothing to apply (it asks reconcile)."""
     handed: list[Any] = []
-    roll_out = _oom.RollOut(lambda model: None, lambda model, crash, remediation: handed.append(remediation))
+    roll_out = roll_out_with(
+        monkeypatch, lambda model: None, lambda model, crash, remediation: handed.append(remediation)
+    )
     _oom.on_pod_event(
         state, crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out
     )  # type: ignore[arg-type]
@@ -188,7 +209,7 @@ def test_a_decision_whose_write_fails_ends_the_guard(
         raise ApiException(status=500, reason="etcd timeout")
 
     monkeypatch.setattr(_kube, "patch_status_tested", refuse)
-    roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
+    roll_out = roll_out_with(monkeypatch, lambda model: None, lambda *a: None)
     with pytest.raises(ApiException):
         _oom.on_pod_event(
             state, crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out
@@ -207,7 +228,7 @@ def test_a_crash_whose_fix_rolls_now_posts_two_events(
         kopf, "event", lambda obj, type, reason, message: said.append((type, reason, message))
     )
     known = _index.model_entry(parent.model)
-    roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
+    roll_out = roll_out_with(monkeypatch, lambda model: None, lambda *a: None)
     _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
     assert parent.model["status"]["maintenance"]["state"] == "Running"  # a crash loop: it rolls now
     assert [(kind, reason) for kind, reason, _ in said] == [
@@ -248,15 +269,18 @@ def ready_parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     return parent
 
 
-def crash_rolled_now(state: OperatorState, parent: FakeParent, known: dict[str, Any]) -> None:
+def crash_rolled_now(
+    monkeypatch: pytest.MonkeyPatch, state: OperatorState, parent: FakeParent, known: dict[str, Any]
+) -> None:
     """A crash whose fix is the workload alone, decided on ``known`` (the index's entry)."""
     remediation = _rollout.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
-    roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
+    roll_out = roll_out_with(monkeypatch, lambda model: remediation, lambda *a: None)
     _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
 
 
 def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_writes_only_ready(
     state: OperatorState,
+    monkeypatch: pytest.MonkeyPatch,
     ready_parent: FakeParent,
 ) -> None:
     """The decision's one write says the model is Deploying because its remediation rolls out (the
@@ -264,7 +288,7 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     request, and its availability is one write, back to Ready. Before, the phase going Deploying was
     a write of its own, and the roll-out's progress more: half of a crash's writes of the model."""
     parent = ready_parent
-    crash_rolled_now(state, parent, _index.model_entry(parent.model))
+    crash_rolled_now(monkeypatch, state, parent, _index.model_entry(parent.model))
     assert parent.calls == ["patch"] and decided(parent)
     status = parent.model["status"]
     assert status["phase"] == "Deploying"
@@ -286,6 +310,7 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
 
 def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_the_decision(
     state: OperatorState,
+    monkeypatch: pytest.MonkeyPatch,
     ready_parent: FakeParent,
 ) -> None:
     """The workload becomes available before the index shows the decision (Deploying, Remediating): on
@@ -293,7 +318,7 @@ def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_th
     model is read instead, and written Ready."""
     parent = ready_parent
     stale = _index.model_entry(parent.model)  # the index, before the decision
-    crash_rolled_now(state, parent, stale)
+    crash_rolled_now(monkeypatch, state, parent, stale)
     assert parent.model["status"]["phase"] == "Deploying"
     parent.calls.clear()
     _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, stale)

@@ -15,6 +15,7 @@ import kopf
 import pytest
 
 from loadline.handlers import _lanes, _oom, _reconcile, _registry, _rollout
+from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from tests.test_oom_operator_side import pod
 
@@ -148,7 +149,7 @@ def _roll_out(monkeypatch: pytest.MonkeyPatch, remediation: Any, applied: bool) 
     monkeypatch.setattr(_rollout, "apply_remediation", apply)
     monkeypatch.setattr(_rollout, "ask_reconcile", ask)
     model = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
-    _registry._roll_out_soon(OperatorState(), None, model, "c1", remediation).result(timeout=10)  # type: ignore[arg-type]
+    _oom.roll_out_soon(OperatorState(), OperatorSettings(), None, model, "c1", remediation).result(timeout=10)  # type: ignore[arg-type]
     return ran
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -27,8 +27,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _events, _kube, _metrics, _policies, _rollout
-from loadline.handlers._index import INSTANCE_LABEL
+from loadline.handlers import _events, _index, _kube, _lanes, _metrics, _policies, _rollout
 from loadline.handlers._settings import OperatorSettings
 from loadline.oom import (
     Crash,
@@ -42,6 +41,7 @@ from loadline.oom import (
 from loadline.oom._observe import build_incident, crash_id, loop_key, parse_timestamp, terminated_state
 from loadline.oom._policy import PolicyLimits
 from loadline.policy import combine, enforced, remediation_limits, select_policies
+from loadline.sizing import ClusterView
 from loadline.status import build as _build
 from loadline.traffic import incident_metrics
 
@@ -139,16 +139,8 @@ def has_new_crash(state: OperatorState, body: Mapping[str, Any]) -> bool:
     return False
 
 
-@dataclass(frozen=True)
-class RollOut:
-    """How the operator rolls a crash's remediation out itself. ``plan``: the remediation of the model
-    as the decision will leave it (:func:`_rollout.plan_remediation`; None leaves it to reconcile),
-    asked before the decision is written so that the write carries its plan. ``start``: given the model
-    as the write answered, the crash's id and that remediation, applies the workload or asks reconcile
-    (the operator does it on the MODELS lane), not waited for."""
-
-    plan: Callable[[dict[str, Any]], _rollout.Remediation | None]
-    start: Callable[[dict[str, Any], str, _rollout.Remediation | None], object]
+#: The operator's GPU node and pod indexes (kopf's), from which a crash's remediation is planned.
+Indexes = tuple[Mapping[str, Any], Mapping[str, Any]]
 
 
 def on_pod_event(
@@ -158,16 +150,17 @@ def on_pod_event(
     settings: OperatorSettings,
     policies: list[FleetPolicy] | None = None,
     known: Mapping[str, Any] | None = None,
-    roll_out: RollOut | None = None,
+    indexes: Indexes | None = None,
 ) -> None:
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
     it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
-    ``roll_out``: how a remediation is rolled out (:class:`RollOut`); without it the crash's thread
-    asks reconcile (:func:`_rollout.ask_reconcile`), and the roll-out waits for it."""
+    ``indexes``: the GPU nodes and pods a remediation is planned on, for the crash's own roll-out
+    (:func:`roll_out_soon`); without them the crash's thread asks reconcile
+    (:func:`_rollout.ask_reconcile`), and the roll-out waits for it."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
-    name = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    name = (meta.get("labels") or {}).get(_index.INSTANCE_LABEL)
     if not name:
         return
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -186,7 +179,7 @@ def on_pod_event(
                 settings,
                 policies or [],
                 known,
-                roll_out,
+                indexes,
             )
         ):
             state.crashes.add(cid)
@@ -203,7 +196,7 @@ def _handle_crash(
     settings: OperatorSettings,
     policies: list[FleetPolicy],
     known: Mapping[str, Any] | None = None,
-    roll_out: RollOut | None = None,
+    indexes: Indexes | None = None,
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
     Gather (the model, the log, Prometheus), decide (:func:`loadline.oom.decide_crash`), write,
@@ -235,8 +228,9 @@ def _handle_crash(
         if decided is None:
             return True
         changes, remediation = decided.changes, None
-        if roll_out is not None and decided.rolls_out:
-            changes, remediation = _with_remediation(parent, decided, roll_out)
+        if indexes is not None and decided.rolls_out:
+            view = state.views.view(*indexes, max_age=_index.REMEDIATION_VIEW_SECONDS)
+            changes, remediation = _with_remediation(state, parent, decided, settings, view, policies)
             # From before the write: reconcile passes over versions without this decision meanwhile.
             state.roll_outs.expect(namespace, name, cid)
             expected = True
@@ -250,10 +244,10 @@ def _handle_crash(
             if expected:
                 state.roll_outs.forget(namespace, name)
             raise
-        if roll_out is not None and decided.rolls_out:
+        if indexes is not None and decided.rolls_out:
             # At once, from the model as this write left it, and not on this thread: the crash lane
             # holds a crash for its decision only.
-            roll_out.start(written, cid, remediation)
+            roll_out_soon(state, settings, logger, written, cid, remediation)
         elif decided.rolls_out:
             _rollout.ask_reconcile(parent, cid, logger)
         _report(parent, decided, reads.term)
@@ -339,7 +333,12 @@ def _decide(
 
 
 def _with_remediation(
-    parent: Mapping[str, Any], decided: CrashDecision, roll_out: RollOut
+    state: OperatorState,
+    parent: Mapping[str, Any],
+    decided: CrashDecision,
+    settings: OperatorSettings,
+    view: ClusterView,
+    policies: list[FleetPolicy],
 ) -> tuple[dict[str, Any], _rollout.Remediation | None]:
     """The decision's changes with the plan of its remediation, planned before the write from the model
     as the write will leave it, so that the write carries the plan: no reconcile has to follow the
@@ -347,7 +346,8 @@ def _with_remediation(
     nothing."""
     stored = parent.get("status") or {}
     changes = decided.changes
-    remediation = roll_out.plan({**parent, "status": {**stored, **changes}})
+    leaves = {**parent, "status": {**stored, **changes}}
+    remediation = _rollout.plan_remediation(state, leaves, settings, view, policies)
     if remediation is not None:
         changes = {**changes, **remediation.status}
         leaves = {**stored, **changes}
@@ -363,6 +363,18 @@ def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> di
     model changed in what it read (or, in the fallback, at all)."""
     sets, tested = _build.build_decision_patch(parent, changes) or (None, ())
     return _kube.patch_status_tested(parent, sets, tested, changes)
+
+
+def roll_out_soon(
+    state: OperatorState,
+    settings: OperatorSettings,
+    logger: logging.Logger | kopf.Logger,
+    model: dict[str, Any],
+    crash: str,
+    remediation: _rollout.Remediation | None,
+) -> Future[object]:
+    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
+    return _lanes.MODELS.submit(_rollout.roll_out, state, settings, model, crash, remediation, logger)
 
 
 def _report(parent: Mapping[str, Any], decided: CrashDecision, term: Mapping[str, Any]) -> None:

@@ -8,9 +8,7 @@ replica, so admission never waits for a hand-over (``loadline run`` starts both,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from concurrent.futures import Future
 from typing import Any
 
 import kopf
@@ -31,7 +29,6 @@ from loadline.handlers import (
     _policies,
     _readiness,
     _reconcile,
-    _rollout,
     _shards,
     _storage,
     _toggles,
@@ -306,25 +303,8 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwa
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     known = next(iter(kwargs["owned_models"].get(model, ())), None)
-    gpu_nodes, gpu_pods = kwargs["gpu_nodes"], kwargs["gpu_pods"]
-
-    def plan(model: dict[str, Any]) -> _rollout.Remediation | None:
-        view = state.views.view(gpu_nodes, gpu_pods, max_age=_index.REMEDIATION_VIEW_SECONDS)
-        return _rollout.plan_remediation(state, model, SETTINGS, view, policies)
-
-    roll_out = _oom.RollOut(plan=plan, start=functools.partial(_roll_out_soon, state, logger))
-    await _lanes.CRASHES.run(_oom.on_pod_event, state, body, logger, SETTINGS, policies, known, roll_out)
-
-
-def _roll_out_soon(
-    state: OperatorState,
-    logger: kopf.Logger,
-    model: dict[str, Any],
-    crash: str,
-    remediation: _rollout.Remediation | None,
-) -> Future[object]:
-    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
-    return _lanes.MODELS.submit(_rollout.roll_out, state, SETTINGS, model, crash, remediation, logger)
+    indexes = kwargs["gpu_nodes"], kwargs["gpu_pods"]
+    await _lanes.CRASHES.run(_oom.on_pod_event, state, body, logger, SETTINGS, policies, known, indexes)
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
