@@ -28,7 +28,9 @@ class FakeKube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def apply(self, manifest: dict[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
+    def apply(
+        self, manifest: dict[str, Any], field_manager: str, versions: Any
+    ) -> tuple[dict[str, Any], bool]:
         self.calls.append(("apply", manifest["kind"]))
         return {**manifest, "status": {}}, True
 
@@ -343,14 +345,15 @@ def test_a_version_written_by_another_since_our_apply_is_no_change_of_ours(
     resource = type("Resource", (), {"server_side_apply": lambda self, **_: answers.pop(0)})()
     monkeypatch.setattr(_kube, "_resource", lambda api_version, kind: resource)
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat-pdb-test"}}
+    versions = _kube.AppliedVersions()
     answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:08:15 GMT"))  # created
-    assert _kube.apply(pdb, "loadline")[1] is True
+    assert _kube.apply(pdb, "loadline", versions)[1] is True
     answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:09:00 GMT"))  # a resync
-    assert _kube.apply(pdb, "loadline")[1] is False
+    assert _kube.apply(pdb, "loadline", versions)[1] is False
     answers.append(Answer("7", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:10:00 GMT"))  # status since
-    assert _kube.apply(pdb, "loadline")[1] is False
+    assert _kube.apply(pdb, "loadline", versions)[1] is False
     answers.append(Answer("8", "2026-11-23T21:11:00Z", "Mon, 23 Nov 2026 21:11:00 GMT"))  # a new spec
-    assert _kube.apply(pdb, "loadline")[1] is True
+    assert _kube.apply(pdb, "loadline", versions)[1] is True
 
 
 def test_an_unreadable_answer_counts_as_changed() -> None:
@@ -644,7 +647,7 @@ def test_a_refused_roll_out_says_so(
     remediation = plan_remediation(state, model)
     assert remediation is not None
 
-    def refuse(manifest: dict[str, Any], field_manager: str) -> Any:
+    def refuse(manifest: dict[str, Any], field_manager: str, versions: Any) -> Any:
         raise ApiException(status=403, reason="a ValidatingAdmissionPolicy refused it")
 
     monkeypatch.setattr(_kube, "apply", refuse)

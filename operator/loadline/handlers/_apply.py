@@ -59,7 +59,7 @@ def apply_children(
             fp = fingerprint(child)
             if not is_workload and state.applied.already(meta, child, fp):
                 continue
-            result, changed = _kube.apply(child, field_manager)
+            result, changed = _kube.apply(child, field_manager, state.versions)
             state.applied.note(meta, child, fp)
             if changed:
                 applied.changed.append(f"{child['kind']}/{child['metadata']['name']}")
@@ -70,7 +70,9 @@ def apply_children(
     return applied
 
 
-def remove_stale_children(namespace: str, name: str, uid: str, manifests: list[dict[str, Any]]) -> list[str]:
+def remove_stale_children(
+    state: OperatorState, namespace: str, name: str, uid: str, manifests: list[dict[str, Any]]
+) -> list[str]:
     """Delete the children of a layout no longer planned (found by label, kept only when this model is
     their controller), so a Deployment ↔ LeaderWorkerSet move never leaves pods holding GPUs."""
     wanted = {(m["kind"], m["metadata"]["name"]) for m in manifests}
@@ -84,6 +86,6 @@ def remove_stale_children(namespace: str, name: str, uid: str, manifests: list[d
             existing.append({**item, "apiVersion": api_version, "kind": kind})
     removed = []
     for api_version, kind, child in _build.stale_children(existing, wanted, uid):
-        if _kube.delete(api_version, kind, namespace, child):
+        if _kube.delete(api_version, kind, namespace, child, state.versions):
             removed.append(f"{kind}/{child}")
     return removed

@@ -166,7 +166,7 @@ def _apply_or_fail(
     if applied.error is None:
         try:
             if relaid:
-                removed = _apply.remove_stale_children(namespace, name, meta["uid"], manifests)
+                removed = _apply.remove_stale_children(state, namespace, name, meta["uid"], manifests)
         except ApiException as exc:
             applied.error = exc
     if applied.error is not None:
@@ -176,7 +176,7 @@ def _apply_or_fail(
             # a child of the old layout can be what blocks the rest (an older LeaderWorkerSet's headless
             # Service holding the client Service's name until the garbage collector removes it).
             with contextlib.suppress(ApiException):
-                removed = _apply.remove_stale_children(namespace, name, meta["uid"], manifests)
+                removed = _apply.remove_stale_children(state, namespace, name, meta["uid"], manifests)
             if removed:
                 _events.event(body, warning=False, reason="Removed", message="removed " + ", ".join(removed))
         previous = dict(body.get("status") or {})

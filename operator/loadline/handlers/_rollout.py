@@ -133,7 +133,7 @@ def apply_remediation(
     child = remediation.workload
     with state.roll_outs.lock(namespace, name):
         try:
-            _, changed = _kube.apply(child, settings.field_manager)
+            _, changed = _kube.apply(child, settings.field_manager, state.versions)
         except ApiException as exc:
             error = _kube.api_error_text(exc)
             logger.info("%s/%s: remediation left to reconcile (%s)", namespace, name, error)

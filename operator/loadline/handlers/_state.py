@@ -5,8 +5,13 @@ which kopf copies (shallowly) into every object's memo: each handler reads ``mem
 down. A new leadership term starts kopf again, and with it a fresh state, as a new process would.
 Tests build their own.
 
-Nothing here is module-level: the Prometheus metric objects (``_metrics``) and the fixed ``_lanes``
-are the process's registry of series and threads, not per-operator memory, and stay module level.
+Nothing here is module-level. What stays module level in ``handlers/`` is the process's, not the
+operator's memory, and outlives a leadership term by design: the Prometheus metric objects
+(``_metrics``, and whether its HTTP server runs) and the fixed ``_lanes`` (the process's registry of
+series and threads); the Kubernetes client and its connection-pool size (``_kube``, ``_restart_slots``:
+one connection pool per process); which shards this replica owns (``_shards``, set from the command
+line before kopf starts, as it is the replica's identity among its peers); and whether kopf's
+``ToggleSet`` was patched (``_toggles``, once per interpreter).
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from cachetools import LRUCache
 
 from loadline.handlers._fleet import CountRefresher
 from loadline.handlers._index import INSTANCE_LABEL, Views
-from loadline.handlers._kube import RecentReads
+from loadline.handlers._kube import AppliedVersions, RecentReads
 from loadline.hub import ConfigCache
 from loadline.oom import SeenCrashes
 from loadline.sizing import CapacityBook
@@ -203,6 +208,8 @@ class OperatorState:
     views: Views = field(default_factory=Views)
     #: Fingerprints of the children this process applied.
     applied: AppliedChildren = field(default_factory=AppliedChildren)
+    #: The resourceVersion each of this process's applies returned.
+    versions: AppliedVersions = field(default_factory=AppliedVersions)
     #: Crash roll-outs in flight and the per-model locks reconcile shares with them.
     roll_outs: RollOuts = field(default_factory=RollOuts)
     #: Deployments as their watch events last showed them.
