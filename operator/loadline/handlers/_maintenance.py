@@ -19,6 +19,7 @@ schedule and restarts no pod twice: pods created after ``startedAt`` are the res
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from collections.abc import Iterable, Mapping, MutableMapping
@@ -33,6 +34,7 @@ from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconc
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
+    LoadSlot,
     MaintenanceDecision,
     MaintenanceRecord,
     finish_maintenance,
@@ -48,7 +50,7 @@ from loadline.risk import OOMRiskEstimate
 from loadline.sizing import free_rooms_by_type
 from loadline.status import build as _build
 from loadline.traffic import model_load_query, query_range
-from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
+from loadline.windows import PolicyWindow, PolicyWindowError, Sample, WindowPlan, plan_windows
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState
@@ -207,66 +209,9 @@ def tend(
         _carry_out(body, patch, record, pods, settings, fleet, logger, now)
         return
     pods = _model_pods(namespace, name)
-
-    governing = select_policies(
-        fleet.policies,
-        namespace,
-        _policies.namespace_labels(namespace, fleet.policies),
-        meta.get("labels") or {},
-    )
-    sets = restart_window_sets(combine(enforced(governing))) if governing else []
     try:
-        plan, series = learn_windows(
-            settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
-        )
-        risk = risk_from_status(status)
-        forecast = (
-            forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
-            if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
-            else ()
-        )
-
-        def decide(claimed_elsewhere: Mapping[str, frozenset[str]]) -> MaintenanceDecision:
-            """The decision with this process's own starts and ``claimed_elsewhere`` (policy →
-            models claiming its slots in the shared table) counted as holders of the slots."""
-            with fleet.state.claims.slots:
-                claims = fleet.state.claims.live(now.timestamp())
-                restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in claims}}
-                running = _running_by_policy(governing, restarting, fleet.policies)
-                for policy, models in claimed_elsewhere.items():
-                    if policy in running:
-                        running[policy] = sorted({*running[policy], *models})
-                decision = plan_maintenance(
-                    model=key,
-                    now=now,
-                    action=None,
-                    windows=plan.windows,
-                    duration=plan.duration,
-                    persisted=record,
-                    policy_windows=sets,
-                    locks=restart_locks(governing, running),
-                    cooldown=_oom.model_limits(body, fleet.policies, settings).cooldown,
-                    crash_looping=_build.crash_looping(pods),
-                    risk=risk,
-                    forecast=forecast,
-                    timezone=settings.restart_timezone,
-                )
-                if decision.kind == "act":
-                    fleet.state.claims.claim(key, now.timestamp())
-                else:
-                    fleet.state.claims.drop(key)  # decided on again after a lost claim: not this one's
-                return decision
-
-        decision = decide({})
-        limited = [p.name for p in governing if p.spec.restarts.max_concurrent is not None]
-        if decision.kind == "act" and fleet.shared_slots and limited:
-            # Claims only add holders, so what is not due without the table is not due with it: the
-            # table is read only for a start (not at every tick of every model waiting for its window).
-            shared = _restart_slots.take(key, limited, decide, fleet.restarting.keys(), now, settings)
-            if shared is None:  # other replicas kept claiming: decide again next tick, nothing written
-                _release(fleet, key)
-                return
-            decision = shared
+        due = _restart_inputs(body, record, pods, memo, settings, fleet, now)
+        decision = _decide_restart(due, fleet, settings)
     except PolicyWindowError as exc:
         message = f"no restart possible: {exc}"
         held = MaintenanceRecord(
@@ -276,12 +221,108 @@ def tend(
             _write(body, patch, held)
             logger.warning("%s", message)
         return
+    if decision is None:  # other replicas kept claiming: decide again next tick, nothing written
+        return
     if decision.kind != "act":
         if decision.changed:
             _write(body, patch, decision.record)
             logger.info("restart of %s: %s", key, decision.reason)
         return
     _start(body, patch, decision, pods, settings, fleet, logger, now)
+
+
+@dataclass(frozen=True)
+class _RestartInputs:
+    """What a pending restart's decision reads, gathered once per tick; the slots' holders are read
+    when deciding (:meth:`decide`), under the claims lock."""
+
+    key: str
+    now: datetime
+    record: MaintenanceRecord
+    governing: list[FleetPolicy]
+    sets: list[tuple[str, list[PolicyWindow]]]
+    windows: WindowPlan
+    risk: OOMRiskEstimate | None
+    forecast: tuple[LoadSlot, ...]
+    cooldown: timedelta
+    crash_looping: bool
+    timezone: str
+
+    def decide(
+        self, fleet: FleetView, claimed_elsewhere: Mapping[str, frozenset[str]]
+    ) -> MaintenanceDecision:
+        """The decision with this process's own starts and ``claimed_elsewhere`` (policy → models
+        claiming its slots in the shared table) counted as holders of the slots."""
+        claims, now = fleet.state.claims, self.now
+        with claims.slots:
+            mine = {k: {"namespace": k.split("/", 1)[0]} for k in claims.live(now.timestamp())}
+            running = _running_by_policy(self.governing, {**fleet.restarting, **mine}, fleet.policies)
+            for policy, models in claimed_elsewhere.items():
+                if policy in running:
+                    running[policy] = sorted({*running[policy], *models})
+            decision = plan_maintenance(
+                model=self.key, now=now, action=None, windows=self.windows.windows,
+                duration=self.windows.duration, persisted=self.record, policy_windows=self.sets,
+                locks=restart_locks(self.governing, running), cooldown=self.cooldown,
+                crash_looping=self.crash_looping, risk=self.risk, forecast=self.forecast,
+                timezone=self.timezone,
+            )  # fmt: skip
+            if decision.kind == "act":
+                claims.claim(self.key, now.timestamp())
+            else:
+                claims.drop(self.key)  # decided on again after a lost claim: not this one's
+            return decision
+
+
+def _restart_inputs(
+    body: kopf.Body,
+    record: MaintenanceRecord,
+    pods: list[dict[str, Any]],
+    memo: MutableMapping[str, Any],
+    settings: OperatorSettings,
+    fleet: FleetView,
+    now: datetime,
+) -> _RestartInputs:
+    """The governing policies' windows, the model's learned windows, its predicted OOM and the load
+    forecast up to it (raises :class:`PolicyWindowError` when the policies leave no window)."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    labels = _policies.namespace_labels(namespace, fleet.policies)
+    governing = select_policies(fleet.policies, namespace, labels, meta.get("labels") or {})
+    sets = restart_window_sets(combine(enforced(governing))) if governing else []
+    windows, series = learn_windows(
+        settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
+    )
+    risk = risk_from_status(body.get("status") or {})
+    forecast = (
+        forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
+        if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
+        else ()
+    )
+    cooldown = _oom.model_limits(body, fleet.policies, settings).cooldown
+    return _RestartInputs(
+        f"{namespace}/{name}", now, record, governing, sets, windows, risk, forecast, cooldown,
+        _build.crash_looping(pods), settings.restart_timezone,
+    )  # fmt: skip
+
+
+def _decide_restart(
+    due: _RestartInputs, fleet: FleetView, settings: OperatorSettings
+) -> MaintenanceDecision | None:
+    """The decision; a start is checked against the slots other replicas claim in the shared table
+    when sharded (None: they kept claiming)."""
+    decision = due.decide(fleet, {})
+    limited = [p.name for p in due.governing if p.spec.restarts.max_concurrent is not None]
+    if decision.kind != "act" or not fleet.shared_slots or not limited:
+        return decision
+    # Claims only add holders, so what is not due without the table is not due with it: the table is
+    # read only for a start (not at every tick of every model waiting for its window).
+    shared = _restart_slots.take(
+        due.key, limited, functools.partial(due.decide, fleet), fleet.restarting.keys(), due.now, settings
+    )
+    if shared is None:
+        _release(fleet, due.key)
+    return shared
 
 
 def _model_pods(namespace: str, name: str) -> list[dict[str, Any]]:
