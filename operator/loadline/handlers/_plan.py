@@ -72,8 +72,8 @@ def plan_and_render(
 def plan_message(plan: Plan) -> str:
     s = plan.summary()
     text = (
-        f"{s['gpu']} per replica (TP {s['tensorParallelSize']}, PP {s['pipelineParallelSize']}), "
-        f"KV cache {s['kvCacheTokens']} tokens = {s['maxConcurrency']} sequences of {s['maxModelLen']}"
+        f"{s.gpu} per replica (TP {s.tensor_parallel_size}, PP {s.pipeline_parallel_size}), "
+        f"KV cache {s.kv_cache_tokens} tokens = {s.max_concurrency} sequences of {s.max_model_len}"
     )
     if plan.fallback_from:
         text += f"; {plan.fallback_from} had no free capacity"
