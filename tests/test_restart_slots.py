@@ -2,8 +2,8 @@
 maintenance timer claiming through it (handlers/_restart_slots.py, against the in-memory Lease API of
 test_leader_elector, which answers 409 to a write at a stale resourceVersion as the API server does).
 
-Each "replica" below is the same process with its own claims forgotten in between
-(``_maintenance.clear_claims``), and a view of the other shard's models that does not show the other's
+Each "replica" below is the same process with a fresh operator state at each tick (no claims of its
+own), and a view of the other shard's models that does not show the other's
 restart yet, as a sharded replica's LIST reused for seconds does not."""
 
 from __future__ import annotations

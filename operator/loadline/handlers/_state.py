@@ -188,14 +188,9 @@ class RestartClaims:
         self._claimed.pop(key, None)
 
     def claimed(self) -> frozenset[str]:
-        """Models this process has started restarting (for tests and the metrics)."""
+        """Models this process has started restarting and its index may not show yet."""
         with self.slots:
             return frozenset(self.live(time.time()))
-
-    def clear(self) -> None:
-        """Forget every claim (a process that loses its leadership starts from the API's view)."""
-        with self.slots:
-            self._claimed.clear()
 
 
 @dataclass(frozen=True)
