@@ -7,7 +7,7 @@ from typing import Any, cast
 
 import kopf
 
-from loadline.maintenance import EVENT_REASONS, MaintenanceRecord, record_from_status
+from loadline.maintenance import MaintenanceRecord, restart_event
 from loadline.sizing import Plan
 
 
@@ -25,14 +25,7 @@ def report_fallback(body: Mapping[str, Any], plan: Plan) -> None:
 
 def maintenance_event(body: Mapping[str, Any], record: MaintenanceRecord) -> None:
     """The Event for the state a restart decision moved the model to."""
-    reason = EVENT_REASONS.get(record.state)
-    if reason is not None:
-        warning = record.state in ("WaitingForLock", "CoolingDown")
-        event(body, warning=warning, reason=reason, message=record.reason[:1000])
-
-
-def report_pending(parent: Mapping[str, Any], maintenance: Mapping[str, Any]) -> None:
-    """The Event for what a crash's decision put in ``status.maintenance``."""
-    record = record_from_status({k: v for k, v in maintenance.items() if v is not None})
-    if record is not None:
-        maintenance_event(parent, record)
+    said = restart_event(record)
+    if said is not None:
+        warning, reason, message = said
+        event(body, warning=warning, reason=reason, message=message)

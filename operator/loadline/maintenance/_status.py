@@ -61,3 +61,12 @@ EVENT_REASONS = {
     "Running": "RestartStarted",
     "Done": "RestartDone",
 }
+
+
+def restart_event(record: MaintenanceRecord) -> tuple[bool, str, str] | None:
+    """The Event for the state a restart decision moved the model to: (warning, reason, message), or
+    None for a state that is said otherwise."""
+    reason = EVENT_REASONS.get(record.state)
+    if reason is None:
+        return None
+    return record.state in ("WaitingForLock", "CoolingDown"), reason, record.reason[:1000]

@@ -16,12 +16,12 @@ from typing import Any
 
 from loadline.api import RemediationState
 from loadline.maintenance import (
-    EVENT_REASONS,
     MaintenanceRecord,
     crash_urgency,
     pending_record,
     pending_remediation,
     record_from_status,
+    restart_event,
 )
 from loadline.oom._classify import classify
 from loadline.oom._model import Diagnosis, Incident
@@ -190,7 +190,5 @@ def _events(crash: Crash, diagnosis: Diagnosis, decision: Decision, starting: st
 
 def _maintenance_events(record: MaintenanceRecord) -> list[CrashEvent]:
     """The Event for the state the decision put ``status.maintenance`` in (a fix that waits)."""
-    reason = EVENT_REASONS.get(record.state)
-    if reason is None:
-        return []
-    return [CrashEvent(record.state in ("WaitingForLock", "CoolingDown"), reason, record.reason[:1000])]
+    said = restart_event(record)
+    return [] if said is None else [CrashEvent(*said)]
