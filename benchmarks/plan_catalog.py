@@ -32,7 +32,7 @@ def _line(gpu: str, plan: Plan) -> str:
     tuned = f"seqs {s.max_num_seqs}/tokens {s.max_num_batched_tokens}/util {s.gpu_memory_utilization}"
     if s.enforce_eager:
         tuned += "/eager"
-    changed = "" if plan.summary()["tuning"][0].startswith("vLLM's defaults serve") else " (tuned)"
+    changed = "" if plan.summary().tuning[0].startswith("vLLM's defaults serve") else " (tuned)"
     return (
         f"  {gpu:<10} {c.label:<28} {where:<34} {price:>10}  {tuned}{changed}"
         f"  KV {plan.budget.max_concurrency:.1f} seqs"

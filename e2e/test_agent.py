@@ -30,7 +30,7 @@ from tests.fake_nvml import GIB, FakeGPU, build, nvml_env, write_script
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, render, uninstall
 from kube import Kubectl, answers, lib_var, wait_for
-from loadline.handlers._build import planned_gpu_gib
+from loadline.status.build import planned_gpu_gib
 from loadline.traffic import gpu_memory_used_query, incident_metrics, measured_gpu_memory
 from operator_helpers import model, pods_of, wait_phase
 

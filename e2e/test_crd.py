@@ -206,8 +206,8 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
     encoder wrote, so an equal string with "<" in it does not match."""
     from kubernetes.client.exceptions import ApiException
 
-    from loadline.handlers._build import build_readiness_patch, build_readiness_status
     from loadline.handlers._kube import build_tested_status_patch
+    from loadline.status.build import build_readiness_patch, build_readiness_status
 
     code, err = create(kubectl, namespace, minimal_model("tested"))
     assert code == 0, err
@@ -255,8 +255,8 @@ def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_o
     handled moved."""
     from kubernetes.client.exceptions import ApiException
 
-    from loadline.handlers._build import build_decision_patch
     from loadline.handlers._kube import build_tested_status_patch
+    from loadline.status.build import build_decision_patch
 
     code, err = create(kubectl, namespace, minimal_model("decided"))
     assert code == 0, err

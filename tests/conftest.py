@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+from loadline.handlers._state import OperatorState
 
 REPO = Path(__file__).resolve().parent.parent
 CALIBRATION = REPO.parent / "shared" / "calibration"
@@ -48,21 +49,7 @@ def inference_model(**spec: Any) -> dict[str, Any]:
     }
 
 
-@pytest.fixture(autouse=True)
-def _fresh_operator_memory() -> Iterator[None]:
-    """Each test starts as a fresh operator process would: nothing applied, planned or seen before."""
-    from loadline.handlers import _index, _reconcile
-
-    yield
-    with _reconcile._APPLIED_LOCK:
-        _reconcile._APPLIED.clear()
-    with _reconcile._PLANNED_LOCK:
-        _reconcile._PLANNED.clear()
-        _reconcile._DEMANDS.clear()
-        _reconcile._HELD.clear()
-        _reconcile._REFUSED.clear()
-    with _reconcile._ROLLED_OUT_LOCK:
-        _reconcile._ROLLED_OUT.clear()
-        _reconcile._MODEL_LOCKS.clear()
-    _reconcile.forget_capacity()
-    _index.forget_view()
+@pytest.fixture
+def state() -> OperatorState:
+    """The operator's memory as a fresh process starts with it: nothing applied, planned or seen."""
+    return OperatorState()

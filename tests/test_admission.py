@@ -12,8 +12,10 @@ import pytest
 from prometheus_client import REGISTRY
 
 from loadline.api import FleetPolicy, parse_fleet_policy
-from loadline.handlers import _admission, _kube, _reconcile
+from loadline.handlers import _admission, _events, _kube, _reconcile
 from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import OperatorState
+from loadline.hub import ConfigCache
 from tests.conftest import inference_model
 
 SETTINGS = OperatorSettings(hf_fetch=False)
@@ -35,14 +37,14 @@ def validate(
 ) -> list[str]:
     warnings: list[str] = []
     operation = "UPDATE" if old is not None else "CREATE"
-    _admission.validate_model(body, old, operation, warnings, policies, SETTINGS)
+    _admission.validate_model(body, old, operation, warnings, policies, SETTINGS, ConfigCache())
     return warnings
 
 
 def mutate(body: dict[str, Any], policies: list[FleetPolicy], *, old: dict[str, Any] | None = None) -> Any:
     patch = kopf.Patch()
     operation = "UPDATE" if old is not None else "CREATE"
-    _admission.mutate_model(body, old, operation, patch, policies, SETTINGS)
+    _admission.mutate_model(body, old, operation, patch, policies, SETTINGS, ConfigCache())
     return patch
 
 
@@ -281,16 +283,17 @@ def test_the_settings_and_a_policy_widen_the_safe_defaults() -> None:
     )
     trusting = policy("trusting", allow={"extraArgs": ["--trust-remote-code"]})
     warnings: list[str] = []
-    _admission.validate_model(body, None, "CREATE", warnings, [trusting], wide)
+    _admission.validate_model(body, None, "CREATE", warnings, [trusting], wide, ConfigCache())
     assert warnings == []
     with pytest.raises(kopf.AdmissionError) as refused:  # the settings alone: the flag still needs the policy
-        _admission.validate_model(body, None, "CREATE", [], [], wide)
+        _admission.validate_model(body, None, "CREATE", [], [], wide, ConfigCache())
     assert str(refused.value).startswith("spec.engine.extraArgs[0]: --trust-remote-code")
     with pytest.raises(kopf.AdmissionError):  # the policy alone: image and environment still refused
         validate(body, [trusting])
 
 
 def test_reconcile_refuses_what_admission_would_for_a_model_stored_without_the_webhooks(
+    state: OperatorState,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Webhooks off, or a model stored before the settings narrowed: the operator still never runs it."""
@@ -299,18 +302,20 @@ def test_reconcile_refuses_what_admission_would_for_a_model_stored_without_the_w
     fake = FakeKube()
     for name in ("apply", "list_objects", "has_kind"):
         monkeypatch.setattr(_kube, name, getattr(fake, name))
-    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(_events, "event", lambda *a, **k: None)
     model = body()
     model["spec"]["engine"] = {"env": [{"name": "LD_PRELOAD", "value": "/tmp/x.so"}]}
     patch = kopf.Patch()
     with pytest.raises(kopf.PermanentError):
-        _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), L4_VIEW, [])
+        _reconcile.reconcile(
+            state, kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), L4_VIEW, []
+        )
     assert patch.status["phase"] == "Failed"
     [ready] = [c for c in patch.status["conditions"] if c["reason"] == "NotAllowed"]
     assert "spec.engine.env[0].name: LD_PRELOAD" in ready["message"]
     assert fake.calls == []  # nothing applied
     allowed = OperatorSettings(allowed_env="LD_PRELOAD")
-    _reconcile.reconcile(kopf.Body(model), kopf.Patch(), logging.getLogger("t"), allowed, L4_VIEW, [])
+    _reconcile.reconcile(state, kopf.Body(model), kopf.Patch(), logging.getLogger("t"), allowed, L4_VIEW, [])
     assert ("apply", "Deployment") in fake.calls
 
 

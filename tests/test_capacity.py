@@ -6,11 +6,13 @@ import random
 from typing import Any
 
 from loadline.api import parse_inference_model
-from loadline.handlers import _reconcile
+from loadline.handlers import _plan
+from loadline.handlers._state import OperatorState
 from loadline.render import render_manifests
 from loadline.sizing import (
     NodeRoom,
     Reservation,
+    _book,
     free_gpus_by_type,
     free_rooms_by_type,
     plan_inference_model,
@@ -99,22 +101,24 @@ def test_a_reserved_pod_takes_gpus_only_where_its_host_memory_fits() -> None:
     assert sorted((r.memory_gib, r.gpus) for r in held) == [(12.0, 1), (170.0, 0)]
 
 
-def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the_cheapest() -> None:
+def test_a_burst_of_models_overflows_to_the_next_type_instead_of_piling_onto_the_cheapest(
+    state: OperatorState,
+) -> None:
     """Eight models planned on L4 (one GPU each), none bound yet: the ninth sees no free L4 and falls
     back, where without the reservations it would see all 8 L4 free and be Pending for good."""
     nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4), node("l40s", "NVIDIA-L40S", 4)]
     for i in range(8):
-        _reconcile._PLANNED[f"ns/m{i}"] = Reservation("L4", 1, 1)
-    free = gpus(_reconcile._free_gpus("m8", "ns", (nodes, [])))
+        state.capacity.planned[f"ns/m{i}"] = Reservation("L4", 1, 1)
+    free = gpus(state.capacity.free_gpus("m8", "ns", (nodes, [])))
     assert free == {"L4": [0, 0], "L40S": [4]}
     # Once the scheduler binds a model's pod, the index counts it and its reservation ends.
     bound = [pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "m0"}) | {"metadata": {
         "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}]  # fmt: skip
-    assert gpus(_reconcile._free_gpus("m8", "ns", (nodes, bound))) == {"L4": [0, 0], "L40S": [4]}
-    _reconcile.forget_planned("ns", "m1")  # a deleted model frees its reservation
-    assert gpus(_reconcile._free_gpus("m8", "ns", (nodes, bound))) == {"L4": [1, 0], "L40S": [4]}
+    assert gpus(state.capacity.free_gpus("m8", "ns", (nodes, bound))) == {"L4": [0, 0], "L40S": [4]}
+    state.capacity.forget("ns/m1")  # a deleted model frees its reservation
+    assert gpus(state.capacity.free_gpus("m8", "ns", (nodes, bound))) == {"L4": [1, 0], "L40S": [4]}
     # A model's own reservation is not held against its own re-plan.
-    assert gpus(_reconcile._free_gpus("m2", "ns", (nodes, bound))) == {"L4": [1, 1], "L40S": [4]}
+    assert gpus(state.capacity.free_gpus("m2", "ns", (nodes, bound))) == {"L4": [1, 1], "L40S": [4]}
 
 
 # --- capacity shared between operator replicas (sharding): the Deployments every replica sees ---
@@ -154,26 +158,28 @@ def test_a_deployment_says_which_gpus_its_pods_ask_for() -> None:
     assert workload_demand(either) is None
 
 
-def test_models_planned_by_another_replica_hold_their_gpus_from_their_deployments() -> None:
+def test_models_planned_by_another_replica_hold_their_gpus_from_their_deployments(
+    state: OperatorState,
+) -> None:
     """Two replicas plan models of their own shards at once: each replica's plans are in its own memory,
     but the Deployments are watched by both. Before, a model of the other shard held no GPU until its
     pods were bound, so both replicas could plan onto the last free L4 (e2e test_sharding saw it)."""
     nodes = [node("l4-a", "NVIDIA-L4", 2), node("l40s", "NVIDIA-L40S", 4)]
     for other in ("m0", "m1"):  # the other replica's models: only their Deployments are seen here
-        _reconcile.note_demand(rendered_deployment(other, "L4", 1))
-    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, []))) == {"L4": [0], "L40S": [4]}
+        _plan.note_demand(state, rendered_deployment(other, "L4", 1))
+    assert gpus(state.capacity.free_gpus("mine", "ns", (nodes, []))) == {"L4": [0], "L40S": [4]}
     # A bound pod ends its model's reservation (the index counts the pod instead).
     bound = [
         pod("l4-a", 1) | {"metadata": {"namespace": "ns", "labels": {"loadline.dev/inferencemodel": "m0"}}}
     ]
-    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [0], "L40S": [4]}
+    assert gpus(state.capacity.free_gpus("mine", "ns", (nodes, bound))) == {"L4": [0], "L40S": [4]}
     # The Deployment's watch event wins over a stale note of this replica's (its shard moved on).
-    _reconcile._PLANNED["ns/m1"] = Reservation("L40S", 1, 4)
-    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [0], "L40S": [4]}
-    _reconcile.note_demand(rendered_deployment("m1", "L4", 1), deleted=True)
-    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [1], "L40S": [0]}
-    _reconcile.forget_planned("ns", "m1")  # the model's DELETED (on its own shard's replica)
-    assert gpus(_reconcile._free_gpus("mine", "ns", (nodes, bound))) == {"L4": [1], "L40S": [4]}
+    state.capacity.planned["ns/m1"] = Reservation("L40S", 1, 4)
+    assert gpus(state.capacity.free_gpus("mine", "ns", (nodes, bound))) == {"L4": [0], "L40S": [4]}
+    _plan.note_demand(state, rendered_deployment("m1", "L4", 1), deleted=True)
+    assert gpus(state.capacity.free_gpus("mine", "ns", (nodes, bound))) == {"L4": [1], "L40S": [0]}
+    state.capacity.forget("ns/m1")  # the model's DELETED (on its own shard's replica)
+    assert gpus(state.capacity.free_gpus("mine", "ns", (nodes, bound))) == {"L4": [1], "L40S": [4]}
 
 
 # --- a GPU type's nodes in several shapes: a free GPU counts only where the pod's host memory fits ---
@@ -228,7 +234,9 @@ def test_a_free_gpu_on_a_node_too_small_for_the_pod_is_no_capacity_for_it() -> N
 # --- one snapshot of the indexes per half second, and its capacity worked out once ---
 
 
-def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(monkeypatch: Any) -> None:
+def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(
+    state: OperatorState, monkeypatch: Any
+) -> None:
     """A burst of creations plans several models a second; each plan went over every node and pod of
     the cluster (a third of the operator's CPU while 1,000 models were created, py-spy). One snapshot
     (and the capacity worked out from it) serves them all for ``VIEW_SECONDS``; a change of the
@@ -241,16 +249,18 @@ def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(monkeypat
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
     pods_index: dict[str, list[dict[str, Any]]] = {}
-    first = _index.view(nodes_index, pods_index)
+    first = state.views.view(nodes_index, pods_index)
     pods_index["p"] = [pod("l4-a", 3, labels={"loadline.dev/inferencemodel": "other"})]
-    assert _index.view(nodes_index, pods_index) is first  # within the snapshot's time
-    assert gpus(_reconcile._free_gpus("mine", "ns", first)) == {"L4": [4]}
+    assert state.views.view(nodes_index, pods_index) is first  # within the snapshot's time
+    assert gpus(state.capacity.free_gpus("mine", "ns", first)) == {"L4": [4]}
     clock[0] += _index.VIEW_SECONDS
-    later = _index.view(nodes_index, pods_index)
-    assert later is not first and gpus(_reconcile._free_gpus("mine", "ns", later)) == {"L4": [1]}
+    later = state.views.view(nodes_index, pods_index)
+    assert later is not first and gpus(state.capacity.free_gpus("mine", "ns", later)) == {"L4": [1]}
 
 
-def test_a_crashs_remediation_plans_on_the_last_snapshot_for_longer(monkeypatch: Any) -> None:
+def test_a_crashs_remediation_plans_on_the_last_snapshot_for_longer(
+    state: OperatorState, monkeypatch: Any
+) -> None:
     """A burst of crashes re-plans a model each; a snapshot (which only ever shows less room than there
     is) serves them for REMEDIATION_VIEW_SECONDS, while reconcile still asks for one of half a second."""
     import time
@@ -261,19 +271,21 @@ def test_a_crashs_remediation_plans_on_the_last_snapshot_for_longer(monkeypatch:
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
     pods_index: dict[str, list[dict[str, Any]]] = {}
-    first = _index.view(nodes_index, pods_index)
+    first = state.views.view(nodes_index, pods_index)
     clock[0] += _index.VIEW_SECONDS
     age = _index.REMEDIATION_VIEW_SECONDS
-    assert _index.view(nodes_index, pods_index, max_age=age) is first
+    assert state.views.view(nodes_index, pods_index, max_age=age) is first
     clock[0] += age
-    later = _index.view(nodes_index, pods_index, max_age=age)
+    later = state.views.view(nodes_index, pods_index, max_age=age)
     assert later is not first
-    assert _index.view(nodes_index, pods_index, max_age=age) is later
+    assert state.views.view(nodes_index, pods_index, max_age=age) is later
     clock[0] += _index.VIEW_SECONDS
-    assert _index.view(nodes_index, pods_index) is not later  # reconcile's
+    assert state.views.view(nodes_index, pods_index) is not later  # reconcile's
 
 
-def test_a_remediations_snapshot_and_its_capacity_outlive_reconciles_newer_ones(monkeypatch: Any) -> None:
+def test_a_remediations_snapshot_and_its_capacity_outlive_reconciles_newer_ones(
+    state: OperatorState, monkeypatch: Any
+) -> None:
     """Reconcile and the maintenance timer take a new snapshot every half second; the crashes of a burst
     keep planning on theirs (and its capacity is worked out once) until it is REMEDIATION_VIEW_SECONDS
     old, rather than switching to each newer one."""
@@ -286,21 +298,23 @@ def test_a_remediations_snapshot_and_its_capacity_outlive_reconciles_newer_ones(
     nodes_index = {"l4-a": [node("l4-a", "NVIDIA-L4", 4)]}
     pods_index: dict[str, list[dict[str, Any]]] = {}
     age = _index.REMEDIATION_VIEW_SECONDS
-    remediations = _index.view(nodes_index, pods_index, max_age=age)
-    capacity = _reconcile._capacity(remediations)
+    remediations = state.views.view(nodes_index, pods_index, max_age=age)
+    capacity = state.capacity.capacity(remediations)
     reconciles = [remediations]
     for _ in range(5):
         clock[0] += _index.VIEW_SECONDS
-        reconciles.append(_index.view(nodes_index, pods_index))
-        _reconcile._capacity(reconciles[-1])
-        assert _index.view(nodes_index, pods_index, max_age=age) is remediations
-        assert _reconcile._capacity(remediations) is capacity  # not worked out again
+        reconciles.append(state.views.view(nodes_index, pods_index))
+        state.capacity.capacity(reconciles[-1])
+        assert state.views.view(nodes_index, pods_index, max_age=age) is remediations
+        assert state.capacity.capacity(remediations) is capacity  # not worked out again
     assert len({id(v) for v in reconciles}) == 6  # reconcile's were new each time
     clock[0] += age
-    assert _index.view(nodes_index, pods_index, max_age=age) is not remediations
+    assert state.views.view(nodes_index, pods_index, max_age=age) is not remediations
 
 
-def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(monkeypatch: Any) -> None:
+def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(
+    state: OperatorState, monkeypatch: Any
+) -> None:
     """The race a stale snapshot opens: model a is planned and its pod bound after the snapshot was
     taken. Its reservation is live (this process's plans, every Deployment's watch event) and counts
     against the snapshot's own bound pods, so a plan within the snapshot's half second still sees a's
@@ -317,76 +331,73 @@ def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(monkeypa
     a_pod = pod("l4-a", 1, labels={"loadline.dev/inferencemodel": "a"}) | {"metadata": {
         "namespace": "ns", "labels": {"loadline.dev/inferencemodel": "a"}}}  # fmt: skip
 
-    stale = _index.view(nodes_index, pods_index)
-    assert gpus(_reconcile._free_gpus("b", "ns", stale)) == {"L4": [1], "L40S": [1]}
-    _reconcile._PLANNED["ns/a"] = Reservation("L4", 1, 1)  # a is planned and applied
+    stale = state.views.view(nodes_index, pods_index)
+    assert gpus(state.capacity.free_gpus("b", "ns", stale)) == {"L4": [1], "L40S": [1]}
+    state.capacity.planned["ns/a"] = Reservation("L4", 1, 1)  # a is planned and applied
     pods_index["a"] = [a_pod]  # its pod is bound: in the index, not in the snapshot
-    assert _index.view(nodes_index, pods_index) is stale
-    assert gpus(_reconcile._free_gpus("b", "ns", stale)) == {"L4": [0], "L40S": [1]}
+    assert state.views.view(nodes_index, pods_index) is stale
+    assert gpus(state.capacity.free_gpus("b", "ns", stale)) == {"L4": [0], "L40S": [1]}
     clock[0] += _index.VIEW_SECONDS
-    fresh = _index.view(nodes_index, pods_index)
-    assert fresh is not stale and gpus(_reconcile._free_gpus("b", "ns", fresh)) == {"L4": [0], "L40S": [1]}
+    fresh = state.views.view(nodes_index, pods_index)
+    assert fresh is not stale and gpus(state.capacity.free_gpus("b", "ns", fresh)) == {"L4": [0], "L40S": [1]}
     # a is deleted: its reservation goes at once, its pod with the next snapshot without it.
-    _reconcile.forget_planned("ns", "a")
+    state.capacity.forget("ns/a")
     del pods_index["a"]
-    assert gpus(_reconcile._free_gpus("b", "ns", _index.view(nodes_index, pods_index))) == {
+    assert gpus(state.capacity.free_gpus("b", "ns", state.views.view(nodes_index, pods_index))) == {
         "L4": [0],
         "L40S": [1],
     }
     clock[0] += _index.VIEW_SECONDS
-    assert gpus(_reconcile._free_gpus("b", "ns", _index.view(nodes_index, pods_index))) == {
+    assert gpus(state.capacity.free_gpus("b", "ns", state.views.view(nodes_index, pods_index))) == {
         "L4": [1],
         "L40S": [1],
     }
 
 
 def test_the_capacity_of_a_snapshot_is_worked_out_once_and_a_models_own_pods_still_left_out(
+    state: OperatorState,
     monkeypatch: Any,
 ) -> None:
     reads: list[str] = []
-    original = _reconcile.gpu_node
-    monkeypatch.setattr(
-        _reconcile, "gpu_node", lambda n: (reads.append(n["metadata"]["name"]), original(n))[1]
-    )
+    original = _book.gpu_node
+    monkeypatch.setattr(_book, "gpu_node", lambda n: (reads.append(n["metadata"]["name"]), original(n))[1])
     nodes = [node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4)]
     mine = {"loadline.dev/inferencemodel": "mine"}
     other = {"loadline.dev/inferencemodel": "other"}
     snapshot = (nodes, [pod("l4-a", 2, labels=mine), pod("l4-b", 1, labels=other)])
     for name in ("new-1", "new-2", "new-3"):  # models without pods: the snapshot's figures
-        assert gpus(_reconcile._free_gpus(name, "", snapshot)) == {"L4": [3, 2]}
+        assert gpus(state.capacity.free_gpus(name, "", snapshot)) == {"L4": [3, 2]}
     assert reads == ["l4-a", "l4-b"]
     # A re-plan of a model with pods in it gets its own GPUs back, as before the snapshot, and reads
     # no node again (a crash's roll-out at fleet scale read all of them, every time).
     snapshot[1][0]["metadata"]["namespace"] = snapshot[1][1]["metadata"]["namespace"] = "ns"
-    _reconcile.forget_capacity()
+    state = OperatorState()  # a fresh process: no snapshot read before
     reads.clear()
-    assert gpus(_reconcile._free_gpus("mine", "ns", snapshot)) == {"L4": [4, 3]}
-    assert gpus(_reconcile._free_gpus("new-4", "ns", snapshot)) == {"L4": [3, 2]}
-    assert gpus(_reconcile._free_gpus("other", "ns", snapshot)) == {"L4": [4, 2]}
+    assert gpus(state.capacity.free_gpus("mine", "ns", snapshot)) == {"L4": [4, 3]}
+    assert gpus(state.capacity.free_gpus("new-4", "ns", snapshot)) == {"L4": [3, 2]}
+    assert gpus(state.capacity.free_gpus("other", "ns", snapshot)) == {"L4": [4, 2]}
     assert reads == ["l4-a", "l4-b"]
 
 
-def test_a_new_snapshot_reads_only_the_nodes_that_changed(monkeypatch: Any) -> None:
+def test_a_new_snapshot_reads_only_the_nodes_that_changed(state: OperatorState, monkeypatch: Any) -> None:
     """The index gives a node a new entry when it changes: only that one is read again; a node gone is
     gone from the free GPUs."""
     reads: list[str] = []
-    original = _reconcile.gpu_node
-    monkeypatch.setattr(
-        _reconcile, "gpu_node", lambda n: (reads.append(n["metadata"]["name"]), original(n))[1]
-    )
+    original = _book.gpu_node
+    monkeypatch.setattr(_book, "gpu_node", lambda n: (reads.append(n["metadata"]["name"]), original(n))[1])
     a, b, c = node("l4-a", "NVIDIA-L4", 4), node("l4-b", "NVIDIA-L4", 4), node("l4-c", "NVIDIA-L4", 1)
-    assert gpus(_reconcile._free_gpus("m", "ns", ([a, b, c], []))) == {"L4": [4, 4, 1]}
+    assert gpus(state.capacity.free_gpus("m", "ns", ([a, b, c], []))) == {"L4": [4, 4, 1]}
     assert reads == ["l4-a", "l4-b", "l4-c"]
     reads.clear()
     cordoned = node("l4-b", "NVIDIA-L4", 4, unschedulable=True)
-    assert gpus(_reconcile._free_gpus("m", "ns", ([a, cordoned], []))) == {"L4": [4]}
+    assert gpus(state.capacity.free_gpus("m", "ns", ([a, cordoned], []))) == {"L4": [4]}
     assert reads == ["l4-b"]
     reads.clear()
-    assert gpus(_reconcile._free_gpus("m", "ns", ([a, cordoned, c], []))) == {"L4": [4, 1]}
+    assert gpus(state.capacity.free_gpus("m", "ns", ([a, cordoned, c], []))) == {"L4": [4, 1]}
     assert reads == ["l4-c"]  # l4-c left the snapshot before: read again, not remembered from then
 
 
-def test_a_models_own_gpus_given_back_match_counting_without_its_pods() -> None:
+def test_a_models_own_gpus_given_back_match_counting_without_its_pods(state: OperatorState) -> None:
     """The snapshot's rooms with a model's own GPUs given back are exactly the rooms counted from the
     pods without that model's, for every model of random clusters (busy and idle nodes of several
     types, pods of several models, finished pods, unbound pods)."""
@@ -408,12 +419,12 @@ def test_a_models_own_gpus_given_back_match_counting_without_its_pods() -> None:
             )
             placed["metadata"]["namespace"] = "ns"
             pods.append(placed)
-        _reconcile.forget_capacity()
+        state = OperatorState()  # a fresh process: no snapshot read before
         for model in ("a", "b", "c", "d"):
             expected = free_rooms_by_type(
                 nodes, [p for p in pods if p["metadata"]["labels"]["loadline.dev/inferencemodel"] != model]
             )
-            got = _reconcile._free_gpus(model, "ns", (nodes, pods))
+            got = state.capacity.free_gpus(model, "ns", (nodes, pods))
             assert {t: sorted(r) for t, r in got.items()} == {t: sorted(r) for t, r in expected.items()}
 
 
@@ -476,28 +487,30 @@ def model_pod(node_name: str, model: str, *, terminating: bool = False) -> dict[
     return pod(node_name, 1) | {"metadata": meta}
 
 
-def test_a_terminating_pod_keeps_its_gpu_and_its_replacement_still_holds_one() -> None:
+def test_a_terminating_pod_keeps_its_gpu_and_its_replacement_still_holds_one(state: OperatorState) -> None:
     """A crash's roll-out (maxSurge 0) deletes model a's pod, then creates its replacement. While the
     old pod terminates it still holds its GPU, and the replacement, not bound yet, needs one: both are
     taken for model b's plan. Counted as filling a's reservation, the terminating pod let b's plan take
     the replacement's GPU, and one of the two stayed Pending (issue 41's over-commit)."""
     nodes = [node("l4-a", "NVIDIA-L4", 1), node("l4-b", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]
-    _reconcile._PLANNED["ns/a"] = Reservation("L4", 1, 1)
+    state.capacity.planned["ns/a"] = Reservation("L4", 1, 1)
     terminating = [model_pod("l4-a", "a", terminating=True)]
-    assert gpus(_reconcile._free_gpus("b", "ns", (nodes, terminating))) == {"L4": [0, 0], "L40S": [1]}
+    assert gpus(state.capacity.free_gpus("b", "ns", (nodes, terminating))) == {"L4": [0, 0], "L40S": [1]}
     # Once the replacement is bound, the reservation is filled and nothing is counted twice.
     replaced = [model_pod("l4-b", "a")]
-    assert gpus(_reconcile._free_gpus("b", "ns", (nodes, replaced))) == {"L4": [1, 0], "L40S": [1]}
+    assert gpus(state.capacity.free_gpus("b", "ns", (nodes, replaced))) == {"L4": [1, 0], "L40S": [1]}
 
 
-def test_pods_on_the_old_gpu_type_fill_nothing_of_a_model_replanned_onto_another() -> None:
+def test_pods_on_the_old_gpu_type_fill_nothing_of_a_model_replanned_onto_another(
+    state: OperatorState,
+) -> None:
     """Model a ran on an L4 and was re-planned onto an L40S (a remediation's fallback): its L4 pod is
     still bound until the roll-out replaces it, and holds the L4; the L40S its new pod will take is
     not free for model b meanwhile."""
     nodes = [node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]
-    _reconcile._PLANNED["ns/a"] = Reservation("L40S", 1, 1)
+    state.capacity.planned["ns/a"] = Reservation("L40S", 1, 1)
     old = [model_pod("l4-a", "a")]
-    assert gpus(_reconcile._free_gpus("b", "ns", (nodes, old))) == {"L4": [0], "L40S": [0]}
+    assert gpus(state.capacity.free_gpus("b", "ns", (nodes, old))) == {"L4": [0], "L40S": [0]}
 
 
 def test_the_pod_index_keeps_whether_a_pod_is_terminating() -> None:
@@ -511,7 +524,7 @@ def test_the_pod_index_keeps_whether_a_pod_is_terminating() -> None:
     assert "deletionTimestamp" not in _index.pod_entry(model_pod("l4-a", "a"))["l4-a"]["metadata"]
 
 
-def test_two_plans_made_before_either_is_applied_never_count_the_same_free_gpu() -> None:
+def test_two_plans_made_before_either_is_applied_never_count_the_same_free_gpu(state: OperatorState) -> None:
     """Reconciles run in several threads: model a's plan takes the last free L4, and model b is planned
     while a's children are still being applied. b must see the L4 taken. Before, a plan's GPUs were
     recorded only after its apply, so b was planned onto the same L4 and stayed Deploying, "cannot be
@@ -523,18 +536,20 @@ def test_two_plans_made_before_either_is_applied_never_count_the_same_free_gpu()
     gpu_types = {"gpu": {"types": ["L4", "L40S"]}, "maxModelLen": 4096, "concurrency": 1}
     a = inference_model(**gpu_types) | {"metadata": {"name": "a", "namespace": "ns", "uid": "ua"}}
     b = inference_model(**gpu_types) | {"metadata": {"name": "b", "namespace": "ns", "uid": "ub"}}
-    _, plan_a, _ = _reconcile._plan_and_render(a, settings, view)
-    _, plan_b, _ = _reconcile._plan_and_render(b, settings, view)  # a not applied yet
+    _, plan_a, _ = _plan.plan_and_render(state, a, settings, view)
+    _, plan_b, _ = _plan.plan_and_render(state, b, settings, view)  # a not applied yet
     assert (plan_a.chosen.gpu.name, plan_b.chosen.gpu.name) == ("L4", "L40S")
     # A plan that is never applied lets its GPUs go after the hold, not for good.
-    held, _until = _reconcile._HELD["ns/a"]
-    _reconcile._HELD["ns/a"] = (held, 0.0)
-    _reconcile._HELD.pop("ns/b")
-    _, again, _ = _reconcile._plan_and_render(b, settings, view)
+    held, _until = state.capacity.held["ns/a"]
+    state.capacity.held["ns/a"] = (held, 0.0)
+    state.capacity.held.pop("ns/b")
+    _, again, _ = _plan.plan_and_render(state, b, settings, view)
     assert again.chosen.gpu.name == "L4"
 
 
-def test_a_gpu_type_the_scheduler_refused_is_full_for_its_models_replan_until_it_binds_the_pods() -> None:
+def test_a_gpu_type_the_scheduler_refused_is_full_for_its_models_replan_until_it_binds_the_pods(
+    state: OperatorState,
+) -> None:
     """The planner saw a free L4 but the scheduler cannot place a's pod there (a pod the planner does
     not count holds the node's memory, say). a's re-plan takes the scheduler's word: the L4 is full, so
     a falls back to the L40S, or, allowed only L4, is Pending naming the scheduler's reason. Once the
@@ -546,19 +561,19 @@ def test_a_gpu_type_the_scheduler_refused_is_full_for_its_models_replan_until_it
     nodes = [node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]
     spec = {"gpu": {"types": ["L4", "L40S"]}, "maxModelLen": 8192, "concurrency": 1}
     a = inference_model(**spec) | {"metadata": {"name": "a", "namespace": "ns", "uid": "ua"}}
-    _reconcile.note_demand(rendered_deployment("a", "L4", 1))  # a's Deployment asks for one L4 pod
-    assert _reconcile._plan_and_render(a, settings, (nodes, []))[1].chosen.gpu.name == "L4"
+    _plan.note_demand(state, rendered_deployment("a", "L4", 1))  # a's Deployment asks for one L4 pod
+    assert _plan.plan_and_render(state, a, settings, (nodes, []))[1].chosen.gpu.name == "L4"
 
-    _reconcile.note_unschedulable("ns", "a", "L4", "0/2 nodes are available: 1 Insufficient memory.")
-    assert _reconcile._plan_and_render(a, settings, (nodes, []))[1].chosen.gpu.name == "L40S"
+    state.capacity.note_unschedulable("ns/a", "L4", "0/2 nodes are available: 1 Insufficient memory.")
+    assert _plan.plan_and_render(state, a, settings, (nodes, []))[1].chosen.gpu.name == "L40S"
     only_l4 = inference_model(**(spec | {"gpu": {"types": ["L4"]}}))
     only_l4["metadata"] = a["metadata"]
     try:
-        _reconcile._plan_and_render(only_l4, settings, (nodes, []))
+        _plan.plan_and_render(state, only_l4, settings, (nodes, []))
         raise AssertionError("planned onto the L4 the scheduler refused")
     except NoCapacityError:
         pass
 
     bound = [model_pod("l4-a", "a")]  # the scheduler placed it after all
-    assert _reconcile._plan_and_render(a, settings, (nodes, bound))[1].chosen.gpu.name == "L4"
-    assert "ns/a" not in _reconcile._REFUSED
+    assert _plan.plan_and_render(state, a, settings, (nodes, bound))[1].chosen.gpu.name == "L4"
+    assert "ns/a" not in state.capacity.refused

@@ -100,7 +100,7 @@ def test_a_node_of_an_unknown_instance_type_is_a_shape_of_its_own() -> None:
     assert not shape.price_verified and "UNVERIFIED" in shape.price_source
     result = plan(cluster, gpu={"types": ["L4"]})
     assert result.chosen.shape == shape and result.chosen.instances == 1
-    assert "unverified" in (result.summary()["nodeShape"] or {})["why"]
+    assert "unverified" in (result.summary().model_dump(by_alias=True, mode="json")["nodeShape"] or {})["why"]
 
 
 def test_a_node_too_small_for_the_pod_refuses_the_plan_naming_the_node() -> None:

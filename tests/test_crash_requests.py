@@ -4,13 +4,16 @@ saw it (no GET), writes the decision once, and reads the model only when that en
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import kopf
 import pytest
 
-from loadline.handlers import _build, _index, _kube, _oom, _reconcile
+from loadline.handlers import _events, _index, _kube, _oom, _readiness, _rollout, _state
 from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import OperatorState
+from loadline.status import build as _build
 from tests.test_oom_operator_side import pod
 from tests.test_reconcile_requests import FakeParent, available_deployment
 
@@ -28,7 +31,6 @@ def parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: model.calls.append("annotate"))
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
-    monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
     return model
 
 
@@ -43,26 +45,47 @@ def decided(parent: FakeParent) -> bool:
     return bool(parent.model["status"]["remediation"]["handledCrashes"])
 
 
-def test_a_crash_is_decided_on_the_indexed_model_without_reading_it(parent: FakeParent) -> None:
+def roll_out_with(
+    monkeypatch: pytest.MonkeyPatch,
+    plan: Callable[[dict[str, Any]], Any],
+    start: Callable[[dict[str, Any], str, Any], Any],
+) -> _oom.Indexes:
+    """The crash's own roll-out, its plan stood in for by ``plan`` (given the model as the decision
+    will leave it) and its start on the MODELS lane by ``start``; the (empty) indexes that turn it on."""
+    monkeypatch.setattr(_rollout, "plan_remediation", lambda _state, model, *a, **k: plan(model))
+    monkeypatch.setattr(
+        _oom,
+        "roll_out_soon",
+        lambda _state, _settings, _logger, model, crash, remediation: start(model, crash, remediation),
+    )
+    return {}, {}
+
+
+def test_a_crash_is_decided_on_the_indexed_model_without_reading_it(
+    state: OperatorState, parent: FakeParent
+) -> None:
     known = _index.model_entry(parent.model)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "annotate"] and decided(parent)
     assert parent.model["status"]["remediation"]["revision"] == 1  # what the next decision's write tests
 
 
-def test_a_readiness_write_meanwhile_does_not_refuse_the_decision(parent: FakeParent) -> None:
+def test_a_readiness_write_meanwhile_does_not_refuse_the_decision(
+    state: OperatorState, parent: FakeParent
+) -> None:
     """The crash makes the workload unavailable, whose event writes the model's phase and Ready
     condition, often before the crash is decided on the index's older entry: the decision did not read
     them, so its write tests what it read and lands at once, keeping what readiness wrote."""
     known = _index.model_entry(parent.model)
     parent.model["status"]["phase"] = "Deploying"  # written meanwhile by the workload's event
     parent.model["metadata"]["resourceVersion"] = "8"
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "annotate"] and decided(parent)
     assert parent.model["status"]["phase"] == "Deploying"
 
 
 def test_a_model_changed_in_what_the_decision_read_is_read_again_and_decided_again(
+    state: OperatorState,
     parent: FakeParent,
 ) -> None:
     """Another crash of the model decided meanwhile (the entry the decision was made on does not show
@@ -71,18 +94,18 @@ def test_a_model_changed_in_what_the_decision_read_is_read_again_and_decided_aga
     known = _index.model_entry(parent.model)
     parent.model["status"]["remediation"] = {"handledCrashes": ["earlier"], "actionsToday": 1, "revision": 1}
     parent.model["metadata"]["resourceVersion"] = "8"
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)
     assert parent.model["status"]["remediation"]["handledCrashes"][0] == "earlier"
 
 
-def test_without_an_indexed_model_the_crash_reads_it(parent: FakeParent) -> None:
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], None)  # type: ignore[arg-type]
+def test_without_an_indexed_model_the_crash_reads_it(state: OperatorState, parent: FakeParent) -> None:
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], None)  # type: ignore[arg-type]
     assert parent.calls == ["get", "patch", "annotate"] and decided(parent)
 
 
 def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
-    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The roll-out plans the model as the decision will leave it (the crash in its status, the new
     overrides), before the write, so that the decision's one patch carries the plan; it is then handed
@@ -90,9 +113,9 @@ def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
     reconcile is told, from before the write, to pass over versions without this decision."""
     planned: list[dict[str, Any]] = []
     handed: list[tuple[dict[str, Any], str, Any]] = []
-    remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={"message": "re-planned"})  # type: ignore[arg-type]
+    remediation = _rollout.Remediation(plan=None, replicas=1, workload={}, status={"message": "re-planned"})  # type: ignore[arg-type]
 
-    def plan(model: dict[str, Any]) -> _reconcile.Remediation:
+    def plan(model: dict[str, Any]) -> _rollout.Remediation:
         parent.calls.append("plan")
         planned.append(model)
         return remediation
@@ -102,26 +125,34 @@ def test_a_remediation_is_planned_before_its_decision_and_written_with_it(
         handed.append((model, crash, planned_remediation))
 
     def write(model: dict[str, Any], sets: Any, tested: Any, changes: dict[str, Any]) -> dict[str, Any]:
-        assert _reconcile.predates_roll_out(parent.model)  # guarded before the write
+        assert state.roll_outs.predates(parent.model)  # guarded before the write
         return parent.patch_status_tested(model, sets, tested, changes)
 
     monkeypatch.setattr(_kube, "patch_status_tested", write)
     known = _index.model_entry(parent.model)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, _oom.RollOut(plan, start))  # type: ignore[arg-type]
+    _oom.on_pod_event(
+        state, crashed_pod(), LOG, OperatorSettings(), [], known, roll_out_with(monkeypatch, plan, start)
+    )  # type: ignore[arg-type]
     assert parent.calls == ["plan", "patch", "start"]
     model, crash, handed_remediation = handed[0]
     assert planned[0]["status"]["remediation"]["handledCrashes"][-1] == crash
     assert planned[0]["status"]["remediation"]["overrides"]  # what the roll-out plans with
     assert model["status"]["message"] == "re-planned" and handed_remediation is remediation
-    assert not _reconcile.predates_roll_out(parent.model)  # the decision's version ends the guard
+    assert not state.roll_outs.predates(parent.model)  # the decision's version ends the guard
 
 
-def test_a_remediation_left_to_reconcile_is_still_handed_to_the_roll_out(parent: FakeParent) -> None:
+def test_a_remediation_left_to_reconcile_is_still_handed_to_the_roll_out(
+    state: OperatorState, parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """No plan (a move between layouts, a failed plan): the decision is written alone and the roll-out
     is handed nothing to apply (it asks reconcile)."""
     handed: list[Any] = []
-    roll_out = _oom.RollOut(lambda model: None, lambda model, crash, remediation: handed.append(remediation))
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out)  # type: ignore[arg-type]
+    roll_out = roll_out_with(
+        monkeypatch, lambda model: None, lambda model, crash, remediation: handed.append(remediation)
+    )
+    _oom.on_pod_event(
+        state, crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out
+    )  # type: ignore[arg-type]
     assert handed == [None] and decided(parent) and "plan" not in parent.model["status"]
 
 
@@ -140,21 +171,21 @@ def test_a_refused_annotation_is_tried_again(parent: FakeParent, monkeypatch: py
             raise ApiException(status=status, reason="etcd timeout")
 
     monkeypatch.setattr(_kube, "annotate", annotate)
-    monkeypatch.setattr(_reconcile, "ASK_PAUSE_SECONDS", 0.0)
-    assert _reconcile.ask_reconcile(parent.model, "c1", LOG)
+    monkeypatch.setattr(_rollout, "ASK_PAUSE_SECONDS", 0.0)
+    assert _rollout.ask_reconcile(parent.model, "c1", LOG)
     assert parent.calls == ["annotate 500", "annotate 200"]
 
-    answers[:] = [500] * _reconcile.ASK_ATTEMPTS
-    assert not _reconcile.ask_reconcile(parent.model, "c2", LOG)
+    answers[:] = [500] * _rollout.ASK_ATTEMPTS
+    assert not _rollout.ask_reconcile(parent.model, "c2", LOG)
     assert not answers
 
     answers[:] = [404]  # the model is gone: nothing to try again
-    assert not _reconcile.ask_reconcile(parent.model, "c3", LOG)
+    assert not _rollout.ask_reconcile(parent.model, "c3", LOG)
     assert not answers
 
 
 def test_the_guard_ends_with_its_decisions_version_or_its_time(
-    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Reconcile passes over versions without the decision until one carrying it comes, and for
     ROLL_OUT_GUARD_SECONDS at most (a decision whose version never comes must not hold reconcile off)."""
@@ -162,15 +193,15 @@ def test_the_guard_ends_with_its_decisions_version_or_its_time(
 
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
-    _reconcile.expect_roll_out("team-a", "chat", "c1")
-    clock[0] += _reconcile.ROLL_OUT_GUARD_SECONDS - 1
-    assert _reconcile.predates_roll_out(parent.model)
+    state.roll_outs.expect("team-a", "chat", "c1")
+    clock[0] += _state.ROLL_OUT_GUARD_SECONDS - 1
+    assert state.roll_outs.predates(parent.model)
     clock[0] += 2
-    assert not _reconcile.predates_roll_out(parent.model)  # its version never came
+    assert not state.roll_outs.predates(parent.model)  # its version never came
 
 
 def test_a_decision_whose_write_fails_ends_the_guard(
-    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from kubernetes.client.exceptions import ApiException
 
@@ -178,16 +209,16 @@ def test_a_decision_whose_write_fails_ends_the_guard(
         raise ApiException(status=500, reason="etcd timeout")
 
     monkeypatch.setattr(_kube, "patch_status_tested", refuse)
-    roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
+    roll_out = roll_out_with(monkeypatch, lambda model: None, lambda *a: None)
     with pytest.raises(ApiException):
         _oom.on_pod_event(
-            crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out
+            state, crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), roll_out
         )  # type: ignore[arg-type]
-    assert not _reconcile.predates_roll_out(parent.model)  # no decision: reconcile goes on as before
+    assert not state.roll_outs.predates(parent.model)  # no decision: reconcile goes on as before
 
 
 def test_a_crash_whose_fix_rolls_now_posts_two_events(
-    parent: FakeParent, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, parent: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """What happened (OutOfMemory, a Warning) and what was done (Remediated, which says the roll-out
     starts now): no RestartStarted beside them in the same second, since Events are the largest share
@@ -197,8 +228,8 @@ def test_a_crash_whose_fix_rolls_now_posts_two_events(
         kopf, "event", lambda obj, type, reason, message: said.append((type, reason, message))
     )
     known = _index.model_entry(parent.model)
-    roll_out = _oom.RollOut(lambda model: None, lambda *a: None)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
+    roll_out = roll_out_with(monkeypatch, lambda model: None, lambda *a: None)
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
     assert parent.model["status"]["maintenance"]["state"] == "Running"  # a crash loop: it rolls now
     assert [(kind, reason) for kind, reason, _ in said] == [
         ("Warning", "OutOfMemory"),
@@ -208,6 +239,7 @@ def test_a_crash_whose_fix_rolls_now_posts_two_events(
 
 
 def test_with_nothing_to_test_against_the_decision_is_guarded_by_the_resource_version(
+    state: OperatorState,
     parent: FakeParent,
 ) -> None:
     """A model whose conditions the decision would reorder (or with no status to test) is written as a
@@ -215,14 +247,14 @@ def test_with_nothing_to_test_against_the_decision_is_guarded_by_the_resource_ve
     known = _index.model_entry(parent.model)
     known["status"] = {}  # nothing the write could test
     parent.model["metadata"]["resourceVersion"] = "8"
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     assert parent.calls == ["patch", "get", "patch", "annotate"] and decided(parent)
 
 
 @pytest.fixture
 def ready_parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     """A Ready model (its Ready condition Available) on the stand-in API server; Events and log reads
-    not recorded, and a roll-out guard of the test's own."""
+    not recorded."""
     conditions = _build.merge_conditions(
         [],
         [_build.build_condition(_build.READY, True, "Available", "1/1 replicas available", 1)],
@@ -232,21 +264,23 @@ def ready_parent(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     for name in ("get", "patch_status", "patch_status_tested"):
         monkeypatch.setattr(_kube, name, getattr(parent, name))
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
-    monkeypatch.setattr(_oom, "SEEN", _oom.SeenCrashes(capacity=10))
+    monkeypatch.setattr(_events, "event", lambda *a, **k: None)
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
-    monkeypatch.setattr(_reconcile, "_ROLLED_OUT", {})
     return parent
 
 
-def crash_rolled_now(parent: FakeParent, known: dict[str, Any]) -> None:
+def crash_rolled_now(
+    monkeypatch: pytest.MonkeyPatch, state: OperatorState, parent: FakeParent, known: dict[str, Any]
+) -> None:
     """A crash whose fix is the workload alone, decided on ``known`` (the index's entry)."""
-    remediation = _reconcile.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
-    roll_out = _oom.RollOut(lambda model: remediation, lambda *a: None)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
+    remediation = _rollout.Remediation(plan=None, replicas=1, workload={}, status={})  # type: ignore[arg-type]
+    roll_out = roll_out_with(monkeypatch, lambda model: remediation, lambda *a: None)
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known, roll_out)  # type: ignore[arg-type]
 
 
 def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_writes_only_ready(
+    state: OperatorState,
+    monkeypatch: pytest.MonkeyPatch,
     ready_parent: FakeParent,
 ) -> None:
     """The decision's one write says the model is Deploying because its remediation rolls out (the
@@ -254,7 +288,7 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     request, and its availability is one write, back to Ready. Before, the phase going Deploying was
     a write of its own, and the roll-out's progress more: half of a crash's writes of the model."""
     parent = ready_parent
-    crash_rolled_now(parent, _index.model_entry(parent.model))
+    crash_rolled_now(monkeypatch, state, parent, _index.model_entry(parent.model))
     assert parent.calls == ["patch"] and decided(parent)
     status = parent.model["status"]
     assert status["phase"] == "Deploying"
@@ -268,13 +302,15 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     rolling = available_deployment(parent.model)
     rolling["metadata"]["generation"] = 2  # the raised limit applied, not yet observed
     known = _index.model_entry(parent.model)
-    _reconcile.on_workload_event(kopf.Body(rolling), LOG, known)
+    _readiness.on_workload_event(state, kopf.Body(rolling), LOG, known)
     assert parent.calls == []
-    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), LOG, known)
+    _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, known)
     assert parent.calls == ["patch"] and parent.model["status"]["phase"] == "Ready"
 
 
 def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_the_decision(
+    state: OperatorState,
+    monkeypatch: pytest.MonkeyPatch,
     ready_parent: FakeParent,
 ) -> None:
     """The workload becomes available before the index shows the decision (Deploying, Remediating): on
@@ -282,8 +318,8 @@ def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_th
     model is read instead, and written Ready."""
     parent = ready_parent
     stale = _index.model_entry(parent.model)  # the index, before the decision
-    crash_rolled_now(parent, stale)
+    crash_rolled_now(monkeypatch, state, parent, stale)
     assert parent.model["status"]["phase"] == "Deploying"
     parent.calls.clear()
-    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), LOG, stale)
+    _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, stale)
     assert parent.calls == ["get", "patch"] and parent.model["status"]["phase"] == "Ready"

@@ -10,7 +10,8 @@ import kopf
 import pytest
 
 from loadline.api import GROUP, KIND, PLURAL, VERSION
-from loadline.handlers import _reconcile, _registry
+from loadline.handlers import _registry
+from loadline.handlers._state import OperatorState
 from loadline.sizing import Reservation
 
 
@@ -25,18 +26,18 @@ def test_no_handler_of_the_operator_asks_kopf_for_a_finalizer() -> None:
     assert [h.id for h in registry._changing.get_all_handlers() if h.requires_finalizer] == []
 
 
-def test_a_deleted_model_frees_its_capacity_reservation_on_its_watch_event() -> None:
+def test_a_deleted_model_frees_its_capacity_reservation_on_its_watch_event(state: OperatorState) -> None:
     """A reservation outliving its model holds GPUs no pod uses: later models would see them taken."""
-    _reconcile._PLANNED["ns/gone"] = Reservation("L4", 1, 1)
-    _reconcile._PLANNED["ns/kept"] = Reservation("L4", 1, 1)
+    state.capacity.planned["ns/gone"] = Reservation("L4", 1, 1)
+    state.capacity.planned["ns/kept"] = Reservation("L4", 1, 1)
     handler = next(
         h for h in kopf.get_default_registry()._watching.get_all_handlers() if h.id == "model_deleted"
     )
     assert handler.when is not None
     assert not handler.when(type="MODIFIED") and not handler.when(type="ADDED")  # not even called
     assert handler.when(type="DELETED")
-    asyncio.run(_registry.model_deleted(namespace="ns", name="gone"))
-    assert set(_reconcile._PLANNED) == {"ns/kept"}
+    asyncio.run(_registry.model_deleted(namespace="ns", name="gone", memo=kopf.Memo(state=state)))
+    assert set(state.capacity.planned) == {"ns/kept"}
 
 
 def _model(phase: str, maintenance: str | None = None) -> dict[str, Any]:

@@ -8,9 +8,11 @@ from typing import Any
 import pydantic
 import pytest
 
-from loadline.api import Condition, RemediationState, parse_inference_model
-from loadline.handlers import _build, _metrics
-from loadline.handlers._build import (
+from loadline.api import Condition, PlanSummary, RemediationState, parse_inference_model
+from loadline.handlers import _metrics
+from loadline.sizing import plan_inference_model
+from loadline.status import build as _build
+from loadline.status.build import (
     build_deployed_status,
     build_failed_status,
     build_owner_reference,
@@ -20,7 +22,6 @@ from loadline.handlers._build import (
     status_changes,
     with_owner,
 )
-from loadline.sizing import plan_inference_model
 from tests.conftest import inference_model
 
 BODY = {
@@ -29,13 +30,15 @@ BODY = {
     "metadata": {"name": "chat", "namespace": "team-a", "uid": "1234", "generation": 3},
 }
 # status.plan as a real plan gives it (the builders validate it against the PlanSummary model).
-PLAN = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+SUMMARY = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+# status.plan as the API server stores it
+PLAN = SUMMARY.model_dump(by_alias=True, mode="json", exclude_none=True)
 T0, T1, T2, T3 = (f"2026-11-2{d}T0{d}:00:00Z" for d in range(4))
 
 
 def deployed(previous: dict[str, object], ready: bool, now: str) -> dict[str, object]:
     return build_deployed_status(
-        previous, plan_summary=PLAN, generation=3, ready=ready, ready_message="1/1 replicas available", now=now,
+        previous, plan_summary=SUMMARY, generation=3, ready=ready, ready_message="1/1 replicas available", now=now,
         message="L4x1 per replica",
     )  # fmt: skip
 
@@ -62,7 +65,7 @@ def test_status_is_typed_by_the_api_models() -> None:
     with pytest.raises(pydantic.ValidationError, match="gpuz"):
         build_deployed_status(
             {},
-            plan_summary={**PLAN, "gpuz": 1},
+            plan_summary=PlanSummary.model_validate({**PLAN, "gpuz": 1}),
             generation=1,
             ready=True,
             ready_message="",
@@ -167,7 +170,7 @@ def test_children_are_owned_for_garbage_collection() -> None:
 
 
 def test_unschedulable_reason_quotes_the_scheduler() -> None:
-    from loadline.handlers._build import unschedulable_reason
+    from loadline.status.build import unschedulable_reason
 
     placed = {
         "metadata": {"name": "a"},
@@ -222,7 +225,7 @@ def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants()
 
 def test_a_refused_apply_keeps_the_plan_and_says_deployed_false() -> None:
     previous = _build.build_deployed_status(
-        {}, plan_summary=PLAN, generation=2, ready=True, ready_message="1/1", now=T0, message="m"
+        {}, plan_summary=SUMMARY, generation=2, ready=True, ready_message="1/1", now=T0, message="m"
     )
     status = _build.build_apply_failed_status(previous, message="HTTP 403: frozen", generation=2, now=T1)
     conditions = {c["type"]: c for c in status["conditions"]}
@@ -408,7 +411,7 @@ def test_a_version_newer_than_every_table_is_a_condition_that_names_the_newest_u
     assert "0.99.0 is newer than every loadline table" in warning and "0.33.0" in warning
     assert beyond_tables("0.19.0") == ""
     beyond = build_deployed_status(
-        {}, plan_summary=PLAN, generation=3, ready=True, ready_message="", now=T0, message="m",
+        {}, plan_summary=SUMMARY, generation=3, ready=True, ready_message="", now=T0, message="m",
         beyond_tables=warning,
     )  # fmt: skip
     [known] = [c for c in beyond["conditions"] if c["type"] == _build.ENGINE_TABLES]  # type: ignore[union-attr,index]

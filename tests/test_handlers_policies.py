@@ -5,8 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 from loadline.api import parse_fleet_policy, parse_inference_model
-from loadline.handlers import _build, _policies
+from loadline.handlers import _policies
 from loadline.sizing import plan_inference_model
+from loadline.status import build as _build
 from tests.conftest import inference_model
 
 T0, T1 = "2026-11-23T00:00:00Z", "2026-11-23T01:00:00Z"

@@ -8,6 +8,7 @@ import kopf
 import pytest
 
 from loadline.handlers import _registry
+from loadline.handlers._state import OperatorState
 
 
 def test_kopf_waits_for_its_own_patch_as_long_as_a_loaded_watch_lags(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -18,6 +19,8 @@ def test_kopf_waits_for_its_own_patch_as_long_as_a_loaded_watch_lags(monkeypatch
     # whenever another process on the machine held it (an operator of an e2e run).
     monkeypatch.setattr(_registry._metrics, "serve", lambda port: None)
     settings = kopf.OperatorSettings()
-    _registry.configure(settings=settings)
+    memo = kopf.Memo()
+    _registry.configure(settings=settings, memo=memo)
+    assert isinstance(memo["state"], OperatorState)  # the operator's memory, handed to every handler
     assert settings.persistence.consistency_timeout >= 30.0
     assert settings.posting.level == logging.WARNING

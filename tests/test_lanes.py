@@ -14,7 +14,9 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.handlers import _lanes, _oom, _reconcile, _registry
+from loadline.handlers import _lanes, _oom, _reconcile, _registry, _rollout
+from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import OperatorState
 from tests.test_oom_operator_side import pod
 
 WHO = contextvars.ContextVar("who", default="nobody")
@@ -73,12 +75,12 @@ def calls(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     monkeypatch.setattr(_oom, "on_pod_event", lambda *a, **k: seen.append(threading.current_thread().name))
     monkeypatch.setattr(_reconcile, "reconcile", lambda *a, **k: seen.append(threading.current_thread().name))
     monkeypatch.setattr(
-        _reconcile, "apply_remediation", lambda *a, **k: seen.append(threading.current_thread().name)
+        _rollout, "apply_remediation", lambda *a, **k: seen.append(threading.current_thread().name)
     )
     return seen
 
 
-def _pod_event(body: dict[str, Any]) -> None:
+def _pod_event(body: dict[str, Any], state: OperatorState | None = None) -> None:
     body = {
         **body,
         "metadata": {
@@ -92,6 +94,7 @@ def _pod_event(body: dict[str, Any]) -> None:
             body=body,
             logger=None,
             type="MODIFIED",
+            memo=kopf.Memo(state=state or OperatorState()),
             owned_models={},
             fleet_policies={},
             gpu_nodes={},
@@ -107,11 +110,10 @@ def test_a_pod_event_without_a_new_crash_takes_no_thread(calls: list[str]) -> No
     assert calls == []
 
 
-def test_a_crash_is_handled_on_the_crashes_lane(calls: list[str]) -> None:
+def test_a_crash_is_handled_on_the_crashes_lane(state: OperatorState, calls: list[str]) -> None:
     crashed = copy.deepcopy(pod("OOMKilled", 137))
-    crashed["metadata"]["uid"] = "lanes-test-uid"  # not in the SEEN of other tests
-    assert _oom.has_new_crash(crashed)
-    _pod_event(crashed)
+    assert _oom.has_new_crash(state, crashed)
+    _pod_event(crashed, state)
     assert len(calls) == 1 and calls[0].startswith("lane-crashes")
 
 
@@ -119,7 +121,13 @@ def test_a_reconcile_runs_on_the_models_lane(calls: list[str]) -> None:
     body = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
     asyncio.run(
         _registry.reconcile(  # type: ignore[arg-type]
-            body=body, patch=kopf.Patch(), logger=None, fleet_policies={}, gpu_nodes={}, gpu_pods={}
+            body=body,
+            patch=kopf.Patch(),
+            logger=None,
+            memo=kopf.Memo(state=OperatorState()),
+            fleet_policies={},
+            gpu_nodes={},
+            gpu_pods={},
         )
     )
     assert len(calls) == 1 and calls[0].startswith("lane-models")
@@ -138,10 +146,10 @@ def _roll_out(monkeypatch: pytest.MonkeyPatch, remediation: Any, applied: bool) 
         ran.append(f"ask {threading.current_thread().name}")
         return True
 
-    monkeypatch.setattr(_reconcile, "apply_remediation", apply)
-    monkeypatch.setattr(_reconcile, "ask_reconcile", ask)
+    monkeypatch.setattr(_rollout, "apply_remediation", apply)
+    monkeypatch.setattr(_rollout, "ask_reconcile", ask)
     model = {"metadata": {"name": "chat", "namespace": "ns", "uid": "u"}, "spec": {}, "status": {}}
-    _registry._roll_out_soon(None, model, "c1", remediation).result(timeout=10)  # type: ignore[arg-type]
+    _oom.roll_out_soon(OperatorState(), OperatorSettings(), None, model, "c1", remediation).result(timeout=10)  # type: ignore[arg-type]
     return ran
 
 

@@ -12,9 +12,18 @@ import kopf
 import pytest
 
 from loadline.api import Overrides, RemediationState, parse_fleet_policy
-from loadline.handlers import _build, _kube, _maintenance, _reconcile
+from loadline.handlers import _inputs, _kube, _maintenance, _reconcile, _state
 from loadline.handlers._settings import OperatorSettings
-from loadline.maintenance import MaintenanceRecord, crash_urgency, record_from_status
+from loadline.handlers._state import OperatorState
+from loadline.hub import ConfigCache
+from loadline.maintenance import (
+    MaintenanceRecord,
+    crash_urgency,
+    pending_record,
+    pending_remediation,
+    record_from_status,
+)
+from loadline.status import build as _build
 from loadline.traffic import model_load_query
 from tests.conftest import inference_model
 
@@ -55,37 +64,35 @@ def test_fixes_of_crashes_that_recur_at_every_start_roll_now_and_intermittent_on
 def test_a_held_back_fix_keeps_the_pods_on_the_overrides_they_run() -> None:
     before = RemediationState(overrides=Overrides(max_num_seqs=128))
     decided = RemediationState(overrides=Overrides(max_num_seqs=64))
-    state, action = _maintenance.pending_remediation(before, decided, urgent=None)
+    state, action = pending_remediation(before, decided, urgent=None)
     assert action == "remediation" and state.held_overrides == Overrides(max_num_seqs=128)
     assert state.overrides == Overrides(max_num_seqs=64)
     # a second fix before the window: the pods still run the first overrides
-    again, _ = _maintenance.pending_remediation(
-        state, RemediationState(overrides=Overrides(max_num_seqs=32)), None
-    )
+    again, _ = pending_remediation(state, RemediationState(overrides=Overrides(max_num_seqs=32)), None)
     assert again.held_overrides == Overrides(max_num_seqs=128)
     # an urgent fix rolls at once: nothing held
     newer = RemediationState(overrides=Overrides(max_num_seqs=32), held_overrides=state.held_overrides)
-    urgent, action = _maintenance.pending_remediation(state, newer, urgent="recurs at every start")
+    urgent, action = pending_remediation(state, newer, urgent="recurs at every start")
     assert urgent.held_overrides is None and action == "remediation"
 
 
 def test_a_restart_request_without_new_overrides_is_a_plain_restart() -> None:
     before = RemediationState()
     decided = RemediationState(restart_requested_at=iso(NOW))
-    assert _maintenance.pending_remediation(before, decided, None) == (decided, "restart")
-    assert _maintenance.pending_remediation(decided, decided, None) == (decided, None)
+    assert pending_remediation(before, decided, None) == (decided, "restart")
+    assert pending_remediation(decided, decided, None) == (decided, None)
 
 
 def test_status_right_after_the_crash_says_scheduled_or_running() -> None:
-    waiting = _maintenance.pending_record(None, "restart", None, NOW)
+    waiting = pending_record(None, "restart", None, NOW)
     assert (waiting.state, waiting.action, waiting.scheduled_at) == ("Scheduled", "restart", None)
     assert waiting.pending  # the timer takes it from here
-    running = _maintenance.pending_record(None, "remediation", "recurs at every start", NOW)
+    running = pending_record(None, "remediation", "recurs at every start", NOW)
     assert (running.state, running.trigger, running.started_at) == ("Running", "crashLoop", NOW)
     # a remediation covers a restart already waiting (it rolls every pod anyway)
-    assert _maintenance.pending_record(waiting, "remediation", None, NOW).action == "remediation"
+    assert pending_record(waiting, "remediation", None, NOW).action == "remediation"
     # a running restart is never restarted by a second crash's decision
-    assert _maintenance.pending_record(running, "restart", None, NOW).started_at == NOW
+    assert pending_record(running, "restart", None, NOW).started_at == NOW
 
 
 def test_the_status_patch_clears_what_the_new_record_no_longer_has() -> None:
@@ -155,10 +162,10 @@ def test_reconcile_renders_the_held_overrides_until_the_window() -> None:
     body["status"] = {
         "remediation": {"overrides": {"maxNumSeqs": 32}, "heldOverrides": {}, "observedGeneration": 1}
     }
-    held = _reconcile.model_inputs(body, OperatorSettings())
+    held = _inputs.model_inputs(body, OperatorSettings(), ConfigCache())
     assert held.obj.spec.engine.max_num_seqs == 128
     body["status"]["remediation"].pop("heldOverrides")
-    assert _reconcile.model_inputs(body, OperatorSettings()).obj.spec.engine.max_num_seqs == 32
+    assert _inputs.model_inputs(body, OperatorSettings(), ConfigCache()).obj.spec.engine.max_num_seqs == 32
 
 
 # --- the timer ---
@@ -174,7 +181,6 @@ def cluster(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
         _kube, "patch_spec", lambda api, kind, ns, name, spec: world["scaled"].append(spec["replicas"])
     )
     monkeypatch.setattr(kopf, "event", lambda _o, *, type, reason, message: world["events"].append(reason))
-    _maintenance.clear_claims()
     return world
 
 
@@ -191,10 +197,16 @@ def model(
     return body
 
 
-def tend(body: dict[str, Any], fleet: _maintenance.FleetView | None = None, **settings: Any) -> kopf.Patch:
+def tend(
+    body: dict[str, Any],
+    fleet: _maintenance.FleetView | None = None,
+    state: OperatorState | None = None,
+    **settings: Any,
+) -> kopf.Patch:
+    """One tick of the timer (``state``: the operator's memory, a fresh one unless given)."""
     patch = kopf.Patch()
     memo: dict[str, Any] = {}
-    fleet = fleet or _maintenance.FleetView({}, [], [], [])
+    fleet = fleet or _maintenance.FleetView({}, [], [], [], state=state or OperatorState())
     _maintenance.tend(body, patch, memo, OperatorSettings(**settings), fleet, LOG)  # type: ignore[arg-type]
     return patch
 
@@ -246,7 +258,7 @@ def test_a_single_replica_surges_a_second_pod_when_a_gpu_is_free(cluster: dict[s
     node = {"metadata": {"name": "n1", "labels": {"nvidia.com/gpu.product": "NVIDIA-L4"}},
             "status": {"allocatable": {"nvidia.com/gpu": "1"},
                        "conditions": [{"type": "Ready", "status": "True"}]}}  # fmt: skip
-    free = _maintenance.FleetView({}, [node], [], [])
+    free = _maintenance.FleetView({}, [node], [], [], state=OperatorState())
     tend(model(running, replicas=1), free)
     assert cluster["scaled"] == [2] and cluster["evicted"] == []
     # no free GPU: the pod restarts in place, and the Event says the model serves nothing meanwhile
@@ -276,7 +288,7 @@ def test_a_running_remediation_roll_out_reads_its_workload_and_not_its_pods(
 
 
 def test_a_remediation_roll_out_still_rolling_in_the_deployments_events_costs_no_read(
-    cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, cluster: dict[str, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Each tick of a roll-out asked the API server for the Deployment (1.5 GETs per crash in a burst of
     1,000); its watch events already say it is still rolling. Done is confirmed by a GET, as the last
@@ -294,18 +306,22 @@ def test_a_remediation_roll_out_still_rolling_in_the_deployments_events_costs_no
     start = datetime.now(UTC) - timedelta(minutes=1)
     running = {"action": "remediation", "state": "Running", "startedAt": iso(start), "trigger": "crashLoop"}
     try:
-        _reconcile.note_workload(deployment(2, 2, 1))  # the watch: one of two pods updated
-        assert "maintenance" not in tend(model(running)).status and reads == []
-        _reconcile.note_workload(deployment(1, 1, 2))  # an event from before the new template
-        assert "maintenance" not in tend(model(running)).status and len(reads) == 1  # the GET says no
+        state.workloads.note(deployment(2, 2, 1))  # the watch: one of two pods updated
+        assert "maintenance" not in tend(model(running), state=state).status and reads == []
+        state.workloads.note(deployment(1, 1, 2))  # an event from before the new template
+        assert (
+            "maintenance" not in tend(model(running), state=state).status and len(reads) == 1
+        )  # the GET says no
         stored[0] = deployment(2, 2, 2)
-        _reconcile.note_workload(stored[0])
-        assert tend(model(running)).status["maintenance"]["state"] == "Done" and len(reads) == 2
+        state.workloads.note(stored[0])
+        assert tend(model(running), state=state).status["maintenance"]["state"] == "Done" and len(reads) == 2
     finally:
-        _reconcile.note_workload(deployment(2, 2, 2), deleted=True)
+        state.workloads.note(deployment(2, 2, 2), deleted=True)
 
 
-def test_max_concurrent_makes_a_due_restart_wait_for_the_slot(cluster: dict[str, Any]) -> None:
+def test_max_concurrent_makes_a_due_restart_wait_for_the_slot(
+    state: OperatorState, cluster: dict[str, Any]
+) -> None:
     policy = parse_fleet_policy({
         "apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy", "metadata": {"name": "one-at-a-time"},
         "spec": {"selector": {"namespaces": ["team-a"]}, "restarts": {"maxConcurrent": 1}},
@@ -315,24 +331,25 @@ def test_max_concurrent_makes_a_due_restart_wait_for_the_slot(cluster: dict[str,
     other = {"team-a/other": {"namespace": "team-a", "labels": {}}}
     due = {"action": "restart", "state": "Scheduled", "trigger": "window", "scheduledAt": iso(now),
            "nextWindowStart": iso(now), "nextWindowEnd": iso(now + timedelta(hours=2))}  # fmt: skip
-    patch = tend(model(due), _maintenance.FleetView(other, [], [], [policy]))
+    patch = tend(model(due), _maintenance.FleetView(other, [], [], [policy], state=state))
     assert patch.status["maintenance"]["state"] == "WaitingForLock"
     assert "team-a/other" in patch.status["maintenance"]["reason"]
     assert cluster["events"] == ["RestartWaiting"]
     # once the other restart is over, the slot is this model's
     waiting = {**due, "state": "WaitingForLock"}
-    patch = tend(model(waiting), _maintenance.FleetView({}, [], [], [policy]))
+    patch = tend(model(waiting), _maintenance.FleetView({}, [], [], [policy], state=state))
     assert patch.status["maintenance"]["state"] == "Running"
-    assert _maintenance.claimed() == {"team-a/chat"}
+    assert state.claims.claimed() == {"team-a/chat"}
 
 
-def test_a_claim_of_a_model_deleted_mid_restart_expires(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_claim_of_a_model_deleted_mid_restart_expires(
+    state: OperatorState, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A slot taken by this process stands in for the index only until the index catches up: a model
     deleted before its restart finished must not hold the policy's slot for the rest of the process."""
-    _maintenance.clear_claims()
-    monkeypatch.setitem(_maintenance._CLAIMED, "team-a/gone", 1000.0)
-    assert _maintenance._live_claims(1000.0 + _maintenance.CLAIM_SECONDS - 1) == ["team-a/gone"]
-    assert _maintenance._live_claims(1000.0 + _maintenance.CLAIM_SECONDS + 1) == []
+    state.claims.claim("team-a/gone", 1000.0)
+    assert state.claims.live(1000.0 + _state.CLAIM_SECONDS - 1) == ["team-a/gone"]
+    assert state.claims.live(1000.0 + _state.CLAIM_SECONDS + 1) == []
 
 
 def test_releasing_held_overrides_moves_the_remediation_revision(
@@ -343,7 +360,9 @@ def test_releasing_held_overrides_moves_the_remediation_revision(
     (_build.build_decision_patch), so that decision is refused and made again instead of holding them
     again."""
     rendered: list[Any] = []
-    monkeypatch.setattr(_reconcile, "reconcile", lambda body, *a, **k: rendered.append(body["status"]))
+    monkeypatch.setattr(
+        _reconcile, "reconcile", lambda _state, body, *a, **k: rendered.append(body["status"])
+    )
     start = datetime.now(UTC) - timedelta(seconds=5)
     running = {"action": "remediation", "state": "Running", "startedAt": iso(start), "trigger": "window"}
     body = model(running)

@@ -13,13 +13,16 @@ import kopf
 import pytest
 
 from loadline.api import parse_inference_model
-from loadline.handlers import _build, _measure
+from loadline.handlers import _measure
 from loadline.handlers._settings import OperatorSettings
 from loadline.sizing import plan_inference_model
+from loadline.status import build as _build
 from tests.conftest import inference_model
 from tests.promserver import FakePrometheus
 
-PLAN = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+SUMMARY = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+# status.plan as the API server stores it
+PLAN = SUMMARY.model_dump(by_alias=True, mode="json", exclude_none=True)
 LOG = logging.getLogger("test")
 
 

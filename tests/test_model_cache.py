@@ -89,7 +89,9 @@ def test_online_fp8_downloads_the_bf16_files_and_sizes_cache_and_probe_from_them
     fp8_total = plan_fp8.budget.weights_gib * plan_fp8.chosen.gpus
     assert fp8_total < 0.6 * plan_bf16.budget.weights_gib * plan_bf16.chosen.gpus
     assert plan_fp8.download == plan_bf16.download
-    assert plan_fp8.summary()["downloadGiB"] == round(plan_bf16.download.gib, 2)
+    assert plan_fp8.summary().model_dump(by_alias=True, mode="json")["downloadGiB"] == round(
+        plan_bf16.download.gib, 2
+    )
     download = plan_fp8.download
     pod, container = _deployment_pod(fp8)
     data = next(v for v in pod["volumes"] if v["name"] == "data")

@@ -9,9 +9,10 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from loadline.api import RemediationState, RemediationTrial
-from loadline.handlers import _index, _kube, _metrics, _oom, _reconcile
+from loadline.handlers import _events, _index, _kube, _metrics, _oom
 from loadline.handlers._settings import OperatorSettings
-from loadline.oom import Change, Diagnosis, OomClass, Option, Remediation, SeenCrashes
+from loadline.handlers._state import OperatorState
+from loadline.oom import Change, Diagnosis, OomClass, Option, Remediation
 from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confidence
 from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
 from loadline.oom._remediate import next_rung
@@ -157,23 +158,22 @@ def model(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     monkeypatch.setattr(_kube, "patch_status_tested", fake.patch_status_tested)
     monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: fake.calls.append("annotate"))
     monkeypatch.setattr(_oom, "_read_previous_log", lambda *a, **k: "")
-    monkeypatch.setattr(_oom, "SEEN", SeenCrashes(capacity=10))
     return fake
 
 
 def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
-    model: FakeParent, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, model: FakeParent, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     parent = model
     events: list[tuple[str, str]] = []
     monkeypatch.setattr(
-        _reconcile, "_event", lambda obj, *, warning, reason, message: events.append((reason, message))
+        _events, "event", lambda obj, *, warning, reason, message: events.append((reason, message))
     )
     before = _metrics.REMEDIATION_OUTCOMES.labels(
         "host_memory", "raise_memory_limit", "recurred"
     )._value.get()
     known = _index.model_entry(parent.model)
-    _oom.on_pod_event(crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
+    _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     remediation = parent.model["status"]["remediation"]
     assert [t["action"] for t in remediation["trials"]] == ["raise_memory_limit"]
 
@@ -186,7 +186,7 @@ def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
         "startedAt": started.isoformat().replace("+00:00", "Z"),
         "finishedAt": (started + timedelta(seconds=30)).isoformat().replace("+00:00", "Z"),
     }
-    _oom.on_pod_event(again, LOG, OperatorSettings(), [], None)  # type: ignore[arg-type]
+    _oom.on_pod_event(state, again, LOG, OperatorSettings(), [], None)  # type: ignore[arg-type]
     remediation = parent.model["status"]["remediation"]
     assert [(o["action"], o["result"]) for o in remediation["outcomes"]] == [
         ("raise_memory_limit", "recurred")

@@ -37,7 +37,7 @@ def test_small_model_gets_the_cheapest_single_gpu() -> None:
     result = plan(maxModelLen=8192, concurrency=4, gpu={"types": ["L4", "L40S", "A100-80GB", "H100-80GB"]})
     assert result.chosen.gpu.name == "L4" and result.chosen.gpus == 1
     assert result.budget.max_concurrency >= 4
-    summary = result.summary()
+    summary = result.summary().model_dump(by_alias=True, mode="json")
     assert summary["gpu"] == "L4x1" and summary["gpuProduct"] == "NVIDIA-L4"
     assert summary["maxNumSeqs"] == 256 and summary["maxNumBatchedTokens"] == 2048  # vLLM's L4 defaults
 
@@ -111,7 +111,7 @@ def test_absent_capacity_falls_back_to_the_next_feasible_type_and_says_so() -> N
     result = plan(free_gpus=free, maxModelLen=8192, concurrency=8, gpu={"types": ["L4", "L40S", "H100-80GB"]})
     assert result.chosen.gpu.name == "L4" and result.chosen.gpus == 2
     assert result.fallback_from == "L40S"
-    assert result.summary()["fallbackFrom"] == "L40S"
+    assert result.summary().model_dump(by_alias=True, mode="json")["fallbackFrom"] == "L40S"
 
 
 def test_fallback_refused_when_the_spec_forbids_it() -> None:
@@ -212,7 +212,7 @@ def test_block_fp8_moe_skips_a_tensor_parallel_size_that_cuts_through_a_block() 
     assert (chosen.tensor_parallel_size, chosen.pipeline_parallel_size) == (4, 2)
     [note] = result.layout_notes
     assert "TP 8 skipped" in note and "320" in note and "weight_block_size [128, 128]" in note
-    assert note in result.summary()["tuning"]
+    assert note in result.summary().model_dump(by_alias=True, mode="json")["tuning"]
 
 
 def test_the_same_moe_without_blocks_keeps_tensor_parallel_8() -> None:
@@ -267,4 +267,6 @@ def test_tensor_parallel_plans_charge_non_torch_memory_by_the_gpus_interconnect(
     nvlink = plan(config=LLAMA_70B, maxModelLen=8192, concurrency=8, gpu={"types": ["H100-80GB"]})
     assert pcie.chosen.tensor_parallel_size >= 2 and nvlink.chosen.tensor_parallel_size >= 2
     assert pcie.budget.non_torch_gib < 0.2 < 2.0 < nvlink.budget.non_torch_gib
-    assert pcie.summary()["memory"]["nonTorchGiB"] == round(pcie.budget.non_torch_gib, 2)
+    assert pcie.summary().model_dump(by_alias=True, mode="json")["memory"]["nonTorchGiB"] == round(
+        pcie.budget.non_torch_gib, 2
+    )

@@ -82,10 +82,10 @@ def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypa
         return [model("a", "Running"), model("b", "Scheduled"), model("c", "Running")]
 
     monkeypatch.setattr(_fleet, "list_models", list_models)
-    monkeypatch.setattr(_fleet, "_RESTARTING", _kube.RecentReads(max_age=5.0))
-    found = _fleet.restarting_everywhere(OperatorSettings())
+    reads: _kube.RecentReads[str, dict[str, dict[str, Any]]] = _kube.RecentReads(max_age=5.0)
+    found = _fleet.restarting_everywhere(OperatorSettings(), reads)
     assert sorted(found) == ["ns/a", "ns/c"] and found["ns/a"]["labels"] == {"team": "a"}
-    _fleet.restarting_everywhere(OperatorSettings())
+    _fleet.restarting_everywhere(OperatorSettings(), reads)
     assert len(lists) == 1  # reused by the timers of the next seconds
 
 

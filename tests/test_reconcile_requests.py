@@ -4,6 +4,7 @@ applied; the child kinds are listed, to find a former layout's leftovers, only a
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import logging
 from collections.abc import Callable
@@ -13,9 +14,11 @@ import kopf
 import pytest
 import yaml
 
-from loadline.handlers import _build, _index, _kube, _reconcile
+from loadline.handlers import _events, _index, _kube, _plan, _readiness, _reconcile, _rollout
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import OperatorState
+from loadline.status import build as _build
 from tests.test_capacity import node, pod
 
 REPO_EXAMPLE = "examples/chat-llama-8b.yaml"
@@ -25,7 +28,9 @@ class FakeKube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
-    def apply(self, manifest: dict[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
+    def apply(
+        self, manifest: dict[str, Any], field_manager: str, versions: Any
+    ) -> tuple[dict[str, Any], bool]:
         self.calls.append(("apply", manifest["kind"]))
         return {**manifest, "status": {}}, True
 
@@ -42,7 +47,7 @@ def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     fake = FakeKube()
     for name in ("apply", "list_objects", "has_kind"):
         monkeypatch.setattr(_kube, name, getattr(fake, name))
-    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
+    monkeypatch.setattr(_events, "event", lambda *a, **k: None)
     return fake
 
 
@@ -55,75 +60,79 @@ def body(status: dict[str, Any] | None = None) -> dict[str, Any]:
     return doc
 
 
-def run(model: dict[str, Any]) -> dict[str, Any]:
+def run(state: OperatorState, model: dict[str, Any]) -> dict[str, Any]:
     patch = kopf.Patch()
     view = ([node("l4", "NVIDIA-L4", 4), node("a100", "NVIDIA-A100-SXM4-80GB", 8)], [])
     settings = OperatorSettings()
-    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("test"), settings, view, [])
+    _reconcile.reconcile(state, kopf.Body(model), patch, logging.getLogger("test"), settings, view, [])
     return dict(patch.status)
 
 
-def test_a_new_model_and_a_resync_list_no_child_kinds(fake: FakeKube) -> None:
-    status = run(body())
+def test_a_new_model_and_a_resync_list_no_child_kinds(state: OperatorState, fake: FakeKube) -> None:
+    status = run(state, body())
     assert ("apply", "Deployment") in fake.calls
     assert not [c for c in fake.calls if c[0] == "list"]
     fake.calls.clear()
-    run(body(status))  # a resync (resume after a restart): the same plan
+    run(state, body(status))  # a resync (resume after a restart): the same plan
     assert not [c for c in fake.calls if c[0] == "list"]
 
 
-def test_only_a_replan_across_layouts_lists_every_child_kind_for_leftovers(fake: FakeKube) -> None:
-    status = run(body())
+def test_only_a_replan_across_layouts_lists_every_child_kind_for_leftovers(
+    state: OperatorState, fake: FakeKube
+) -> None:
+    status = run(state, body())
     resized = copy.deepcopy(status)
     resized["plan"]["gpu"] = "A100-80GBx2"  # another GPU, still one node per replica: a Deployment
     fake.calls.clear()
-    run(body(resized))
+    run(state, body(resized))
     assert not [c for c in fake.calls if c[0] == "list"]
     moved = copy.deepcopy(status)
     moved["plan"]["nodesPerReplica"] = 2  # as if a LeaderWorkerSet served it before
     fake.calls.clear()
-    run(body(moved))
+    run(state, body(moved))
     listed = {kind for verb, kind in fake.calls if verb == "list"}
     assert {"Deployment", "LeaderWorkerSet", "Service"} <= listed
 
 
 def test_a_new_plan_is_one_event_naming_what_it_applied(
-    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Events are writes too: a plan and its children are one decision, so one Event (a remediation's
     re-plan posted Planned and Applied, two of a crash's seven Events); a re-apply under the same plan
     (a child put back) is Applied alone."""
     said: list[tuple[str, str]] = []
-    monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append((k["reason"], k["message"])))
-    status = run(body())
+    monkeypatch.setattr(_events, "event", lambda obj, **k: said.append((k["reason"], k["message"])))
+    status = run(state, body())
     assert [reason for reason, _ in said] == ["Planned"]
     assert said[0][1].startswith("L4x1 per replica") and "applied Deployment/chat, Service/chat" in said[0][1]
     said.clear()
-    run(body(status))  # the same plan; the fake answers every apply as a change (a child put back)
+    run(state, body(status))  # the same plan; the fake answers every apply as a change (a child put back)
     assert [reason for reason, _ in said] == ["Applied"]
 
 
-def test_a_replan_in_the_same_generation_applies_only_what_changed(fake: FakeKube) -> None:
+def test_a_replan_in_the_same_generation_applies_only_what_changed(
+    state: OperatorState, fake: FakeKube
+) -> None:
     """An out-of-memory remediation re-plans without a spec change: the workload is applied (its
     template changed), the Service and PodDisruptionBudget are not applied again (two of a crash's
     requests at 1,000 crashes). A spec change (a new generation) applies every child again, which
     also puts back one deleted or edited by hand; so does a new operator process."""
-    status = run(body())
+    status = run(state, body())
     fake.calls.clear()
-    run(body(status))  # a remediation: same generation, the plan's memory raised
+    run(state, body(status))  # a remediation: same generation, the plan's memory raised
     assert [kind for verb, kind in fake.calls if verb == "apply"] == ["Deployment"]
     changed = body(status)
     changed["metadata"]["generation"] = 2
     fake.calls.clear()
-    run(changed)
+    run(state, changed)
     assert [kind for verb, kind in fake.calls if verb == "apply"] == [
         "Deployment",
         "Service",
         "PodDisruptionBudget",
     ]
-    _reconcile.forget_applied("team-a", "chat")  # as a new process (or the model's deletion) would
+    state.applied.forget("team-a", "chat")  # as a new process (or the model's deletion) would
     fake.calls.clear()
-    run(changed)
+    run(state, changed)
     assert len([kind for verb, kind in fake.calls if verb == "apply"]) == 3
 
 
@@ -236,12 +245,13 @@ def replan(status: dict[str, Any]) -> None:
     ],
 )
 def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_read_changed(
+    state: OperatorState,
     fake: FakeKube,
     monkeypatch: pytest.MonkeyPatch,
     since_indexed: Callable[[dict[str, Any]], None] | None,
     expected: list[str],
 ) -> None:
-    status = run(body())  # Deploying, as reconcile leaves a new model
+    status = run(state, body())  # Deploying, as reconcile leaves a new model
     parent = FakeParent(status)
     monkeypatch.setattr(_kube, "get", parent.get)
     monkeypatch.setattr(_kube, "patch_status_tested", parent.patch_status_tested)
@@ -250,7 +260,9 @@ def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_
         since_indexed(parent.model["status"])
         parent.model["metadata"]["resourceVersion"] = "8"
     theirs = copy.deepcopy(parent.model["status"])
-    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
+    _readiness.on_workload_event(
+        state, kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known
+    )
     assert parent.calls == expected
     assert parent.model["status"]["phase"] == "Ready"
     for key in ("incidents", "maintenance", "observedGeneration"):  # what the other hand wrote stays
@@ -261,7 +273,9 @@ def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_
     # Nothing changed since: the next event of the same child costs no request.
     parent.calls.clear()
     known = _index.model_entry(parent.model)
-    _reconcile.on_workload_event(kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known)
+    _readiness.on_workload_event(
+        state, kopf.Body(available_deployment(parent.model)), logging.getLogger("t"), known
+    )
     assert parent.calls == []
 
 
@@ -331,14 +345,15 @@ def test_a_version_written_by_another_since_our_apply_is_no_change_of_ours(
     resource = type("Resource", (), {"server_side_apply": lambda self, **_: answers.pop(0)})()
     monkeypatch.setattr(_kube, "_resource", lambda api_version, kind: resource)
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat-pdb-test"}}
+    versions = _kube.AppliedVersions()
     answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:08:15 GMT"))  # created
-    assert _kube.apply(pdb, "loadline")[1] is True
+    assert _kube.apply(pdb, "loadline", versions)[1] is True
     answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:09:00 GMT"))  # a resync
-    assert _kube.apply(pdb, "loadline")[1] is False
+    assert _kube.apply(pdb, "loadline", versions)[1] is False
     answers.append(Answer("7", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:10:00 GMT"))  # status since
-    assert _kube.apply(pdb, "loadline")[1] is False
+    assert _kube.apply(pdb, "loadline", versions)[1] is False
     answers.append(Answer("8", "2026-11-23T21:11:00Z", "Mon, 23 Nov 2026 21:11:00 GMT"))  # a new spec
-    assert _kube.apply(pdb, "loadline")[1] is True
+    assert _kube.apply(pdb, "loadline", versions)[1] is True
 
 
 def test_an_unreadable_answer_counts_as_changed() -> None:
@@ -365,9 +380,13 @@ def pending_pod(model: str, reason: bool = True) -> dict[str, Any]:
 class ReadinessKube:
     """Counts the readiness look's reads: GET of the workload, LIST of the namespace's unbound pods."""
 
-    def __init__(self, workload: dict[str, Any] | None) -> None:
+    def __init__(self, workload: dict[str, Any] | None, state: OperatorState) -> None:
         self.workload = workload
         self.pods = [pending_pod("chat")]
+        # The operator's memory, its unbound pods' reads on this fake's clock.
+        self.state = dataclasses.replace(
+            state, unbound_pods=_kube.RecentReads(max_age=5.0, clock=lambda: self.now)
+        )
         self.calls: list[tuple[str, str]] = []
         self.selectors: list[dict[str, str]] = []
         self.now = 0.0
@@ -388,7 +407,7 @@ class ReadinessKube:
         self.now = elapsed
         memo["readiness_checked_at"] = elapsed  # what readiness_due notes when a look is due
         patch = kopf.Patch()
-        _reconcile.read_readiness(kopf.Body(model), patch, memo)
+        _readiness.read_readiness(self.state, kopf.Body(model), patch, memo)
         return dict(patch.status)
 
 
@@ -408,28 +427,25 @@ def deployment(available: int, version: str = "7") -> dict[str, Any]:
 
 
 @pytest.fixture
-def looks(monkeypatch: pytest.MonkeyPatch) -> ReadinessKube:
-    kube = ReadinessKube(deployment(0))
+def looks(monkeypatch: pytest.MonkeyPatch, state: OperatorState) -> ReadinessKube:
+    kube = ReadinessKube(deployment(0), state)
     monkeypatch.setattr(_kube, "get", kube.get)
     monkeypatch.setattr(_kube, "list_objects", kube.list_objects)
-    monkeypatch.setattr(_reconcile, "_event", lambda *a, **k: None)
-    monkeypatch.setattr(_reconcile, "UNBOUND_PODS", _kube.RecentReads(max_age=5.0, clock=lambda: kube.now))
-    with _reconcile._seen_workloads_lock:
-        _reconcile._seen_workloads.clear()
+    monkeypatch.setattr(_events, "event", lambda *a, **k: None)
     return kube
 
 
-def deploying() -> dict[str, Any]:
-    status = run(body())
+def deploying(state: OperatorState) -> dict[str, Any]:
+    status = run(state, body())
     assert status["phase"] == "Deploying"
     return body(status)
 
 
 def test_a_stuck_model_seen_through_its_deployments_events_costs_one_list_and_no_get(
-    fake: FakeKube, looks: ReadinessKube
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
 ) -> None:
-    model = deploying()
-    _reconcile.note_workload(deployment(0))  # its Deployment's watch event
+    model = deploying(state)
+    state.workloads.note(deployment(0))  # its Deployment's watch event
     memo: dict[str, Any] = {}
     writes = [looks.look(model, memo, t) for t in (0, 5, 10)]
     assert looks.calls == []  # a burst's pods wait for the scheduler anyway: no read at all
@@ -442,25 +458,25 @@ def test_a_stuck_model_seen_through_its_deployments_events_costs_one_list_and_no
 
 
 def test_the_workload_changing_is_listed_again_and_ready_comes_from_its_events(
-    fake: FakeKube, looks: ReadinessKube
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
 ) -> None:
-    model = deploying()
+    model = deploying(state)
     memo: dict[str, Any] = {}
-    _reconcile.note_workload(deployment(0, "7"))
+    state.workloads.note(deployment(0, "7"))
     looks.look(model, memo, 20)
-    _reconcile.note_workload(deployment(0, "8"))
+    state.workloads.note(deployment(0, "8"))
     looks.look(model, memo, 40)
     assert looks.calls == [("list", "Pod"), ("list", "Pod")]
-    _reconcile.note_workload(deployment(1, "9"))
+    state.workloads.note(deployment(1, "9"))
     assert looks.look(model, memo, 100)["phase"] == "Ready"
     assert looks.calls == [("list", "Pod"), ("list", "Pod")]
 
 
 def test_a_pod_still_waiting_for_the_scheduler_is_looked_at_again_at_each_look(
-    fake: FakeKube, looks: ReadinessKube
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
 ) -> None:
-    model = deploying()
-    _reconcile.note_workload(deployment(0))
+    model = deploying(state)
+    state.workloads.note(deployment(0))
     looks.pods = [pending_pod("chat", reason=False)]  # not tried by the scheduler yet
     memo: dict[str, Any] = {}
     assert "cannot be scheduled" not in str(looks.look(model, memo, 20))
@@ -471,12 +487,12 @@ def test_a_pod_still_waiting_for_the_scheduler_is_looked_at_again_at_each_look(
 
 
 def test_the_models_of_a_namespace_looking_together_share_one_list(
-    fake: FakeKube, looks: ReadinessKube
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
 ) -> None:
-    chat = deploying()
-    other = deploying()
+    chat = deploying(state)
+    other = deploying(state)
     other["metadata"]["name"] = "other"
-    _reconcile.note_workload(deployment(0))
+    state.workloads.note(deployment(0))
     looks.pods = [pending_pod("chat"), pending_pod("other", reason=False)]
     chat_status = looks.look(chat, {}, 20)
     other_status = looks.look(other, {}, 23)  # within the timer's interval: the same LIST answers
@@ -487,13 +503,15 @@ def test_the_models_of_a_namespace_looking_together_share_one_list(
     assert looks.calls.count(("list", "Pod")) == 2
 
 
-def test_a_workload_no_event_showed_yet_is_read(fake: FakeKube, looks: ReadinessKube) -> None:
-    model = deploying()
+def test_a_workload_no_event_showed_yet_is_read(
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
+) -> None:
+    model = deploying(state)
     memo: dict[str, Any] = {}
     looks.look(model, memo, 0)
     assert looks.calls == [("get", "Deployment")]
-    _reconcile.note_workload(deployment(0))
-    _reconcile.note_workload(deployment(0), deleted=True)  # deleted: read again
+    state.workloads.note(deployment(0))
+    state.workloads.note(deployment(0), deleted=True)  # deleted: read again
     looks.look(model, memo, 5)
     assert looks.calls == [("get", "Deployment")] * 2
 
@@ -518,26 +536,28 @@ def workload_memory(workload: dict[str, Any]) -> str:
 L4_VIEW = ([node("l4", "NVIDIA-L4", 4)], [])
 
 
-def plan_remediation(model: dict[str, Any], policies: Any = None) -> _reconcile.Remediation | None:
-    return _reconcile.plan_remediation(model, OperatorSettings(), L4_VIEW, policies)
+def plan_remediation(
+    state: OperatorState, model: dict[str, Any], policies: Any = None
+) -> _rollout.Remediation | None:
+    return _rollout.plan_remediation(state, model, OperatorSettings(), L4_VIEW, policies)
 
 
 def test_a_remediation_carries_its_plan_and_its_roll_out_applies_the_workload_only(
-    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Planned before the decision is written: its status (the new plan, what reconcile would write,
     less readiness, which the workload's events say) goes in the decision's patch, and the roll-out
     is one apply of the workload, which the model's readiness then follows."""
     said: list[str] = []
-    monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
-    status = run(body())
+    monkeypatch.setattr(_events, "event", lambda obj, **k: said.append(k["reason"]))
+    status = run(state, body())
     said.clear()
     fake.calls.clear()
     model = remediated(status)
     for condition in model["status"]["conditions"]:  # an apply refused earlier: only an apply says more
         if condition["type"] == "Deployed":
             condition.update(status="False", reason="ApplyFailed")
-    remediation = plan_remediation(model)
+    remediation = plan_remediation(state, model)
     assert remediation is not None and fake.calls == []  # planning asks the API server nothing
     assert remediation.status["plan"] != status["plan"]
     assert "phase" not in remediation.status
@@ -548,111 +568,127 @@ def test_a_remediation_carries_its_plan_and_its_roll_out_applies_the_workload_on
     assert conditions["Deployed"]["status"] == "False" and conditions["Ready"] == before["Ready"]
     assert workload_memory(remediation.workload) == "40Gi"
     assert remediation.workload["metadata"]["ownerReferences"][0]["uid"] == model["metadata"]["uid"]
-    assert _reconcile.apply_remediation(model, remediation, logging.getLogger("t"), OperatorSettings())
+    assert _rollout.apply_remediation(state, model, remediation, logging.getLogger("t"), OperatorSettings())
     assert fake.calls == [("apply", "Deployment")] and said == []
 
 
-def test_a_remediation_that_changes_the_plans_message_is_still_the_workload_alone(fake: FakeKube) -> None:
+def test_a_remediation_that_changes_the_plans_message_is_still_the_workload_alone(
+    state: OperatorState, fake: FakeKube
+) -> None:
     """A lower gpu_memory_utilization changes the KV cache the plan's message (and its Planned
     condition) states: still a roll-out of the workload alone, the new message written with the
     decision, as long as what the model keeps of its FleetPolicies stays as it was."""
-    status = run(body())
+    status = run(state, body())
     model = body(copy.deepcopy(status))
     model["status"]["remediation"] = {
         "handledCrashes": ["c1"], "overrides": {"gpuMemoryUtilization": 0.8}, "observedGeneration": 1,
     }  # fmt: skip
-    remediation = plan_remediation(model)
+    remediation = plan_remediation(state, model)
     assert remediation is not None
     assert remediation.status["message"] != status["message"]
     planned = next(c for c in remediation.status["conditions"] if c["type"] == "Planned")
     assert planned["message"] == remediation.status["message"]
 
 
-def test_the_next_reconcile_of_a_remediated_model_finds_its_plan_written(fake: FakeKube) -> None:
+def test_the_next_reconcile_of_a_remediated_model_finds_its_plan_written(
+    state: OperatorState, fake: FakeKube
+) -> None:
     """The model as the decision's patch left it (plan included): a later reconcile (a resync, a
     restart of the operator) plans the same, writes no plan, and applies the workload as always (which
     also repairs one edited by hand)."""
-    status = run(body())
+    status = run(state, body())
     model = remediated(status)
-    remediation = plan_remediation(model)
+    remediation = plan_remediation(state, model)
     assert remediation is not None
     model["status"] |= remediation.status
     fake.calls.clear()
     patch = kopf.Patch()
-    _reconcile.reconcile(kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), L4_VIEW, [])
+    _reconcile.reconcile(
+        state, kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), L4_VIEW, []
+    )
     assert "plan" not in patch.status
     assert fake.calls == [("apply", "Deployment")]
 
 
-def test_what_the_workload_alone_cannot_carry_is_left_to_reconcile(fake: FakeKube) -> None:
+def test_what_the_workload_alone_cannot_carry_is_left_to_reconcile(
+    state: OperatorState, fake: FakeKube
+) -> None:
     """A move between layouts (reconcile removes the old one's children), a plan that fails, and a
     process that has not applied the model's other children for this generation (a restart, a shard
     handed over: reconcile applies them all) are no roll-out of the workload alone."""
-    status = run(body())
+    status = run(state, body())
     fake.calls.clear()
     moved = remediated(status)
     moved["status"]["plan"]["nodesPerReplica"] = 2  # a LeaderWorkerSet served it
-    assert plan_remediation(moved) is None
-    assert plan_remediation(remediated(status, memory_gib=4096)) is None  # no node has that much memory
-    assert plan_remediation(remediated(status)) is not None
+    assert plan_remediation(state, moved) is None
+    assert (
+        plan_remediation(state, remediated(status, memory_gib=4096)) is None
+    )  # no node has that much memory
+    assert plan_remediation(state, remediated(status)) is not None
     # No room in the snapshot it plans on (which may be seconds old): reconcile plans on a fresh one.
     held = pod("l4", 1, labels={INSTANCE_LABEL: "other"})
     full = (
         [node("l4", "NVIDIA-L4", 1)],
         [held | {"metadata": {"namespace": "team-a", "labels": held["metadata"]["labels"]}}],
     )
-    assert _reconcile.plan_remediation(remediated(status), OperatorSettings(), full) is None
-    _reconcile.forget_applied("team-a", "chat")
-    assert plan_remediation(remediated(status)) is None
+    assert _rollout.plan_remediation(state, remediated(status), OperatorSettings(), full) is None
+    state.applied.forget("team-a", "chat")
+    assert plan_remediation(state, remediated(status)) is None
     assert fake.calls == []
 
 
-def test_a_refused_roll_out_says_so(fake: FakeKube, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_refused_roll_out_says_so(
+    state: OperatorState, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from kubernetes.client.exceptions import ApiException
 
-    status = run(body())
+    status = run(state, body())
     model = remediated(status)
-    remediation = plan_remediation(model)
+    remediation = plan_remediation(state, model)
     assert remediation is not None
 
-    def refuse(manifest: dict[str, Any], field_manager: str) -> Any:
+    def refuse(manifest: dict[str, Any], field_manager: str, versions: Any) -> Any:
         raise ApiException(status=403, reason="a ValidatingAdmissionPolicy refused it")
 
     monkeypatch.setattr(_kube, "apply", refuse)
-    assert not _reconcile.apply_remediation(model, remediation, logging.getLogger("t"), OperatorSettings())
+    assert not _rollout.apply_remediation(
+        state, model, remediation, logging.getLogger("t"), OperatorSettings()
+    )
 
 
-def test_reconcile_passes_over_a_version_older_than_a_remediation_being_rolled_out(fake: FakeKube) -> None:
+def test_reconcile_passes_over_a_version_older_than_a_remediation_being_rolled_out(
+    state: OperatorState, fake: FakeKube
+) -> None:
     """A version of the model written before a remediation's decision (a spec change whose event comes
     now) would put the memory back and roll the pods twice: reconcile passes over it, asking kopf to try
     again shortly (on the newest version by then), not counting the spec change handled. The version
     carrying the decision ends the guard."""
-    status = run(body())
+    status = run(state, body())
     model = body(copy.deepcopy(status))
     model["metadata"]["namespace"] = "team-a"
-    _reconcile.expect_roll_out("team-a", "chat", "c1")
+    state.roll_outs.expect("team-a", "chat", "c1")
     fake.calls.clear()
     patch = kopf.Patch()
     with pytest.raises(kopf.TemporaryError):
         _reconcile.reconcile(
-            kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), ([], []), []
+            state, kopf.Body(model), patch, logging.getLogger("t"), OperatorSettings(), ([], []), []
         )
     assert fake.calls == [] and not patch
     model["status"]["remediation"] = {"handledCrashes": ["c0", "c1"]}
-    assert not _reconcile.predates_roll_out(model)  # the decision's own version: reconciled
+    assert not state.roll_outs.predates(model)  # the decision's own version: reconciled
     del model["status"]["remediation"]
-    assert not _reconcile.predates_roll_out(model)  # and the guard ended with it
+    assert not state.roll_outs.predates(model)  # and the guard ended with it
 
 
 def test_no_progressing_event_when_the_index_has_not_seen_loadlines_own_restart_yet(
-    fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A crash's roll-out starts before the index shows the decision that started it (its maintenance
     record Running): the readiness write lands at once, and the roll-out posts no Progressing Event
     (RestartStarted says it), as the write's answer shows the restart."""
     said: list[str] = []
-    monkeypatch.setattr(_reconcile, "_event", lambda obj, **k: said.append(k["reason"]))
-    status = run(body())
+    monkeypatch.setattr(_events, "event", lambda obj, **k: said.append(k["reason"]))
+    status = run(state, body())
     status["phase"] = "Ready"
     said.clear()  # the plan's own Event
     parent = FakeParent(status)
@@ -665,13 +701,13 @@ def test_no_progressing_event_when_the_index_has_not_seen_loadlines_own_restart_
     parent.model["metadata"]["resourceVersion"] = "8"
     rolling = available_deployment(parent.model)
     rolling["status"].update(readyReplicas=0, availableReplicas=0, updatedReplicas=0)
-    _reconcile.on_workload_event(kopf.Body(rolling), logging.getLogger("t"), known)
+    _readiness.on_workload_event(state, kopf.Body(rolling), logging.getLogger("t"), known)
     assert parent.calls == ["patch"]
     assert parent.model["status"]["phase"] == "Deploying" and said == []
 
 
 def test_a_pod_the_scheduler_cannot_place_has_its_model_replanned_once_per_workload_version(
-    fake: FakeKube, looks: ReadinessKube, monkeypatch: pytest.MonkeyPatch
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With capacity-aware planning, the scheduler's reason asks reconcile for a re-plan (an annotation
     kopf's update handler sees) with the planned GPU type counted full; not again until the workload
@@ -679,25 +715,25 @@ def test_a_pod_the_scheduler_cannot_place_has_its_model_replanned_once_per_workl
     room was made (issue 41: 25 minutes)."""
     annotated: list[dict[str, str]] = []
     monkeypatch.setattr(_kube, "annotate", lambda obj, annotations: annotated.append(dict(annotations)))
-    model = deploying()
+    model = deploying(state)
     gpu_type = model["status"]["plan"]["gpuType"]
-    _reconcile.note_workload(deployment(0, "7"))
+    state.workloads.note(deployment(0, "7"))
     memo: dict[str, Any] = {}
     looks.now = 20
     memo["readiness_checked_at"] = 20
-    _reconcile.read_readiness(kopf.Body(model), kopf.Patch(), memo, True)
-    assert annotated == [{_reconcile.REPLAN_ANNOTATION: "7"}]
-    assert _reconcile._REFUSED["team-a/chat"] == (
+    _readiness.read_readiness(state, kopf.Body(model), kopf.Patch(), memo, True)
+    assert annotated == [{_plan.REPLAN_ANNOTATION: "7"}]
+    assert state.capacity.refused["team-a/chat"] == (
         gpu_type,
         "pod chat-0 cannot be scheduled: 0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
     )
     for elapsed in (40, 100):  # the same workload: its reason is known, nothing is asked again
         memo["readiness_checked_at"] = elapsed
-        _reconcile.read_readiness(kopf.Body(model), kopf.Patch(), memo, True)
+        _readiness.read_readiness(state, kopf.Body(model), kopf.Patch(), memo, True)
     assert len(annotated) == 1
     # Capacity-blind planning would plan the same again: no re-plan is asked.
-    _reconcile._REFUSED.clear()
-    _reconcile.note_workload(deployment(0, "8"))
+    state.capacity.refused.clear()
+    state.workloads.note(deployment(0, "8"))
     memo["readiness_checked_at"] = 160
-    _reconcile.read_readiness(kopf.Body(model), kopf.Patch(), memo, False)
-    assert len(annotated) == 1 and not _reconcile._REFUSED
+    _readiness.read_readiness(state, kopf.Body(model), kopf.Patch(), memo, False)
+    assert len(annotated) == 1 and not state.capacity.refused

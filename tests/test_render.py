@@ -137,7 +137,7 @@ def test_plan_summary_annotation() -> None:
     plan = plan_inference_model(obj.spec)
     objects = render_manifests(obj, plan)
     summary = yaml.safe_load(objects[0]["metadata"]["annotations"][ANNOTATION_PLAN])
-    assert summary["gpu"] == plan.summary()["gpu"]
+    assert summary["gpu"] == plan.summary().model_dump(by_alias=True, mode="json")["gpu"]
     assert summary["tensorParallelSize"] == plan.chosen.tensor_parallel_size
     assert summary["pipelineParallelSize"] == 1
     assert summary["vllmVersion"] == "0.19.0"

@@ -2,8 +2,8 @@
 maintenance timer claiming through it (handlers/_restart_slots.py, against the in-memory Lease API of
 test_leader_elector, which answers 409 to a write at a stale resourceVersion as the API server does).
 
-Each "replica" below is the same process with its own claims forgotten in between
-(``_maintenance.clear_claims``), and a view of the other shard's models that does not show the other's
+Each "replica" below is the same process with a fresh operator state at each tick (no claims of its
+own), and a view of the other shard's models that does not show the other's
 restart yet, as a sharded replica's LIST reused for seconds does not."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ import pytest
 from loadline.api import FleetPolicy, parse_fleet_policy
 from loadline.handlers import _kube, _maintenance, _restart_slots
 from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import OperatorState
 from loadline.maintenance import (
     SLOT_CLAIM_GRACE,
     SlotClaim,
@@ -76,9 +77,7 @@ def leases(monkeypatch: pytest.MonkeyPatch) -> FakeLeases:
     monkeypatch.setattr(_kube, "list_objects", lambda *a, **k: [pod("p-1", old), pod("p-2", old)])
     monkeypatch.setattr(_kube, "evict", lambda ns, name: True)
     monkeypatch.setattr(kopf, "event", lambda *a, **k: None)
-    _maintenance.clear_claims()
-    yield api
-    _maintenance.clear_claims()
+    return api
 
 
 def iso(moment: datetime) -> str:
@@ -104,10 +103,12 @@ def due(name: str, now: datetime) -> dict[str, Any]:
 
 
 def tend(body: dict[str, Any], restarting: dict[str, Any] | None = None, shared: bool = True) -> str:
-    """One tick of a replica that has started nothing itself; the state it writes ("" for none)."""
-    _maintenance.clear_claims()
+    """One tick of a replica that has started nothing itself (a fresh state); the state it writes ("" for
+    none)."""
     patch = kopf.Patch()
-    fleet = _maintenance.FleetView(restarting or {}, [], [], [POLICY], shared_slots=shared)
+    fleet = _maintenance.FleetView(
+        restarting or {}, [], [], [POLICY], shared_slots=shared, state=OperatorState()
+    )
     _maintenance.tend(body, patch, {}, SETTINGS, fleet, LOG)  # type: ignore[arg-type]
     return str((patch.status.get("maintenance") or {}).get("state") or "")
 

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from loadline.api import PlanSummary, parse_inference_model
+from loadline.api import parse_inference_model
 from loadline.render import render_manifests
 from loadline.sizing import Plan, find_gpu, node_shapes, plan_inference_model
 from loadline.sizing._data import GPU_CATALOG_ENV, gpu_catalog
@@ -37,7 +37,7 @@ def plan(**spec: Any) -> Plan:
 
 
 def shape_of(result: Plan) -> dict[str, Any]:
-    shape = result.summary()["nodeShape"]
+    shape = result.summary().model_dump(by_alias=True, mode="json")["nodeShape"]
     assert shape is not None
     return dict(shape)
 
@@ -79,7 +79,11 @@ def test_the_chat_example_no_longer_assumes_an_instance_its_pod_does_not_fit() -
     # The 16 GiB g6.xlarge was cheaper, and the plan says why it was not taken.
     assert "g6.xlarge: 16 GiB host memory (12.3 allocatable) < 22 GiB the pod needs" in shape["why"]
     # The price is the instance's, not a per-GPU figure.
-    assert result.summary()["pricePerHour"] == round(shape["pricePerHour"], 2) == 0.98
+    assert (
+        result.summary().model_dump(by_alias=True, mode="json")["pricePerHour"]
+        == round(shape["pricePerHour"], 2)
+        == 0.98
+    )
 
 
 def test_the_rendered_pod_asks_what_the_plan_checked_against_the_shape() -> None:
@@ -102,7 +106,10 @@ def test_two_l4_on_aws_pay_half_the_four_gpu_instance_and_leave_two_gpus_to_othe
     assert shape["pricePerHour"] == 4.6016 and result.chosen.price_per_hour == pytest.approx(4.6016 / 2)
     assert shape["chargedShare"] == 0.5 and shape["wholeNode"] is False
     assert "2 of 4 GPUs per instance left to other pods" in shape["why"]
-    assert result.summary()["priceBasis"] == "$2.30/h: 1/2 of g6.12xlarge's $4.60/h (GPU share)"
+    assert (
+        result.summary().model_dump(by_alias=True, mode="json")["priceBasis"]
+        == "$2.30/h: 1/2 of g6.12xlarge's $4.60/h (GPU share)"
+    )
 
 
 def test_every_feasible_candidate_is_priced_by_its_charge_of_its_instances() -> None:
@@ -123,11 +130,16 @@ def test_a_one_gpu_model_on_an_eight_gpu_instance_pays_an_eighth_of_it() -> None
     result = plan(**H100_CHAT)
     shape = shape_of(result)
     assert shape["name"] == "p5.48xlarge" and result.chosen.gpus == 1
-    assert result.summary()["pricePerHour"] == 6.88  # not the whole node's $55.04/h
-    assert result.summary()["priceBasis"] == "$6.88/h: 1/8 of p5.48xlarge's $55.04/h (GPU share)"
+    assert (
+        result.summary().model_dump(by_alias=True, mode="json")["pricePerHour"] == 6.88
+    )  # not the whole node's $55.04/h
+    assert (
+        result.summary().model_dump(by_alias=True, mode="json")["priceBasis"]
+        == "$6.88/h: 1/8 of p5.48xlarge's $55.04/h (GPU share)"
+    )
     assert shape["chargedShare"] == 0.125 and shape["wholeNode"] is False
     # status.plan carries the same (the operator writes it through the API model).
-    status = PlanSummary.model_validate(result.summary())
+    status = result.summary()
     assert status.price_basis.startswith("$6.88/h: 1/8 of p5.48xlarge")
     assert status.node_shape is not None and status.node_shape.whole_node is False
 
@@ -135,8 +147,11 @@ def test_a_one_gpu_model_on_an_eight_gpu_instance_pays_an_eighth_of_it() -> None
 def test_dedicated_nodes_pay_the_whole_node_and_say_so() -> None:
     result = plan(**{**H100_CHAT, "gpu": {**H100_CHAT["gpu"], "dedicatedNodes": True}})
     shape = shape_of(result)
-    assert shape["name"] == "p5.48xlarge" and result.summary()["pricePerHour"] == 55.04
-    assert result.summary()["priceBasis"] == (
+    assert (
+        shape["name"] == "p5.48xlarge"
+        and result.summary().model_dump(by_alias=True, mode="json")["pricePerHour"] == 55.04
+    )
+    assert result.summary().model_dump(by_alias=True, mode="json")["priceBasis"] == (
         "$55.04/h: whole node, p5.48xlarge's $55.04/h (spec.gpu.dedicatedNodes: the node runs this pod alone)"
     )
     assert shape["wholeNode"] is True and shape["chargedShare"] == 1.0
@@ -264,7 +279,7 @@ def test_on_prem_shapes_plan_without_a_price() -> None:
     result = plan(**{**CHAT, "gpu": {"types": ["H100-80GB"], "providers": ["onprem"]}})
     shape = shape_of(result)
     assert shape["name"] == "DGX-H100" and shape["pricePerHour"] is None
-    assert result.summary()["pricePerHour"] == 0.0
+    assert result.summary().model_dump(by_alias=True, mode="json")["pricePerHour"] == 0.0
 
 
 def test_a_pod_larger_than_every_shape_is_refused_naming_each_shape() -> None:

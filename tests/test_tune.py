@@ -24,7 +24,11 @@ def test_defaults_are_kept_when_they_serve() -> None:
     result = plan(maxModelLen=8192, concurrency=4, gpu=ONE_L4)
     s = result.settings
     assert (s.max_num_seqs, s.max_num_batched_tokens, s.gpu_memory_utilization) == (256, 2048, 0.9)
-    assert result.summary()["tuning"][0].startswith("vLLM's defaults serve concurrency 4")
+    assert (
+        result.summary()
+        .model_dump(by_alias=True, mode="json")["tuning"][0]
+        .startswith("vLLM's defaults serve concurrency 4")
+    )
 
 
 def test_tuning_serves_a_concurrency_the_defaults_cannot_on_the_same_gpu() -> None:
@@ -39,7 +43,7 @@ def test_tuning_serves_a_concurrency_the_defaults_cannot_on_the_same_gpu() -> No
     budget = compute_budget(arch, s, result.chosen.gpu.memory_gib)
     assert budget.fits and budget.max_concurrency >= 5
     assert budget.startup_headroom_gib >= budget.sampler_warmup_gib + SAFE_HEADROOM_GIB - 0.01
-    summary = result.summary()
+    summary = result.summary().model_dump(by_alias=True, mode="json")
     assert (
         summary["maxNumSeqs"] == s.max_num_seqs
         and summary["gpuMemoryUtilization"] == s.gpu_memory_utilization
@@ -60,8 +64,11 @@ def test_enforce_eager_is_the_last_rung_and_is_reported() -> None:
     # 11 sequences of 4K on one L4 fit only once the CUDA-graph pool (0.9 GiB) is freed.
     result = plan(maxModelLen=4096, concurrency=11, gpu=ONE_L4)
     s = result.settings
-    assert s.enforce_eager and result.summary()["enforceEager"] is True
-    assert any(note.startswith("enforce-eager") for note in result.summary()["tuning"])
+    assert s.enforce_eager and result.summary().model_dump(by_alias=True, mode="json")["enforceEager"] is True
+    assert any(
+        note.startswith("enforce-eager")
+        for note in result.summary().model_dump(by_alias=True, mode="json")["tuning"]
+    )
     assert result.budget.max_concurrency >= 11 and result.budget.cuda_graph_gib == 0
     # One sequence less fits with CUDA graphs: eager mode is not chosen when something cheaper works.
     assert not plan(maxModelLen=4096, concurrency=10, gpu=ONE_L4).settings.enforce_eager
@@ -125,14 +132,18 @@ def test_cuda_graphs_at_a_lower_utilization_before_enforce_eager() -> None:
     assert s.gpu_memory_utilization < 0.9
     assert b.fits and b.max_concurrency >= 4
     assert b.startup_headroom_gib >= b.sampler_warmup_gib + SAFE_HEADROOM_GIB - 0.01
-    tuning = result.summary()["tuning"]
+    tuning = result.summary().model_dump(by_alias=True, mode="json")["tuning"]
     assert any(note.startswith("gpu-memory-utilization 0.8") and "(default 0.9)" in note for note in tuning)
     assert any(note.startswith("CUDA graphs kept") and "slower decode" in note for note in tuning)
 
 
 def test_enforce_eager_says_what_keeping_the_graphs_would_have_held() -> None:
     result = plan(maxModelLen=4096, concurrency=11, gpu=ONE_L4)
-    [note] = [n for n in result.summary()["tuning"] if n.startswith("enforce-eager")]
+    [note] = [
+        n
+        for n in result.summary().model_dump(by_alias=True, mode="json")["tuning"]
+        if n.startswith("enforce-eager")
+    ]
     assert "with CUDA graphs" in note and "short of concurrency 11" in note and "decode is slower" in note
     held = float(note.split("holds at most ")[1].split()[0])
     assert 10 <= held < 11  # one sequence less fits with graphs (as the test above it shows)

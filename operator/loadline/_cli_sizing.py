@@ -153,7 +153,7 @@ def _cmd_size(args: argparse.Namespace) -> int:
 
 
 def _plan_table(name: str, plan: Plan) -> str:
-    s = plan.summary()
+    s = plan.summary().model_dump(by_alias=True, mode="json")  # as status.plan shows it
     mem = s["memory"]
     shape = s["nodeShape"]
     caveat = ""

@@ -16,9 +16,10 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
+
+from cachetools import TTLCache
 
 from loadline.errors import LoadlineError, ModelConfigError
 
@@ -101,9 +102,10 @@ class ConfigCache:
     ) -> None:
         self.ttl = ttl
         self.max_entries = max_entries
-        self._clock = clock
         self._lock = threading.Lock()
-        self._entries: OrderedDict[CacheKey, tuple[float, dict[str, Any]]] = OrderedDict()
+        self._entries: TTLCache[CacheKey, dict[str, Any]] = TTLCache(
+            maxsize=max_entries, ttl=ttl, timer=clock
+        )
 
     @staticmethod
     def key(endpoint: str, repo_id: str, revision: str | None, token: str | None) -> CacheKey:
@@ -112,22 +114,11 @@ class ConfigCache:
 
     def get(self, key: CacheKey) -> dict[str, Any] | None:
         with self._lock:
-            entry = self._entries.get(key)
-            if entry is None:
-                return None
-            stored_at, config = entry
-            if self._clock() - stored_at >= self.ttl:
-                del self._entries[key]
-                return None
-            self._entries.move_to_end(key)
-            return config
+            return self._entries.get(key)
 
     def put(self, key: CacheKey, config: dict[str, Any]) -> None:
         with self._lock:
-            self._entries[key] = (self._clock(), config)
-            self._entries.move_to_end(key)
-            while len(self._entries) > self.max_entries:
-                self._entries.popitem(last=False)
+            self._entries[key] = config
 
     def __len__(self) -> int:
         with self._lock:

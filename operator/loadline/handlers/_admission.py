@@ -34,8 +34,9 @@ import kopf
 
 from loadline.api import FleetPolicy, parse_fleet_policy, parse_inference_model
 from loadline.errors import LoadlineError, SpecError
-from loadline.handlers import _metrics, _policies, _reconcile
+from loadline.handlers import _inputs, _metrics, _policies
 from loadline.handlers._settings import OperatorSettings
+from loadline.hub import ConfigCache
 from loadline.policy import (
     admit,
     combine,
@@ -91,13 +92,14 @@ def mutate_model(
     patch: kopf.Patch,
     policies: list[FleetPolicy],
     settings: OperatorSettings,
+    hub: ConfigCache,
 ) -> None:
     """Fill the spec's unset fields with the enforcing policies' defaults (highest priority first)."""
     with _reviewed("mutate-inferencemodel"):
         if spec_unchanged(operation, body, old) or not policies:
             return
         try:
-            inputs = _reconcile.model_inputs(body, settings)
+            inputs = _inputs.model_inputs(body, settings, hub)
         except (LoadlineError, kopf.TemporaryError):
             return  # validation says what is wrong with it
         governing = _governing(body, policies)
@@ -110,7 +112,7 @@ def mutate_model(
             )  # fmt: skip
 
 
-def _planned_problems(inputs: _reconcile.ModelInputs, warnings: list[str]) -> list[LoadlineError]:
+def _planned_problems(inputs: _inputs.ModelInputs, warnings: list[str]) -> list[LoadlineError]:
     """Plan and render the model as reconcile would (without the cluster's free GPUs): what the spec
     alone decides is returned to refuse, the rest (no GPU fits, the config.json) becomes a warning.
 
@@ -134,6 +136,7 @@ def validate_model(
     warnings: list[str],
     policies: list[FleetPolicy],
     settings: OperatorSettings,
+    hub: ConfigCache,
 ) -> None:
     """Refuse a spec loadline cannot read or never run, one the operator's safe defaults refuse, or one
     a deny policy forbids, one line per problem; warn for what depends on other objects, warn and
@@ -149,7 +152,7 @@ def validate_model(
         problems: list[LoadlineError] = list(spec_problems(obj.spec, settings.guard(), governing))
         inputs = None
         try:
-            inputs = _reconcile.model_inputs(body, settings)
+            inputs = _inputs.model_inputs(body, settings, hub)
         except (LoadlineError, kopf.TemporaryError) as exc:
             if isinstance(exc, LoadlineError) and refused_now(exc):
                 problems.append(exc)

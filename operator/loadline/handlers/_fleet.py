@@ -20,8 +20,10 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.errors import LoadlineError
-from loadline.handlers import _build, _kube, _maintenance, _policies, _reconcile, _shards
+from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile, _shards
 from loadline.handlers._settings import OperatorSettings
+from loadline.hub import ConfigCache
+from loadline.status import build as _build
 
 log = logging.getLogger("loadline.policies")
 
@@ -32,8 +34,11 @@ def list_models(settings: OperatorSettings) -> list[dict[str, Any]]:
     return [m for ns in namespaces for m in _kube.list_objects(API_VERSION, KIND, ns)]
 
 
-def judge_models(policies: list[FleetPolicy], settings: OperatorSettings) -> list[dict[str, Any]]:
-    """Write each model's compliance where it changed; returns the models with their new status."""
+def judge_models(
+    policies: list[FleetPolicy], settings: OperatorSettings, hub: ConfigCache
+) -> list[dict[str, Any]]:
+    """Write each model's compliance where it changed; returns the models with their new status.
+    ``hub``: the process's cache of config.json files fetched from the hub."""
     judged = []
     for model in list_models(settings):
         model = {**model, "apiVersion": API_VERSION, "kind": KIND}
@@ -42,7 +47,7 @@ def judge_models(policies: list[FleetPolicy], settings: OperatorSettings) -> lis
             continue
         previous = dict(model.get("status") or {})
         try:
-            inputs = _reconcile.model_inputs(model, settings)
+            inputs = _inputs.model_inputs(model, settings, hub)
         except (LoadlineError, kopf.TemporaryError):
             judged.append(model)  # reconcile reports why it cannot be planned
             continue
@@ -83,9 +88,11 @@ def count(
                 log.info("FleetPolicy %s changed meanwhile; its counts follow on the next pass", policy.name)
 
 
-def on_policies_changed(bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSettings) -> None:
+def on_policies_changed(
+    bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSettings, hub: ConfigCache
+) -> None:
     policies = _policies.parse_policies(bodies.values())
-    models = judge_models(policies, settings)
+    models = judge_models(policies, settings, hub)
     count(policies, bodies, models)
 
 
@@ -106,13 +113,12 @@ def refresh_counts(bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSe
     count(_policies.parse_policies(bodies.values()), bodies, list_models(settings))
 
 
-_RESTARTING: _kube.RecentReads[str, dict[str, dict[str, Any]]] = _kube.RecentReads(max_age=5.0)
-
-
-def restarting_everywhere(settings: OperatorSettings) -> dict[str, dict[str, Any]]:
+def restarting_everywhere(
+    settings: OperatorSettings, reads: _kube.RecentReads[str, dict[str, dict[str, Any]]]
+) -> dict[str, dict[str, Any]]:
     """The models whose restart runs, of every shard (sharded replicas see only their own models in
     their indexes, and FleetPolicy ``maxConcurrent`` slots are counted over the whole cluster): one
-    LIST, reused for a few seconds by every timer of this process."""
+    LIST, reused for a few seconds (``reads``) by every timer of this process."""
 
     def read() -> dict[str, dict[str, Any]]:
         found = {}
@@ -123,7 +129,7 @@ def restarting_everywhere(settings: OperatorSettings) -> dict[str, dict[str, Any
                 found[f"{meta['namespace']}/{meta['name']}"] = entry
         return found
 
-    return dict(_RESTARTING.get("", read))
+    return dict(reads.get("", read))
 
 
 COUNT_DELAY_SECONDS = 2.0
@@ -186,6 +192,3 @@ class CountRefresher:
             time.sleep(self.delay)
             if not self._stale.is_set():
                 self._pass()
-
-
-COUNTS = CountRefresher()

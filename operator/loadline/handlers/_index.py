@@ -108,50 +108,57 @@ def model_entry(body: Mapping[str, Any]) -> dict[str, Any]:
 
 #: How long one snapshot of the GPU node and pod indexes serves every plan made meanwhile.
 VIEW_SECONDS = 0.5
-#: The last snapshot built for each ``max_age`` asked for: a remediation keeps planning on its own while
-#: reconcile and the maintenance timer take a new one every half second (one slot for all of them made
-#: the remediations' capacity be worked out again for each of those).
-_VIEWS: dict[float, tuple[Mapping[str, Any], Mapping[str, Any], float, tuple[list[Any], list[Any]]]] = {}
-_VIEW_LOCK = threading.Lock()
-
-
 #: How old a snapshot a crash's remediation plans on: up to this, the last one built serves. A snapshot
-#: only ever shows less room than there is (``_reconcile._capacity``), and a remediation that finds
-#: none in it is left to reconcile, which plans on a fresh one; in a burst of 1,000 crashes, working out
-#: the capacity of a new snapshot twice a second was 14 % of the operator's time (py-spy).
+#: only ever shows less room than there is (:meth:`loadline.sizing.CapacityBook.capacity`), and a
+#: remediation that finds none in it is left to reconcile, which plans on a fresh one; in a burst of
+#: 1,000 crashes, working out the capacity of a new snapshot twice a second was 14 % of the operator's
+#: time (py-spy).
 REMEDIATION_VIEW_SECONDS = 10.0
 
 
-def view(
-    nodes: Mapping[str, Any], pods: Mapping[str, Any], max_age: float = VIEW_SECONDS
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(nodes, pods) as lists from two kopf indexes (key → collection of entries). The entries
-    themselves, not copies: every reader only reads them, and a plan reads every GPU node and pod.
-
-    One snapshot serves for ``max_age`` (:data:`VIEW_SECONDS`): a burst of creations plans several
-    models a second, and each plan went over every one of 2,000 nodes and 1,000 pods (the lists, the
-    free GPUs, the node shapes: a third of the operator's CPU while 1,000 models were created,
-    py-spy). The same snapshot object also lets the capacity derived from it be computed once
-    (``_reconcile``). Half a second adds little to what the indexes already trail the API server by
-    (their watch events come seconds late under that load), and GPUs planned meanwhile are reserved
-    from this process's own record of its plans, which the snapshot does not hold."""
-    now = time.monotonic()
-    with _VIEW_LOCK:
-        own = _VIEWS.get(max_age)
-        if own is not None and own[0] is nodes and own[1] is pods and now - own[2] < max_age:
-            return own[3]
-        # Else the newest snapshot young enough for this caller (another's), kept as this one's own.
-        young = [v for v in _VIEWS.values() if v[0] is nodes and v[1] is pods and now - v[2] < max_age]
-        if young:
-            _VIEWS[max_age] = newest = max(young, key=lambda v: v[2])
-            return newest[3]
-    built = ([v for store in nodes.values() for v in store], [v for store in pods.values() for v in store])
-    with _VIEW_LOCK:
-        _VIEWS[max_age] = (nodes, pods, now, built)
-    return built
+ViewEntry = tuple[Mapping[str, Any], Mapping[str, Any], float, tuple[list[Any], list[Any]]]
 
 
-def forget_view() -> None:
-    """Drop the snapshot (tests, and nothing else: a fresh process starts without one)."""
-    with _VIEW_LOCK:
-        _VIEWS.clear()
+class Views:
+    """Snapshots of the GPU node and pod indexes, one per ``max_age`` asked for: a remediation keeps
+    planning on its own while reconcile and the maintenance timer take a new one every half second (one
+    slot for all of them made the remediations' capacity be worked out again for each of those). One
+    per operator process (:class:`loadline.handlers._state.OperatorState`)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._views: dict[float, ViewEntry] = {}
+
+    def view(
+        self, nodes: Mapping[str, Any], pods: Mapping[str, Any], max_age: float = VIEW_SECONDS
+    ) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+        """(nodes, pods) as lists from two kopf indexes (key → collection of entries). The entries
+        themselves, not copies: every reader only reads them, and a plan reads every GPU node and pod.
+
+        One snapshot serves for ``max_age`` (:data:`VIEW_SECONDS`): a burst of creations plans several
+        models a second, and each plan went over every one of 2,000 nodes and 1,000 pods (the lists, the
+        free GPUs, the node shapes: a third of the operator's CPU while 1,000 models were created,
+        py-spy). The same snapshot object also lets the capacity derived from it be computed once
+        (:class:`loadline.sizing.CapacityBook`). Half a second adds little to what the indexes already
+        trail the API server by (their watch events come seconds late under that load), and GPUs planned
+        meanwhile are reserved from this process's own record of its plans, which the snapshot does not
+        hold."""
+        now = time.monotonic()
+        with self._lock:
+            own = self._views.get(max_age)
+            if own is not None and own[0] is nodes and own[1] is pods and now - own[2] < max_age:
+                return own[3]
+            # Else the newest snapshot young enough for this caller (another's), kept as this one's own.
+            young = [
+                v for v in self._views.values() if v[0] is nodes and v[1] is pods and now - v[2] < max_age
+            ]
+            if young:
+                self._views[max_age] = newest = max(young, key=lambda v: v[2])
+                return newest[3]
+        built = (
+            [v for store in nodes.values() for v in store],
+            [v for store in pods.values() for v in store],
+        )
+        with self._lock:
+            self._views[max_age] = (nodes, pods, now, built)
+        return built

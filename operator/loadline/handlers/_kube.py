@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping
 from datetime import datetime, timedelta
 from email.utils import parsedate_to_datetime
 from typing import Any, Generic, TypeVar
 
 import urllib3
+from cachetools import LRUCache
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
@@ -179,11 +179,30 @@ def has_kind(api_version: str, kind: str) -> bool:
     return True
 
 
-#: The resourceVersion of each child as this process's last apply returned it: a later apply that
-#: returns the same one changed nothing. An LRU: children the garbage collector deletes with their
-#: model never pass through :func:`delete`, so the oldest entries go beyond this many.
-_APPLIED_VERSIONS_MAX = 50_000
-_applied_versions: OrderedDict[tuple[str, str, str | None, str], str | None] = OrderedDict()
+#: How many children :class:`AppliedVersions` keeps: an LRU, as children the garbage collector deletes
+#: with their model never pass through :func:`delete`.
+APPLIED_VERSIONS_MAX = 50_000
+ObjectKey = tuple[str, str, str | None, str]
+
+
+class AppliedVersions:
+    """The resourceVersion of each child as this process's last apply returned it: a later apply that
+    returns the same one changed nothing. One per operator process (its state)."""
+
+    def __init__(self, max_entries: int = APPLIED_VERSIONS_MAX) -> None:
+        self._lock = threading.Lock()
+        self._versions: LRUCache[ObjectKey, str | None] = LRUCache(maxsize=max_entries)
+
+    def swap(self, key: ObjectKey, version: str | None) -> str | None:
+        """Note ``version`` for ``key``; the one noted before (None when none was)."""
+        with self._lock:
+            before = self._versions.pop(key, None)
+            self._versions[key] = version
+            return before
+
+    def forget(self, key: ObjectKey) -> None:
+        with self._lock:
+            self._versions.pop(key, None)
 
 
 def applied_now(obj: Mapping[str, Any], field_manager: str, server_date: str | None) -> bool:
@@ -214,8 +233,11 @@ def applied_now(obj: Mapping[str, Any], field_manager: str, server_date: str | N
     return not times or max(times) >= answered - timedelta(seconds=1)
 
 
-def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
-    """Server-side apply one object; returns it and whether the API server changed anything."""
+def apply(
+    manifest: Mapping[str, Any], field_manager: str, versions: AppliedVersions
+) -> tuple[dict[str, Any], bool]:
+    """Server-side apply one object; returns it and whether the API server changed anything
+    (``versions``: what this process's applies returned before)."""
     meta = manifest["metadata"]
     resource = _resource(manifest["apiVersion"], manifest["kind"])
     response = resource.server_side_apply(
@@ -229,11 +251,7 @@ def apply(manifest: Mapping[str, Any], field_manager: str) -> tuple[dict[str, An
     result = _plain(response)
     key = (manifest["apiVersion"], manifest["kind"], meta.get("namespace"), meta["name"])
     version = result["metadata"].get("resourceVersion")
-    with _lock:
-        before = _applied_versions.pop(key, None)
-        _applied_versions[key] = version
-        while len(_applied_versions) > _APPLIED_VERSIONS_MAX:
-            _applied_versions.popitem(last=False)
+    before = versions.swap(key, version)
     if before == version:  # applied by this process before, and nobody wrote it since
         return result, False
     # Another version: this apply's, or another writer's since ours (a PodDisruptionBudget's status,
@@ -248,9 +266,11 @@ def list_objects(
     return list(answer.get("items") or [])
 
 
-def delete(api_version: str, kind: str, namespace: str | None, name: str) -> bool:
-    with _lock:
-        _applied_versions.pop((api_version, kind, namespace, name), None)
+def delete(
+    api_version: str, kind: str, namespace: str | None, name: str, versions: AppliedVersions | None = None
+) -> bool:
+    if versions is not None:
+        versions.forget((api_version, kind, namespace, name))
     try:
         _resource(api_version, kind).delete(name=name, namespace=namespace)
     except (NotFoundError, ApiException) as exc:

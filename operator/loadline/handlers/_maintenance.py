@@ -19,22 +19,22 @@ schedule and restarts no pod twice: pods created after ``startedAt`` are the res
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
-import threading
-import time
 from collections.abc import Iterable, Mapping, MutableMapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
-from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
+from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
+    LoadSlot,
     MaintenanceDecision,
     MaintenanceRecord,
     finish_maintenance,
@@ -48,8 +48,12 @@ from loadline.policy import combine, enforced, policy_governs, restart_window_se
 from loadline.render import workload_ref
 from loadline.risk import OOMRiskEstimate
 from loadline.sizing import free_rooms_by_type
+from loadline.status import build as _build
 from loadline.traffic import model_load_query, query_range
-from loadline.windows import PolicyWindowError, Sample, WindowPlan, plan_windows
+from loadline.windows import PolicyWindow, PolicyWindowError, Sample, WindowPlan, plan_windows
+
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
 
 LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"
 #: States in which something waits or runs (the timer's ``when``).
@@ -57,31 +61,6 @@ PENDING_STATES = frozenset({"Scheduled", "WaitingForLock", "CoolingDown", "Runni
 #: Prometheus answers at most 11,000 points per series; the history's step keeps under this.
 MAX_POINTS = 10_000
 QUERY_TIMEOUT_SECONDS = 5.0
-
-#: Event reason per state a decision moves the model to.
-EVENT_REASONS = {
-    "Scheduled": "RestartScheduled",
-    "WaitingForLock": "RestartWaiting",
-    "CoolingDown": "RestartCoolingDown",
-    "Running": "RestartStarted",
-    "Done": "RestartDone",
-}
-
-# Models this process set Running whose status its index may not show yet: the restart slots of
-# ``maxConcurrent`` are taken under this lock, so two timers of this process never take the last one
-# together. One process decides at a time (the elected leader), so no lock in the API is needed.
-_SLOTS = threading.Lock()
-_CLAIMED: dict[str, float] = {}
-#: A claim stands in for the index only until the index has caught up (seconds); after this it is
-#: dropped, so a model deleted mid-restart never holds a slot for the rest of the process's life.
-CLAIM_SECONDS = 300.0
-
-
-def _live_claims(now: float) -> list[str]:
-    """The claims still standing (call under ``_SLOTS``)."""
-    for key in [k for k, at in _CLAIMED.items() if now - at > CLAIM_SECONDS]:
-        del _CLAIMED[key]
-    return list(_CLAIMED)
 
 
 def pending(status: Mapping[str, Any]) -> bool:
@@ -101,6 +80,8 @@ class FleetView:
     #: Sharded: other replicas take restart slots at the same time, so a start is also claimed in the
     #: slots Lease they all decide on (:mod:`loadline.handlers._restart_slots`).
     shared_slots: bool = False
+    #: The operator's memory (restart claims, the Deployments seen, reconcile's).
+    state: OperatorState = field(kw_only=True)
 
 
 def restarting_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -195,20 +176,13 @@ def _running_by_policy(
     return out
 
 
-def _maintenance_event(body: Mapping[str, Any], record: MaintenanceRecord) -> None:
-    reason = EVENT_REASONS.get(record.state)
-    if reason is not None:
-        warning = record.state in ("WaitingForLock", "CoolingDown")
-        _reconcile._event(body, warning=warning, reason=reason, message=record.reason[:1000])
-
-
 def _write(
     body: Mapping[str, Any], patch: kopf.Patch, record: MaintenanceRecord, changed: bool = True
 ) -> None:
     previous = (body.get("status") or {}).get("maintenance")
     patch.status["maintenance"] = _build.maintenance_patch(previous, record)
     if changed:
-        _maintenance_event(body, record)
+        _events.maintenance_event(body, record)
 
 
 def tend(
@@ -235,66 +209,9 @@ def tend(
         _carry_out(body, patch, record, pods, settings, fleet, logger, now)
         return
     pods = _model_pods(namespace, name)
-
-    governing = select_policies(
-        fleet.policies,
-        namespace,
-        _policies.namespace_labels(namespace, fleet.policies),
-        meta.get("labels") or {},
-    )
-    sets = restart_window_sets(combine(enforced(governing))) if governing else []
     try:
-        plan, series = learn_windows(
-            settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
-        )
-        risk = risk_from_status(status)
-        forecast = (
-            forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
-            if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
-            else ()
-        )
-
-        def decide(claimed_elsewhere: Mapping[str, frozenset[str]]) -> MaintenanceDecision:
-            """The decision with this process's own starts and ``claimed_elsewhere`` (policy →
-            models claiming its slots in the shared table) counted as holders of the slots."""
-            with _SLOTS:
-                claims = _live_claims(now.timestamp())
-                restarting = {**fleet.restarting, **{k: {"namespace": k.split("/", 1)[0]} for k in claims}}
-                running = _running_by_policy(governing, restarting, fleet.policies)
-                for policy, models in claimed_elsewhere.items():
-                    if policy in running:
-                        running[policy] = sorted({*running[policy], *models})
-                decision = plan_maintenance(
-                    model=key,
-                    now=now,
-                    action=None,
-                    windows=plan.windows,
-                    duration=plan.duration,
-                    persisted=record,
-                    policy_windows=sets,
-                    locks=restart_locks(governing, running),
-                    cooldown=_oom.model_limits(body, fleet.policies, settings).cooldown,
-                    crash_looping=_build.crash_looping(pods),
-                    risk=risk,
-                    forecast=forecast,
-                    timezone=settings.restart_timezone,
-                )
-                if decision.kind == "act":
-                    _CLAIMED[key] = now.timestamp()
-                else:
-                    _CLAIMED.pop(key, None)  # decided on again after a lost claim: not this one's
-                return decision
-
-        decision = decide({})
-        limited = [p.name for p in governing if p.spec.restarts.max_concurrent is not None]
-        if decision.kind == "act" and fleet.shared_slots and limited:
-            # Claims only add holders, so what is not due without the table is not due with it: the
-            # table is read only for a start (not at every tick of every model waiting for its window).
-            shared = _restart_slots.take(key, limited, decide, fleet.restarting.keys(), now, settings)
-            if shared is None:  # other replicas kept claiming: decide again next tick, nothing written
-                _release(key)
-                return
-            decision = shared
+        due = _restart_inputs(body, record, pods, memo, settings, fleet, now)
+        decision = _decide_restart(due, fleet, settings)
     except PolicyWindowError as exc:
         message = f"no restart possible: {exc}"
         held = MaintenanceRecord(
@@ -304,12 +221,108 @@ def tend(
             _write(body, patch, held)
             logger.warning("%s", message)
         return
+    if decision is None:  # other replicas kept claiming: decide again next tick, nothing written
+        return
     if decision.kind != "act":
         if decision.changed:
             _write(body, patch, decision.record)
             logger.info("restart of %s: %s", key, decision.reason)
         return
     _start(body, patch, decision, pods, settings, fleet, logger, now)
+
+
+@dataclass(frozen=True)
+class _RestartInputs:
+    """What a pending restart's decision reads, gathered once per tick; the slots' holders are read
+    when deciding (:meth:`decide`), under the claims lock."""
+
+    key: str
+    now: datetime
+    record: MaintenanceRecord
+    governing: list[FleetPolicy]
+    sets: list[tuple[str, list[PolicyWindow]]]
+    windows: WindowPlan
+    risk: OOMRiskEstimate | None
+    forecast: tuple[LoadSlot, ...]
+    cooldown: timedelta
+    crash_looping: bool
+    timezone: str
+
+    def decide(
+        self, fleet: FleetView, claimed_elsewhere: Mapping[str, frozenset[str]]
+    ) -> MaintenanceDecision:
+        """The decision with this process's own starts and ``claimed_elsewhere`` (policy → models
+        claiming its slots in the shared table) counted as holders of the slots."""
+        claims, now = fleet.state.claims, self.now
+        with claims.slots:
+            mine = {k: {"namespace": k.split("/", 1)[0]} for k in claims.live(now.timestamp())}
+            running = _running_by_policy(self.governing, {**fleet.restarting, **mine}, fleet.policies)
+            for policy, models in claimed_elsewhere.items():
+                if policy in running:
+                    running[policy] = sorted({*running[policy], *models})
+            decision = plan_maintenance(
+                model=self.key, now=now, action=None, windows=self.windows.windows,
+                duration=self.windows.duration, persisted=self.record, policy_windows=self.sets,
+                locks=restart_locks(self.governing, running), cooldown=self.cooldown,
+                crash_looping=self.crash_looping, risk=self.risk, forecast=self.forecast,
+                timezone=self.timezone,
+            )  # fmt: skip
+            if decision.kind == "act":
+                claims.claim(self.key, now.timestamp())
+            else:
+                claims.drop(self.key)  # decided on again after a lost claim: not this one's
+            return decision
+
+
+def _restart_inputs(
+    body: kopf.Body,
+    record: MaintenanceRecord,
+    pods: list[dict[str, Any]],
+    memo: MutableMapping[str, Any],
+    settings: OperatorSettings,
+    fleet: FleetView,
+    now: datetime,
+) -> _RestartInputs:
+    """The governing policies' windows, the model's learned windows, its predicted OOM and the load
+    forecast up to it (raises :class:`PolicyWindowError` when the policies leave no window)."""
+    meta = body["metadata"]
+    namespace, name = meta["namespace"], meta["name"]
+    labels = _policies.namespace_labels(namespace, fleet.policies)
+    governing = select_policies(fleet.policies, namespace, labels, meta.get("labels") or {})
+    sets = restart_window_sets(combine(enforced(governing))) if governing else []
+    windows, series = learn_windows(
+        settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
+    )
+    risk = risk_from_status(body.get("status") or {})
+    forecast = (
+        forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
+        if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
+        else ()
+    )
+    cooldown = _oom.model_limits(body, fleet.policies, settings).cooldown
+    return _RestartInputs(
+        f"{namespace}/{name}", now, record, governing, sets, windows, risk, forecast, cooldown,
+        _build.crash_looping(pods), settings.restart_timezone,
+    )  # fmt: skip
+
+
+def _decide_restart(
+    due: _RestartInputs, fleet: FleetView, settings: OperatorSettings
+) -> MaintenanceDecision | None:
+    """The decision; a start is checked against the slots other replicas claim in the shared table
+    when sharded (None: they kept claiming)."""
+    decision = due.decide(fleet, {})
+    limited = [p.name for p in due.governing if p.spec.restarts.max_concurrent is not None]
+    if decision.kind != "act" or not fleet.shared_slots or not limited:
+        return decision
+    # Claims only add holders, so what is not due without the table is not due with it: the table is
+    # read only for a start (not at every tick of every model waiting for its window).
+    shared = _restart_slots.take(
+        due.key, limited, functools.partial(due.decide, fleet), fleet.restarting.keys(), due.now, settings
+    )
+    if shared is None:
+        _release(fleet, due.key)
+    return shared
 
 
 def _model_pods(namespace: str, name: str) -> list[dict[str, Any]]:
@@ -338,9 +351,9 @@ def _start(
     _carry_out(cast(kopf.Body, started), patch, record, pods, settings, fleet, logger, now)
 
 
-def _release(key: str) -> None:
-    with _SLOTS:
-        _CLAIMED.pop(key, None)
+def _release(fleet: FleetView, key: str) -> None:
+    with fleet.state.claims.slots:
+        fleet.state.claims.drop(key)
 
 
 def _carry_out(
@@ -366,7 +379,7 @@ def _carry_out(
         if remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
             return
-        if _rollout_complete(api_version, kind, namespace, workload_name):
+        if _rollout_complete(fleet, api_version, kind, namespace, workload_name):
             _finish(body, patch, record, now, logger, fleet, settings)
         return
     if multi_node:  # a group restarts with its leader (the LeaderWorkerSet recreates the group)
@@ -390,15 +403,15 @@ def _carry_out(
             _scale(api_version, kind, namespace, workload_name, step.scale_to)
     else:
         return
-    _reconcile._event(body, warning=step.downtime, reason="Restarting", message=step.reason[:1000])
+    _events.event(body, warning=step.downtime, reason="Restarting", message=step.reason[:1000])
     logger.info("restart of %s/%s: %s", namespace, name, step.reason)
 
 
-def _rollout_complete(api_version: str, kind: str, namespace: str, name: str) -> bool:
+def _rollout_complete(fleet: FleetView, api_version: str, kind: str, namespace: str, name: str) -> bool:
     """Whether the workload rolled out its current template. A Deployment that its last watch event
     shows still rolling is taken at its word (no request each tick of a roll-out); a GET confirms
     what the event shows done, since that event may predate the remediation's new template."""
-    seen = _reconcile.seen_workload(namespace, name) if kind == "Deployment" else None
+    seen = fleet.state.workloads.get(namespace, name) if kind == "Deployment" else None
     if seen is not None and not _build.rollout_complete(seen):
         return False
     return _build.rollout_complete(_kube.get(api_version, kind, namespace, name))
@@ -432,7 +445,7 @@ def _roll_remediation(
     released = {**(status.get("remediation") or {}), "heldOverrides": None}
     view = {**body, "status": {**status, **patch.status, "remediation": released}}
     _reconcile.reconcile(
-        cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
+        fleet.state, cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
     )
     # A write of the stanza moves its revision, which a crash's decision decided on the held overrides
     # tests (_build.build_decision_patch): it is refused and decided again rather than holding them again.
@@ -457,89 +470,7 @@ def _finish(
     key = f"{meta['namespace']}/{meta['name']}"
     done = finish_maintenance(record, now)
     _write(body, patch, done)
-    _release(key)
+    _release(fleet, key)
     if fleet.shared_slots:
         _restart_slots.give_back(key, fleet.restarting.keys(), now, settings)
     logger.info("restart of %s/%s done", meta["namespace"], meta["name"])
-
-
-def pending_remediation(
-    previous: RemediationState, decided: RemediationState, urgent: str | None
-) -> tuple[RemediationState, str | None]:
-    """The remediation state to write after a crash's decision, and the action to put in
-    ``status.maintenance`` (None: none). A change of overrides that may wait is held back: the pods keep
-    running the overrides they have (``heldOverrides``) until the window; an urgent one rolls now."""
-    changed = decided.overrides != previous.overrides
-    restart = (
-        bool(decided.restart_requested_at) and decided.restart_requested_at != previous.restart_requested_at
-    )
-    if not changed:
-        return decided, ("restart" if restart else None)
-    if urgent is not None:
-        return decided.model_copy(update={"held_overrides": None}), "remediation"
-    held = previous.held_overrides if previous.held_overrides is not None else previous.overrides
-    return decided.model_copy(update={"held_overrides": held}), "remediation"
-
-
-def pending_record(
-    persisted: MaintenanceRecord | None, action: str, urgent: str | None, now: datetime
-) -> MaintenanceRecord:
-    """``status.maintenance`` right after a crash's decision: Running from now when it is ``urgent``
-    (the crash recurs at every start: the OOM handler's reconcile rolls it at once), else Scheduled
-    with no time yet, for the maintenance timer to choose the window. A remediation covers a pending
-    plain restart (it rolls every pod anyway)."""
-    prev = persisted or MaintenanceRecord()
-    carried = prev.action if prev.pending else None
-    merged = "remediation" if "remediation" in (action, carried) else "restart"
-    if urgent is not None:
-        return MaintenanceRecord(
-            action=merged,  # type: ignore[arg-type]
-            state="Running",
-            trigger="crashLoop",
-            scheduled_at=now,
-            started_at=now,
-            last_restart_at=prev.last_restart_at,
-            reason=f"{urgent}; starting the roll-out now.",
-        )
-    if prev.state == "Running":
-        return replace(prev, action=merged)  # type: ignore[arg-type]
-    return MaintenanceRecord(
-        action=merged,  # type: ignore[arg-type]
-        state="Scheduled",
-        last_restart_at=prev.last_restart_at,
-        reason="waiting for the model's next low-traffic window (being chosen).",
-    )
-
-
-def report_pending(parent: Mapping[str, Any], maintenance: Mapping[str, Any]) -> None:
-    """The Event for what a crash's decision put in ``status.maintenance``."""
-    record = record_from_status({k: v for k, v in maintenance.items() if v is not None})
-    if record is not None:
-        _maintenance_event(parent, record)
-
-
-def claimed() -> frozenset[str]:
-    """Models this process has started restarting (for tests and the metrics)."""
-    with _SLOTS:
-        return frozenset(_live_claims(time.time()))
-
-
-def clear_claims() -> None:
-    """Forget every claim (a process that loses its leadership starts from the API's view)."""
-    with _SLOTS:
-        _CLAIMED.clear()
-
-
-__all__ = [
-    "FleetView",
-    "claimed",
-    "clear_claims",
-    "learn_windows",
-    "pending",
-    "pending_record",
-    "pending_remediation",
-    "report_pending",
-    "restarting_entry",
-    "risk_from_status",
-    "tend",
-]

@@ -2,7 +2,7 @@
 
 Reads, for each of the model's pods, what its processes hold on each GPU (loadline's node agent, else
 dcgm-exporter) from Prometheus, and writes ``status.measuredGpuMemory`` through the pure builder
-:func:`loadline.handlers._build.build_measured_status`, which writes nothing while the figure holds.
+:func:`loadline.status.build.build_measured_status`, which writes nothing while the figure holds.
 Never blocks long: one Prometheus conversation with a deadline of :data:`DEADLINE_SECONDS`, the first
 transport failure ends it, and what was not measured is simply not written.
 """
@@ -16,9 +16,10 @@ from typing import Any
 
 import kopf
 
-from loadline.handlers import _build, _kube, _risk
+from loadline.handlers import _kube, _risk
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
+from loadline.status import build as _build
 from loadline.traffic import PrometheusClient, gpu_memory_used_query, measured_gpu_memory
 
 #: Phases in which the model's pods run and their GPU memory means something.

@@ -4,11 +4,11 @@ Orchestration only; every decision is made by pure code (:mod:`loadline.oom`). T
 incident, the crash id and the decision (new overrides, a restart request) to the InferenceModel's
 status in one patch, on condition that what the decision read still holds (a test of each, so that
 the readiness its own crash causes meanwhile does not refuse it). When the decision changes the
-children, the same patch carries the plan they are rendered from (:func:`_reconcile.plan_remediation`,
+children, the same patch carries the plan they are rendered from (:func:`_rollout.plan_remediation`,
 planned on the crash's thread before the write) and the workload is then applied at once, on the
-MODELS lane (:func:`_reconcile.apply_remediation`): one plan, one status write and one apply per
+MODELS lane (:func:`_rollout.apply_remediation`): one plan, one status write and one apply per
 crash. What that roll-out cannot do alone (a move between layouts, a failed plan, a refused apply) it
-hands to reconcile, by stamping :data:`_reconcile.REMEDIATION_ANNOTATION` on the model: the path that
+hands to reconcile, by stamping :data:`_rollout.REMEDIATION_ANNOTATION` on the model: the path that
 applies every child, with kopf's retries and back-off. An operator that dies between the writes loses
 nothing: reconcile runs on resume and applies the overrides from status; the crash id in status
 means no crash is acted on twice.
@@ -19,25 +19,35 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from concurrent.futures import Future
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _build, _kube, _maintenance, _metrics, _policies, _reconcile
-from loadline.handlers._index import INSTANCE_LABEL
+from loadline.handlers import _events, _index, _kube, _lanes, _metrics, _policies, _rollout
 from loadline.handlers._settings import OperatorSettings
-from loadline.maintenance import crash_urgency, record_from_status
-from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediation, start_up_phase
+from loadline.oom import (
+    Crash,
+    CrashDecision,
+    Incident,
+    decide_crash,
+    parse_incident,
+    remediation_in_force,
+    start_up_phase,
+)
 from loadline.oom._observe import build_incident, crash_id, loop_key, parse_timestamp, terminated_state
-from loadline.oom._policy import PolicyLimits, decide
+from loadline.oom._policy import PolicyLimits
 from loadline.policy import combine, enforced, remediation_limits, select_policies
+from loadline.sizing import ClusterView
+from loadline.status import build as _build
 from loadline.traffic import incident_metrics
 
-MAX_HANDLED = 50
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
+
 CONFLICT_RETRIES = _kube.CONFLICT_RETRIES
 
 
@@ -119,63 +129,64 @@ def _finished_at(term: Mapping[str, Any]) -> float | None:
         return None
 
 
-# Crash ids this process has already handled (bounded; see loadline.oom.SeenCrashes).
-SEEN = SeenCrashes(capacity=10_000)
-
-
-def has_new_crash(body: Mapping[str, Any]) -> bool:
+def has_new_crash(state: OperatorState, body: Mapping[str, Any]) -> bool:
     """Whether the pod shows a crash not handled yet (no I/O: asked on kopf's event loop, so that only
     crashes take a thread of the CRASHES lane)."""
     for status in (body.get("status") or {}).get("containerStatuses") or []:
         cid = crash_id(body, status)
-        if cid is not None and cid not in SEEN:
+        if cid is not None and cid not in state.crashes:
             return True
     return False
 
 
-@dataclass(frozen=True)
-class RollOut:
-    """How the operator rolls a crash's remediation out itself. ``plan``: the remediation of the model
-    as the decision will leave it (:func:`_reconcile.plan_remediation`; None leaves it to reconcile),
-    asked before the decision is written so that the write carries its plan. ``start``: given the model
-    as the write answered, the crash's id and that remediation, applies the workload or asks reconcile
-    (the operator does it on the MODELS lane), not waited for."""
-
-    plan: Callable[[dict[str, Any]], _reconcile.Remediation | None]
-    start: Callable[[dict[str, Any], str, _reconcile.Remediation | None], object]
+#: The operator's GPU node and pod indexes (kopf's), from which a crash's remediation is planned.
+Indexes = tuple[Mapping[str, Any], Mapping[str, Any]]
 
 
 def on_pod_event(
+    state: OperatorState,
     body: kopf.Body,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
     policies: list[FleetPolicy] | None = None,
     known: Mapping[str, Any] | None = None,
-    roll_out: RollOut | None = None,
+    indexes: Indexes | None = None,
 ) -> None:
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
     it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
-    ``roll_out``: how a remediation is rolled out (:class:`RollOut`); without it the crash's thread
-    asks reconcile (:func:`_reconcile.ask_reconcile`), and the roll-out waits for it."""
+    ``indexes``: the GPU nodes and pods a remediation is planned on, for the crash's own roll-out
+    (:func:`roll_out_soon`); without them the crash's thread asks reconcile
+    (:func:`_rollout.ask_reconcile`), and the roll-out waits for it."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
-    name = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+    name = (meta.get("labels") or {}).get(_index.INSTANCE_LABEL)
     if not name:
         return
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
         cid = crash_id(pod, status)
         if (
             cid is not None
-            and cid not in SEEN
+            and cid not in state.crashes
             and _handle_crash(
-                pod, status, cid, namespace, str(name), logger, settings, policies or [], known, roll_out
+                state,
+                pod,
+                status,
+                cid,
+                namespace,
+                str(name),
+                logger,
+                settings,
+                policies or [],
+                known,
+                indexes,
             )
         ):
-            SEEN.add(cid)
+            state.crashes.add(cid)
 
 
 def _handle_crash(
+    state: OperatorState,
     pod: Mapping[str, Any],
     status: Mapping[str, Any],
     cid: str,
@@ -185,10 +196,12 @@ def _handle_crash(
     settings: OperatorSettings,
     policies: list[FleetPolicy],
     known: Mapping[str, Any] | None = None,
-    roll_out: RollOut | None = None,
+    indexes: Indexes | None = None,
 ) -> bool:
     """Record and decide one crash; True once it is in the model's status (or needs nothing).
-    The remediation limits are the governing FleetPolicies', else the operator's environment.
+    Gather (the model, the log, Prometheus), decide (:func:`loadline.oom.decide_crash`), write,
+    then roll out and report. The remediation limits are the governing FleetPolicies', else the
+    operator's environment.
 
     The first attempt decides on ``known`` (the model as the index last saw it), when it is the
     model this pod belongs to: at fleet scale a GET per crash was one request in ten of a crash's.
@@ -197,112 +210,29 @@ def _handle_crash(
     fresh object. After :data:`CONFLICT_RETRIES` conflicts in a row the crash is *not* marked seen, so
     the next event of the pod brings it back: no crash is ever dropped.
 
-    What the decision reads besides the model (the container's log, Prometheus)
-    is read once, not per attempt: only the model is read again, so the window between its read and
-    the write is a decision's CPU time, and a writer that keeps changing the model (a GitOps tool
+    What the decision reads besides the model (the container's log, Prometheus) is read once, not per
+    attempt (:class:`_Reads`): only the model is read again, so the window between its read and the
+    write is a decision's CPU time, and a writer that keeps changing the model (a GitOps tool
     annotating it) does not win every round.
     """
-    fetched: dict[str, Any] = {}
-
-    def once(key: str, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        if key not in fetched:
-            fetched[key] = read(*args, **kwargs)
-        return fetched[key]
-
-    pod_name = str(pod["metadata"]["name"])
-    term = terminated_state(status) or {}
-    container = str(status.get("name", ""))
-    # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
-    needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
+    reads = _Reads(pod, status, settings)
     expected = False  # whether reconcile was told to pass over versions older than this decision
     for attempt in range(CONFLICT_RETRIES):
+        use_known = attempt == 0 and known is not None and known.get("metadata", {}).get("resourceVersion")
         parent = (
-            dict(known)
-            if attempt == 0 and known is not None and known.get("metadata", {}).get("resourceVersion")
-            else _kube.get(API_VERSION, KIND, namespace, name)
+            dict(known) if use_known and known is not None else _kube.get(API_VERSION, KIND, namespace, name)
         )
         if parent is None:
             return True
-        owner_uids = {o.get("uid") for o in pod.get("metadata", {}).get("ownerReferences") or []}
-        state = _reconcile.remediation_state(parent)
-        if cid in state.handled_crashes:
+        decided = _decide(parent, reads, cid, policies, settings)
+        if decided is None:
             return True
-        log_tail = once("tail", _previous_log, namespace, pod_name, container) if needs_log else ""
-        incident_dict = build_incident(pod, status, parent, log_tail=log_tail)
-        if incident_dict is None:
-            return True
-        if not incident_dict.get("ever_ready"):
-            # A crash before (or without sign of) Ready: the start of its log says how far it got,
-            # which the timing table needs when the message is thin.
-            head, whole = once("head", _previous_log_head, namespace, pod_name, container)
-            phase = start_up_phase(head, whole=whole)
-            if phase:
-                incident_dict["phase"] = phase
-        if settings.prometheus_url and term.get("finishedAt"):
-            plan = (parent.get("status") or {}).get("plan") or {}
-            metrics = once(
-                "metrics", incident_metrics, settings.prometheus_url, namespace, pod_name,
-                str(term["finishedAt"]), plan.get("engineVersion"), max_model_len=plan.get("maxModelLen"),
-                node=pod.get("spec", {}).get("nodeName"), deadline=3.0,
-            )  # fmt: skip
-            if metrics:
-                incident_dict["metrics"] = metrics
-        incident = parse_incident(incident_dict)
-        diagnosis = classify(incident)
-        if incident.reason != "OOMKilled" and not diagnosis.signals:
-            return True  # not an out-of-memory crash: nothing of ours to record
-        proposal = propose_remediation(diagnosis, incident)
-        mode = ((parent.get("spec") or {}).get("remediation") or {}).get("mode")
-        now = datetime.now(UTC)
-        decision = decide(
-            diagnosis, proposal, state, model_limits(parent, policies, settings), now, mode=mode,
-            outcome_horizon=timedelta(minutes=settings.remediation_outcome_horizon_minutes),
-            crash_started_at=_started_at(term),
-        )  # fmt: skip
-        new_state = decision.state
-        new_state.handled_crashes = [*new_state.handled_crashes, cid][-MAX_HANDLED:]
-        new_state.observed_generation = parent["metadata"].get("generation")
-        new_state.revision = state.revision + 1  # what the next decision's write tests
-        evidence = list(diagnosis.evidence) + ([diagnosis.caller_note] if diagnosis.caller_note else [])
-        incidents = _build.merge_incident(
-            (parent.get("status") or {}).get("incidents") or [],
-            loop=loop_key(pod, container),
-            oom_class=diagnosis.oom_class.value,
-            confidence=diagnosis.confidence,
-            evidence=evidence,
-            caller_side=diagnosis.caller_side,
-            action=decision.action,
-            result=decision.result,
-            pod=str(pod["metadata"]["name"]),
-            container=container,
-            now=_build.now_iso(),
-        )
-        action = None
-        urgent = None
-        if decision.apply:
-            # A fix that may wait is held back for the model's window; one whose crash recurs at every
-            # start rolls now (loadline.maintenance.crash_urgency says which).
-            urgent = crash_urgency(diagnosis.oom_class.value, int(incidents[-1].get("count", 1)))
-            new_state, action = _maintenance.pending_remediation(state, new_state, urgent)
-        changes = _build.build_incident_status(incidents, new_state, needs_person=decision.needs_person)
-        if action is not None:
-            previous = (parent.get("status") or {}).get("maintenance")
-            record = _maintenance.pending_record(record_from_status(previous), action, urgent, now)
-            changes["maintenance"] = _build.maintenance_patch(previous, record)
-        remediation = None
-        if roll_out is not None and decision.apply:
-            # Planned before the write, from the model as the write will leave it, so that the write
-            # carries the plan: no reconcile has to follow the roll-out to write it.
-            remediation = roll_out.plan({**parent, "status": {**(parent.get("status") or {}), **changes}})
-            if remediation is not None:
-                changes = {**changes, **remediation.status}
-                # The phase the roll-out puts the model in, said now: its steps then write nothing.
-                leaves = {**(parent.get("status") or {}), **changes}
-                changes |= _build.build_remediating_status(
-                    leaves, result=decision.result, now=_build.now_iso()
-                )
+        changes, remediation = decided.changes, None
+        if indexes is not None and decided.rolls_out:
+            view = state.views.view(*indexes, max_age=_index.REMEDIATION_VIEW_SECONDS)
+            changes, remediation = _with_remediation(state, parent, decided, settings, view, policies)
             # From before the write: reconcile passes over versions without this decision meanwhile.
-            _reconcile.expect_roll_out(namespace, name, cid)
+            state.roll_outs.expect(namespace, name, cid)
             expected = True
         try:
             written = _write_decision(parent, changes)
@@ -312,30 +242,119 @@ def _handle_crash(
             continue
         except ApiException:
             if expected:
-                _reconcile.forget_roll_out(namespace, name)
+                state.roll_outs.forget(namespace, name)
             raise
-        if roll_out is not None and decision.apply:
+        if indexes is not None and decided.rolls_out:
             # At once, from the model as this write left it, and not on this thread: the crash lane
             # holds a crash for its decision only.
-            roll_out.start(written, cid, remediation)
-        elif decision.apply:
-            _reconcile.ask_reconcile(parent, cid, logger)
-        # A roll-out that starts now is said in the Remediated Event (one Event, not a RestartStarted
-        # beside it in the same second: Events are the largest share of a crash burst's writes).
-        starting = record.reason if action is not None and urgent is not None else None
-        _report(parent, pod, container, diagnosis, decision, owner_uids, starting=starting)
-        if action is not None and starting is None:
-            _maintenance.report_pending(parent, changes["maintenance"])
-        finished = _finished_at(term)
-        if finished is not None:
-            _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
+            roll_out_soon(state, settings, logger, written, cid, remediation)
+        elif decided.rolls_out:
+            _rollout.ask_reconcile(parent, cid, logger)
+        _report(parent, decided, reads.term)
         return True
     if expected:
-        _reconcile.forget_roll_out(namespace, name)
+        state.roll_outs.forget(namespace, name)
     logger.warning(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
     return False
+
+
+class _Reads:
+    """What a crash's decision reads besides its model, each read at most once for all its attempts:
+    the container's log (its tail when the termination message is thin, its head when the crash came
+    before Ready) and the Prometheus figures around the crash."""
+
+    def __init__(self, pod: Mapping[str, Any], status: Mapping[str, Any], settings: OperatorSettings) -> None:
+        self.pod, self.status, self.settings = pod, status, settings
+        self.term: Mapping[str, Any] = terminated_state(status) or {}
+        self.container = str(status.get("name", ""))
+        self._fetched: dict[str, Any] = {}
+
+    def _once(self, key: str, read: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        if key not in self._fetched:
+            self._fetched[key] = read(*args, **kwargs)
+        return self._fetched[key]
+
+    def incident(self, parent: Mapping[str, Any]) -> Incident | None:
+        """The crash as an incident of ``parent``'s model; None when it is no incident."""
+        pod, term, container = self.pod, self.term, self.container
+        namespace, pod_name = str(pod["metadata"].get("namespace", "")), str(pod["metadata"]["name"])
+        # A host OOM kill needs no log to classify; other crashes without a message get the log's tail.
+        needs_log = not term.get("message") and term.get("reason") != "OOMKilled"
+        tail = self._once("tail", _previous_log, namespace, pod_name, container) if needs_log else ""
+        found = build_incident(pod, self.status, parent, log_tail=tail)
+        if found is None:
+            return None
+        if not found.get("ever_ready"):
+            # A crash before (or without sign of) Ready: the start of its log says how far it got,
+            # which the timing table needs when the message is thin.
+            head, whole = self._once("head", _previous_log_head, namespace, pod_name, container)
+            phase = start_up_phase(head, whole=whole)
+            if phase:
+                found["phase"] = phase
+        url = self.settings.prometheus_url
+        if url and term.get("finishedAt"):
+            plan = (parent.get("status") or {}).get("plan") or {}
+            metrics = self._once(
+                "metrics", incident_metrics, url, namespace, pod_name, str(term["finishedAt"]),
+                plan.get("engineVersion"), max_model_len=plan.get("maxModelLen"),
+                node=pod.get("spec", {}).get("nodeName"), deadline=3.0,
+            )  # fmt: skip
+            if metrics:
+                found["metrics"] = metrics
+        return parse_incident(found)
+
+
+def _decide(
+    parent: Mapping[str, Any],
+    reads: _Reads,
+    cid: str,
+    policies: list[FleetPolicy],
+    settings: OperatorSettings,
+) -> CrashDecision | None:
+    """Gather what the decision reads about this crash of ``parent``'s model, and decide it."""
+    status = parent.get("status") or {}
+    generation = parent["metadata"].get("generation")
+    if cid in remediation_in_force(status, generation).handled_crashes:
+        return None  # before any read of the log
+    incident = reads.incident(parent)
+    if incident is None:
+        return None
+    pod_name = str(reads.pod["metadata"]["name"])
+    return decide_crash(
+        incident, status, model_limits(parent, policies, settings), datetime.now(UTC),
+        crash=Crash(cid, loop_key(reads.pod, reads.container), pod_name, reads.container,
+                    _started_at(reads.term)),
+        generation=generation,
+        mode=((parent.get("spec") or {}).get("remediation") or {}).get("mode"),
+        outcome_horizon=timedelta(minutes=settings.remediation_outcome_horizon_minutes),
+    )  # fmt: skip
+
+
+def _with_remediation(
+    state: OperatorState,
+    parent: Mapping[str, Any],
+    decided: CrashDecision,
+    settings: OperatorSettings,
+    view: ClusterView,
+    policies: list[FleetPolicy],
+) -> tuple[dict[str, Any], _rollout.Remediation | None]:
+    """The decision's changes with the plan of its remediation, planned before the write from the model
+    as the write will leave it, so that the write carries the plan: no reconcile has to follow the
+    roll-out to write it. The phase the roll-out puts the model in is said now: its steps then write
+    nothing."""
+    stored = parent.get("status") or {}
+    changes = decided.changes
+    leaves = {**parent, "status": {**stored, **changes}}
+    remediation = _rollout.plan_remediation(state, leaves, settings, view, policies)
+    if remediation is not None:
+        changes = {**changes, **remediation.status}
+        leaves = {**stored, **changes}
+        changes |= _build.build_remediating_status(
+            leaves, result=decided.decision.result, now=_build.now_iso()
+        )
+    return changes, remediation
 
 
 def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -346,36 +365,30 @@ def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> di
     return _kube.patch_status_tested(parent, sets, tested, changes)
 
 
-def _report(parent: Mapping[str, Any], pod: Mapping[str, Any], container: str, diagnosis: Any, decision: Any,
-            owner_uids: set[Any], *, starting: str | None = None) -> None:  # fmt: skip
-    """The metrics and Events of one decided crash; ``starting``: the restart it starts now, said in
-    the Remediated Event."""
+def roll_out_soon(
+    state: OperatorState,
+    settings: OperatorSettings,
+    logger: logging.Logger | kopf.Logger,
+    model: dict[str, Any],
+    crash: str,
+    remediation: _rollout.Remediation | None,
+) -> Future[object]:
+    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
+    return _lanes.MODELS.submit(_rollout.roll_out, state, settings, model, crash, remediation, logger)
+
+
+def _report(parent: Mapping[str, Any], decided: CrashDecision, term: Mapping[str, Any]) -> None:
+    """The metrics and Events of one decided crash, once its decision is written."""
     meta = parent["metadata"]
     labels = (meta["namespace"], meta["name"])
+    diagnosis, decision = decided.diagnosis, decided.decision
     _metrics.OOM_INCIDENTS.labels(*labels, diagnosis.oom_class.value).inc()
     outcome = "applied" if decision.apply else ("needs_person" if decision.needs_person else "recommended")
     _metrics.REMEDIATIONS.labels(*labels, decision.action, outcome).inc()
     for judged in decision.outcomes:
         _metrics.REMEDIATION_OUTCOMES.labels(judged.oom_class, judged.action, judged.result).inc()
-        share = decision.state.outcome_confidence.get(judged.oom_class)
-        said = f" ({share:.0%} of this class's fixes worked here)" if share is not None else ""
-        message = (
-            f"{judged.action} for {judged.oom_class}, applied {judged.applied_at:%Y-%m-%d %H:%M}Z: "
-            f"{judged.result}{said}"
-        )
-        _reconcile._event(
-            parent, warning=judged.result == "recurred", reason="RemediationOutcome", message=message
-        )
-    first = diagnosis.evidence[0] if diagnosis.evidence else ""
-    _reconcile._event(parent, warning=True, reason="OutOfMemory",
-                      message=f"{pod['metadata']['name']}/{container}: {diagnosis.oom_class.value} "
-                      f"(confidence {diagnosis.confidence:.2f}). {first}")  # fmt: skip
-    if diagnosis.caller_note:
-        _reconcile._event(parent, warning=True, reason="CallerSidePrompts", message=diagnosis.caller_note)
-    if decision.apply:
-        said = f"{decision.result} Restart: {starting}" if starting else decision.result
-        _reconcile._event(parent, warning=False, reason="Remediated", message=said[:1000])
-    elif decision.needs_person:
-        _reconcile._event(parent, warning=True, reason="NeedsAPerson", message=decision.needs_person)
-    else:
-        _reconcile._event(parent, warning=False, reason="RemediationRecommended", message=decision.result)
+    for said in decided.events:
+        _events.event(parent, warning=said.warning, reason=said.reason, message=said.message)
+    finished = _finished_at(term)
+    if finished is not None:
+        _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))

@@ -17,7 +17,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import FleetPolicy, FleetPolicyStatus, InferenceModelSpec, parse_fleet_policy
 from loadline.errors import LoadlineError
-from loadline.handlers import _build, _kube
+from loadline.handlers import _kube
 from loadline.policy import (
     PlanFn,
     combine,
@@ -26,6 +26,7 @@ from loadline.policy import (
     needs_namespace_labels,
     select_policies,
 )
+from loadline.status import build as _build
 
 log = logging.getLogger("loadline.policies")
 

@@ -8,9 +8,7 @@ replica, so admission never waits for a hand-over (``loadline run`` starts both,
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
-from concurrent.futures import Future
 from typing import Any
 
 import kopf
@@ -27,13 +25,17 @@ from loadline.handlers import (
     _measure,
     _metrics,
     _oom,
+    _plan,
     _policies,
+    _readiness,
     _reconcile,
     _shards,
     _storage,
     _toggles,
 )
 from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import OperatorState
+from loadline.hub import ConfigCache
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
 
 SETTINGS = OperatorSettings()
@@ -58,8 +60,16 @@ the event comes (the wait ends on it); it delays a change made meanwhile only wh
 (a watch that re-lists past it), by this long at most."""
 
 
+def state_of(memo: kopf.Memo) -> OperatorState:
+    """The operator's state, put in kopf's operator memo by :func:`configure` (kopf copies that memo
+    into every object's)."""
+    state: OperatorState = memo["state"]
+    return state
+
+
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    memo["state"] = OperatorState()  # one per kopf run: a new leadership term starts afresh
     # Before any watch starts: kopf's index gate woke every waiting object at each new object.
     if not _toggles.install():
         logging.getLogger(__name__).info("kopf's ToggleSet is not the one expected; kept as it is")
@@ -128,14 +138,17 @@ def _owned(meta: kopf.Meta, **_: Any) -> bool:
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_owned)
 @kopf.on.create(GROUP, VERSION, PLURAL, when=_owned)
 @kopf.on.update(GROUP, VERSION, PLURAL, when=_owned)
-async def reconcile(body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, **kwargs: Any) -> None:
+async def reconcile(
+    body: kopf.Body, patch: kopf.Patch, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any
+) -> None:
     # kopf passes every index by name: gpu_nodes, gpu_pods and fleet_policies below. The work (plan,
     # apply) runs on the MODELS lane: a new model never queues behind routine events and timers.
     indexes = kwargs["fleet_policies"], kwargs["gpu_nodes"], kwargs["gpu_pods"]
-    await _lanes.MODELS.run(_reconcile_model, body, patch, logger, *indexes)
+    await _lanes.MODELS.run(_reconcile_model, state_of(memo), body, patch, logger, *indexes)
 
 
 def _reconcile_model(
+    state: OperatorState,
     body: kopf.Body,
     patch: kopf.Patch,
     logger: kopf.Logger,
@@ -145,12 +158,12 @@ def _reconcile_model(
 ) -> None:
     bodies = _policy_bodies(fleet_policies)
     policies = _policies.parse_policies(bodies.values())
-    view = _index.view(gpu_nodes, gpu_pods)
-    _reconcile.reconcile(body, patch, logger, SETTINGS, view, policies)
+    view = state.views.view(gpu_nodes, gpu_pods)
+    _reconcile.reconcile(state, body, patch, logger, SETTINGS, view, policies)
     # A change in what the model keeps moves the counts on the FleetPolicies (no timer on them: a
     # timer would make kopf put a finalizer on every policy, and deleting one would wait on us).
     if _fleet.compliance_moved(body.get("status") or {}, patch.status):
-        _fleet.COUNTS.request(bodies, SETTINGS)  # counted off this path, after the patch is written
+        state.counts.request(bodies, SETTINGS)  # counted off this path, after the patch is written
 
 
 @kopf.index(GROUP, VERSION, POLICY_PLURAL, registry=ADMISSION)
@@ -165,7 +178,7 @@ def _policy_bodies(index: kopf.Index[str, dict[str, Any]]) -> dict[str, dict[str
 
 
 @kopf.on.event(GROUP, VERSION, POLICY_PLURAL)
-def policy_event(body: kopf.Body, type: str, **kwargs: Any) -> None:
+def policy_event(body: kopf.Body, type: str, memo: kopf.Memo, **kwargs: Any) -> None:
     """A FleetPolicy came, changed or went: judge every model again (status only, nothing rolls).
     Our own count writes (status) change no generation and are skipped."""
     status = body.get("status") or {}
@@ -174,7 +187,7 @@ def policy_event(body: kopf.Body, type: str, **kwargs: Any) -> None:
     bodies = _policy_bodies(kwargs["fleet_policies"])
     if type == "DELETED":
         bodies.pop(body["metadata"]["name"], None)
-    _fleet.on_policies_changed(bodies, SETTINGS)
+    _fleet.on_policies_changed(bodies, SETTINGS, state_of(memo).hub)
 
 
 def _present(meta: kopf.Meta, indexes: dict[str, Any]) -> bool:
@@ -194,8 +207,9 @@ def _deploying(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
 async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute): the tick
     # is decided on the event loop, and only a due look takes a thread (the CHECKS lane).
-    if _reconcile.readiness_due(body, memo):
-        await _lanes.CHECKS.run(_reconcile.read_readiness, body, patch, memo, SETTINGS.capacity_aware)
+    if _readiness.readiness_due(body, memo):
+        state = state_of(memo)
+        await _lanes.CHECKS.run(_readiness.read_readiness, state, body, patch, memo, SETTINGS.capacity_aware)
 
 
 def _measurable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
@@ -236,12 +250,15 @@ def maintenance(
 ) -> None:
     # A pending restart or remediation roll-out: when (window, policy slots, predicted OOM), then one
     # step per tick. Reads Prometheus once an hour per model (the learned window is kept in memo).
-    nodes, pods = _index.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
+    state = state_of(memo)
+    nodes, pods = state.views.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
     restarting_now = {key: entry for key, store in kwargs["restarting"].items() for entry in store}
     if _shards.sharded():  # the slots are the cluster's: other shards' restarts hold them too
-        restarting_now = {**_fleet.restarting_everywhere(SETTINGS), **restarting_now}
+        restarting_now = {**_fleet.restarting_everywhere(SETTINGS, state.restarting), **restarting_now}
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
-    fleet = _maintenance.FleetView(restarting_now, nodes, pods, policies, shared_slots=_shards.sharded())
+    fleet = _maintenance.FleetView(
+        restarting_now, nodes, pods, policies, shared_slots=_shards.sharded(), state=state
+    )
     _maintenance.tend(body, patch, memo, SETTINGS, fleet, logger)
 
 
@@ -257,55 +274,37 @@ def owned_models(
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
-def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **kwargs: Any) -> None:
+def workload_event(
+    body: kopf.Body, logger: kopf.Logger, type: str | None, memo: kopf.Memo, **kwargs: Any
+) -> None:
     # Every shard's Deployments hold their GPUs in this replica's plans (capacity shared between shards).
-    _reconcile.note_demand(body, deleted=type == "DELETED")
+    state = state_of(memo)
+    _plan.note_demand(state, body, deleted=type == "DELETED")
     if type == "DELETED":
-        _reconcile.note_workload(body, deleted=True)
+        state.workloads.note(body, deleted=True)
         return
     if not _shards.owns_uid(_shards.owner_uid(body)):
         return
-    _reconcile.note_workload(body)  # the readiness timer reads it here, not from the API server
+    state.workloads.note(body)  # the readiness timer reads it here, not from the API server
     refs = body["metadata"].get("ownerReferences") or []
     owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
     known = next(iter(kwargs["owned_models"].get(f"{body['metadata'].get('namespace')}/{owner}", ())), None)
-    _reconcile.on_workload_event(body, logger, known)
+    _readiness.on_workload_event(state, body, logger, known)
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
-async def pod_event(body: kopf.Body, logger: kopf.Logger, **kwargs: Any) -> None:
+async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
     # Most pod events are no crash: decided on the event loop; a crash takes a CRASHES lane thread.
-    if kwargs.get("type") == "DELETED" or not _oom.has_new_crash(body):
+    state = state_of(memo)
+    if kwargs.get("type") == "DELETED" or not _oom.has_new_crash(state, body):
         return
     model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
     if not _shards.owns_key(model, kwargs["owned_models"]):
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     known = next(iter(kwargs["owned_models"].get(model, ())), None)
-    gpu_nodes, gpu_pods = kwargs["gpu_nodes"], kwargs["gpu_pods"]
-
-    def plan(model: dict[str, Any]) -> _reconcile.Remediation | None:
-        view = _index.view(gpu_nodes, gpu_pods, max_age=_index.REMEDIATION_VIEW_SECONDS)
-        return _reconcile.plan_remediation(model, SETTINGS, view, policies)
-
-    roll_out = _oom.RollOut(plan=plan, start=functools.partial(_roll_out_soon, logger))
-    await _lanes.CRASHES.run(_oom.on_pod_event, body, logger, SETTINGS, policies, known, roll_out)
-
-
-def _roll_out_soon(
-    logger: kopf.Logger, model: dict[str, Any], crash: str, remediation: _reconcile.Remediation | None
-) -> Future[object]:
-    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
-    return _lanes.MODELS.submit(_roll_out_model, model, crash, remediation, logger)
-
-
-def _roll_out_model(
-    model: dict[str, Any], crash: str, remediation: _reconcile.Remediation | None, logger: kopf.Logger
-) -> None:
-    """Apply the remediation's workload; what it cannot do alone (no remediation planned, the apply
-    refused) is handed to reconcile at once."""
-    if remediation is None or not _reconcile.apply_remediation(model, remediation, logger, SETTINGS):
-        _reconcile.ask_reconcile(model, crash, logger)
+    indexes = kwargs["gpu_nodes"], kwargs["gpu_pods"]
+    await _lanes.CRASHES.run(_oom.on_pod_event, state, body, logger, SETTINGS, policies, known, indexes)
 
 
 def _deleted(type: str | None, **_: Any) -> bool:
@@ -313,16 +312,14 @@ def _deleted(type: str | None, **_: Any) -> bool:
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)
-async def model_deleted(namespace: str | None, name: str, **_: Any) -> None:
+async def model_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: Any) -> None:
     """A deleted model's metric series and capacity reservation go with it, on its DELETED watch event
     (no I/O: on the event loop; ``when`` keeps kopf from calling, and logging, it for other events).
     Not a deletion handler: that needs a finalizer on every model, and an optional one ran only while a
     timer's finalizer happened to be there (a Ready model's reservation outlived it, holding GPUs that
     no pod used)."""
     _metrics.forget(namespace or "", name)
-    _reconcile.forget_planned(namespace or "", name)
-    _reconcile.forget_applied(namespace or "", name)
-    _reconcile.forget_model(namespace or "", name)
+    state_of(memo).forget_model(namespace or "", name)
 
 
 def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
@@ -342,7 +339,9 @@ def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
 
 
 @kopf.on.startup(registry=ADMISSION)
-def configure_admission(settings: kopf.OperatorSettings, **_: Any) -> None:
+def configure_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
+    # config.json files fetched from the hub while admitting (loadline.hub.ConfigCache says why).
+    memo["hub"] = ConfigCache(ttl=3600, max_entries=512)
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
     settings.peering.standalone = True
@@ -379,17 +378,19 @@ def _index_policies(kwargs: dict[str, Any]) -> list[Any]:
 
 @kopf.on.mutate(GROUP, VERSION, PLURAL, id="mutate-inferencemodel", operations=["CREATE", "UPDATE"],
                 registry=ADMISSION)  # fmt: skip
-def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, **kwargs: Any) -> None:
+def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf passes `old` and `operation` among the kwargs (its WebhookFn protocol does not name them).
     policies = _index_policies(kwargs)
-    _admission.mutate_model(body, kwargs.get("old"), kwargs.get("operation"), patch, policies, SETTINGS)
+    old, operation = kwargs.get("old"), kwargs.get("operation")
+    _admission.mutate_model(body, old, operation, patch, policies, SETTINGS, memo["hub"])
 
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel", operations=["CREATE", "UPDATE"],
                   registry=ADMISSION)  # fmt: skip
-def validate_inference_model(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
+def validate_inference_model(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **kwargs: Any) -> None:
     policies = _index_policies(kwargs)
-    _admission.validate_model(body, kwargs.get("old"), kwargs.get("operation"), warnings, policies, SETTINGS)
+    old, operation = kwargs.get("old"), kwargs.get("operation")
+    _admission.validate_model(body, old, operation, warnings, policies, SETTINGS, memo["hub"])
 
 
 @kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id="validate-fleetpolicy", operations=["CREATE", "UPDATE"],

@@ -19,7 +19,6 @@ from typing import Any, cast
 
 import kopf
 
-from loadline.handlers import _build
 from loadline.handlers._settings import OperatorSettings
 from loadline.risk import (
     OOMRiskEstimate,
@@ -29,6 +28,7 @@ from loadline.risk import (
     oom_risk_condition,
     oom_risk_status,
 )
+from loadline.status import build as _build
 from loadline.traffic import (
     busiest_gpu_memory_query,
     kv_cache_usage_now_query,

@@ -42,12 +42,14 @@ from loadline.maintenance._model import (
     State,
     Trigger,
 )
+from loadline.maintenance._pending import pending_record, pending_remediation
 from loadline.maintenance._plan import finish_maintenance, plan_maintenance
 from loadline.maintenance._rollout import PodState, RolloutAction, RolloutStep, plan_rollout
-from loadline.maintenance._status import record_from_status, record_to_status
+from loadline.maintenance._status import EVENT_REASONS, record_from_status, record_to_status, restart_event
 from loadline.maintenance._urgency import crash_urgency
 
 __all__ = [
+    "EVENT_REASONS",
     "SLOT_CLAIM_GRACE",
     "Action",
     "DecisionKind",
@@ -71,11 +73,14 @@ __all__ = [
     "format_slot_claims",
     "holds_restart_slot",
     "parse_slot_claims",
+    "pending_record",
+    "pending_remediation",
     "plan_maintenance",
     "plan_rollout",
     "quietest_start",
     "record_from_status",
     "record_to_status",
+    "restart_event",
     "restart_locks",
     "standing_claims",
 ]

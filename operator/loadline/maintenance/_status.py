@@ -51,3 +51,22 @@ def record_to_status(record: MaintenanceRecord) -> Maintenance:
         last_restart_at=record.last_restart_at,
         reason=record.reason,
     )
+
+
+#: The Event reason for each state a restart decision moves the model to.
+EVENT_REASONS = {
+    "Scheduled": "RestartScheduled",
+    "WaitingForLock": "RestartWaiting",
+    "CoolingDown": "RestartCoolingDown",
+    "Running": "RestartStarted",
+    "Done": "RestartDone",
+}
+
+
+def restart_event(record: MaintenanceRecord) -> tuple[bool, str, str] | None:
+    """The Event for the state a restart decision moved the model to: (warning, reason, message), or
+    None for a state that is said otherwise."""
+    reason = EVENT_REASONS.get(record.state)
+    if reason is None:
+        return None
+    return record.state in ("WaitingForLock", "CoolingDown"), reason, record.reason[:1000]

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from loadline.oom._classify import classify, start_up_phase
+from loadline.oom._crash import Crash, CrashDecision, CrashEvent, decide_crash, remediation_in_force
 from loadline.oom._model import (
     CAUSES,
     AllocatorFigures,
@@ -37,6 +38,9 @@ __all__ = [
     "AllocatorFigures",
     "Change",
     "Config",
+    "Crash",
+    "CrashDecision",
+    "CrashEvent",
     "Diagnosis",
     "Incident",
     "Metrics",
@@ -46,10 +50,12 @@ __all__ = [
     "Remediation",
     "SeenCrashes",
     "classify",
+    "decide_crash",
     "diagnose",
     "parse_incident",
     "parse_oom_text",
     "propose_remediation",
+    "remediation_in_force",
     "start_up_phase",
 ]
 

@@ -8,7 +8,8 @@ of truth across operator restarts, so forgetting an old id costs one read, never
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+
+from cachetools import LRUCache
 
 
 class SeenCrashes:
@@ -18,22 +19,19 @@ class SeenCrashes:
         if capacity < 1:
             raise ValueError("capacity must be at least 1")
         self.capacity = capacity
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._ids: LRUCache[str, None] = LRUCache(maxsize=capacity)
         self._lock = threading.Lock()
 
     def __contains__(self, crash_id: object) -> bool:
         with self._lock:
             if crash_id not in self._ids:
                 return False
-            self._ids.move_to_end(str(crash_id))
+            self._ids[str(crash_id)] = None  # seen again: most recently used
             return True
 
     def add(self, crash_id: str) -> None:
         with self._lock:
             self._ids[crash_id] = None
-            self._ids.move_to_end(crash_id)
-            while len(self._ids) > self.capacity:
-                self._ids.popitem(last=False)
 
     def __len__(self) -> int:
         with self._lock:

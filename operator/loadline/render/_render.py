@@ -230,7 +230,7 @@ def _allocator_conf(spec: Any, user: dict[str, int], notes: list[str], version: 
 
 
 def _plan_annotation(plan: Plan, version: Version) -> str:
-    s = plan.summary()
+    s = plan.summary().model_dump(by_alias=True, mode="json")  # the keys of status.plan
     keys = (
         "gpu",
         "gpuProduct",

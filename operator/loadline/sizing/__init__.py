@@ -4,6 +4,7 @@ Pure functions only; nothing here talks to a cluster. See docs/sizing.md for the
 """
 
 from loadline.sizing._arch import Architecture, QuantConfig, parse_hf_config
+from loadline.sizing._book import Capacity, CapacityBook, ClusterView, reservation
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget, resolve_dtype
 from loadline.sizing._capacity import (
     FreeGPUs,
@@ -64,9 +65,12 @@ __all__ = [
     "HF_OVERRIDES_FLAG",
     "Architecture",
     "Candidate",
+    "Capacity",
+    "CapacityBook",
     "CatalogModel",
     "CheckpointDownload",
     "ClusterShapes",
+    "ClusterView",
     "EngineSettings",
     "FreeGPUs",
     "GPUNode",
@@ -110,6 +114,7 @@ __all__ = [
     "pod_gpus",
     "pod_request",
     "quantization_methods",
+    "reservation",
     "reserve",
     "reserve_sorted",
     "resolve_dtype",

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, Generic, NamedTuple, TypeVar, overload
 
-from loadline.api import InferenceModelSpec
+from loadline.api import InferenceModelSpec, MemoryBreakdown, NodeShapeSummary, PlanSummary
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
 from loadline.sizing._align import tp_problem
 from loadline.sizing._budget import EngineSettings, MemoryBudget, ModelTerms, blocks_within
@@ -241,40 +241,40 @@ class Plan:
         """What each pod downloads (the checkpoint's files, whatever vLLM quantizes them to)."""
         return checkpoint_download(self.model.architecture, self.model.exact_parameters)
 
-    def summary(self) -> dict[str, Any]:
-        """The plan as ``status.plan`` (camelCase, matching :class:`loadline.api.PlanSummary`)."""
+    def summary(self) -> PlanSummary:
+        """The plan as ``status.plan`` shows it (its wire form: ``model_dump(by_alias=True)``)."""
         c, s, b = self.chosen, self.settings, self.budget
-        return {
-            "gpu": f"{c.gpu.name}x{c.gpus}",
-            "gpuType": c.gpu.name,
-            "gpuProduct": c.gpu.product,
-            "gpusPerReplica": c.gpus,
-            "tensorParallelSize": c.tensor_parallel_size,
-            "pipelineParallelSize": c.pipeline_parallel_size,
-            "nodesPerReplica": c.nodes,
-            "maxModelLen": s.max_model_len,
-            "maxNumSeqs": s.max_num_seqs,
-            "maxNumBatchedTokens": s.max_num_batched_tokens,
-            "gpuMemoryUtilization": s.gpu_memory_utilization,
-            "kvCacheTokens": b.kv_cache_tokens,
-            "maxConcurrency": round(b.max_concurrency, 2),
-            "memory": {
-                "totalGiB": round(b.total_gib, 2),
-                "weightsGiB": round(b.weights_gib, 2),
-                "activationGiB": round(b.activation_gib, 2),
-                "nonTorchGiB": round(b.non_torch_gib, 2),
-                "cudaGraphGiB": round(b.cuda_graph_gib, 2),
-                "kvCacheGiB": round(b.kv_cache_gib, 2),
-            },
-            "downloadGiB": round(self.download.gib, 2),
-            "pricePerHour": round(c.price_per_hour * self.replicas, 2),
-            "priceBasis": self.price_basis,
-            "fallbackFrom": self.fallback_from,
-            "engineVersion": self.inputs.version,
-            "enforceEager": s.enforce_eager,
-            "tuning": [*c.tuning, *self.layout_notes],
-            "nodeShape": self._shape_summary(),
-        }
+        return PlanSummary(
+            gpu=f"{c.gpu.name}x{c.gpus}",
+            gpu_type=c.gpu.name,
+            gpu_product=c.gpu.product,
+            gpus_per_replica=c.gpus,
+            tensor_parallel_size=c.tensor_parallel_size,
+            pipeline_parallel_size=c.pipeline_parallel_size,
+            nodes_per_replica=c.nodes,
+            max_model_len=s.max_model_len,
+            max_num_seqs=s.max_num_seqs,
+            max_num_batched_tokens=s.max_num_batched_tokens,
+            gpu_memory_utilization=s.gpu_memory_utilization,
+            kv_cache_tokens=b.kv_cache_tokens,
+            max_concurrency=round(b.max_concurrency, 2),
+            memory=MemoryBreakdown(
+                total_gi_b=round(b.total_gib, 2),
+                weights_gi_b=round(b.weights_gib, 2),
+                activation_gi_b=round(b.activation_gib, 2),
+                non_torch_gi_b=round(b.non_torch_gib, 2),
+                cuda_graph_gi_b=round(b.cuda_graph_gib, 2),
+                kv_cache_gi_b=round(b.kv_cache_gib, 2),
+            ),
+            download_gi_b=round(self.download.gib, 2),
+            price_per_hour=round(c.price_per_hour * self.replicas, 2),
+            price_basis=self.price_basis,
+            fallback_from=self.fallback_from,
+            engine_version=self.inputs.version,
+            enforce_eager=s.enforce_eager,
+            tuning=[*c.tuning, *self.layout_notes],
+            node_shape=self._shape_summary(),
+        )
 
     @property
     def price_basis(self) -> str:
@@ -285,41 +285,41 @@ class Plan:
             return ""
         return charge_text(c.shape, c.pod, c.instances, c.charge)
 
-    def _shape_summary(self) -> dict[str, Any] | None:
+    def _shape_summary(self) -> NodeShapeSummary | None:
         c = self.chosen
         if c.shape is None or c.pod is None:
             return None
         shape = c.shape
         finite = shape.memory_gib != float("inf")
-        return {
-            "name": shape.name,
-            "provider": shape.provider,
-            "gpusPerNode": shape.gpus,
-            "interconnect": shape.interconnect,
-            "rdma": shape.rdma,
-            "hostMemoryGiB": round(shape.memory_gib, 2) if finite else None,
-            "allocatableMemoryGiB": round(shape.allocatable_memory_gib, 2) if finite else None,
-            "vcpus": shape.vcpus if finite else None,
-            "allocatableCPU": round(shape.allocatable_cpu, 2) if finite else None,
-            "pricePerHour": shape.price_per_hour,
-            "priceVerified": shape.price_verified,
-            "priceSource": shape.price_source,
-            "priceAsOf": shape.price_as_of,
-            "instancesPerReplica": c.instances,
-            "chargedShare": round(c.charge.share, 4),
-            "wholeNode": c.charge.whole,
-            "podMemoryGiB": c.pod.memory_gib,
-            "podCPU": c.pod.cpu,
-            "why": c.shape_note,
-            "source": shape.source,
-        }
+        return NodeShapeSummary(
+            name=shape.name,
+            provider=shape.provider,
+            gpus_per_node=shape.gpus,
+            interconnect=shape.interconnect,
+            rdma=shape.rdma,
+            host_memory_gi_b=round(shape.memory_gib, 2) if finite else None,
+            allocatable_memory_gi_b=round(shape.allocatable_memory_gib, 2) if finite else None,
+            vcpus=shape.vcpus if finite else None,
+            allocatable_cpu=round(shape.allocatable_cpu, 2) if finite else None,
+            price_per_hour=shape.price_per_hour,
+            price_verified=shape.price_verified,
+            price_source=shape.price_source,
+            price_as_of=shape.price_as_of,
+            instances_per_replica=c.instances,
+            charged_share=round(c.charge.share, 4),
+            whole_node=c.charge.whole,
+            pod_memory_gi_b=c.pod.memory_gib,
+            pod_cpu=c.pod.cpu,
+            why=c.shape_note,
+            source=shape.source,
+        )
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model.model_id,
             "modelSource": self.model.source,
             "replicas": self.replicas,
-            "plan": self.summary(),
+            "plan": self.summary().model_dump(by_alias=True, mode="json"),
             "settings": {
                 "dtype": self.settings.dtype,
                 "quantization": self.settings.quantization,

@@ -37,8 +37,13 @@ REMEDIATING = "Remediating"
 (:func:`build_remediating_status`) and kept until the workload is available or cannot be scheduled."""
 
 
+def iso(moment: datetime) -> str:
+    """A time as the API server writes it: whole seconds, UTC, ``Z``."""
+    return moment.astimezone(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
 def now_iso() -> str:
-    return datetime.now(UTC).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    return iso(datetime.now(UTC))
 
 
 def _wire(model: BaseModel) -> dict[str, Any]:
@@ -126,7 +131,7 @@ def readiness_from_workload(workload: Mapping[str, Any] | None) -> tuple[bool, s
 def build_deployed_status(
     previous: Mapping[str, Any],
     *,
-    plan_summary: Mapping[str, Any],
+    plan_summary: PlanSummary,
     generation: int | None,
     ready: bool,
     ready_message: str,
@@ -157,13 +162,13 @@ def build_deployed_status(
         # later resync agree on the message and a resync writes nothing.
         message=needs_person or message,
         observed_generation=generation,
-        plan=PlanSummary.model_validate(plan_summary),
+        plan=plan_summary,
         conditions=conditions,
     )
 
 
 def build_replanned_status(
-    previous: Mapping[str, Any], *, plan_summary: Mapping[str, Any], generation: int | None, now: str,
+    previous: Mapping[str, Any], *, plan_summary: PlanSummary, generation: int | None, now: str,
     message: str,
 ) -> Status:  # fmt: skip
     """What :func:`build_deployed_status` writes for a re-plan whose workload is about to be applied
@@ -178,14 +183,14 @@ def build_replanned_status(
     return _status_patch(
         message=message,
         observed_generation=generation,
-        plan=PlanSummary.model_validate(plan_summary),
+        plan=plan_summary,
         conditions=conditions,
     )
 
 
-def plan_status(plan_summary: Mapping[str, Any]) -> Any:
+def plan_status(plan_summary: PlanSummary) -> Any:
     """``status.plan`` as :func:`build_deployed_status` writes it (to compare with the stored one)."""
-    return _status_patch(plan=PlanSummary.model_validate(plan_summary))["plan"]
+    return _status_patch(plan=plan_summary)["plan"]
 
 
 def build_failed_status(

@@ -1,0 +1,213 @@
+"""Whether a model's workload is available: mirrored from its Deployment's watch events, and looked at
+on a back-off while Deploying (with the scheduler's reason when its pods cannot be placed)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, MutableMapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from loadline.api import API_VERSION, KIND
+from loadline.handlers import _events, _kube
+from loadline.handlers._index import INSTANCE_LABEL
+from loadline.handlers._plan import REPLAN_ANNOTATION
+from loadline.render import workload_ref
+from loadline.status import build as _build
+
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
+
+
+def on_workload_event(
+    state: OperatorState,
+    body: kopf.Body,
+    logger: logging.Logger | kopf.Logger,
+    known: Mapping[str, Any] | None = None,
+) -> None:
+    """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status.
+
+    ``known``: the parent as the operator's index last saw it (:func:`_index.model_entry`). Decided on
+    that first, so most events cost no request (nothing changed) or one (the status patch); the patch
+    is refused only when what the decision read (:func:`_build.build_readiness_patch`) changed
+    meanwhile, and the parent is read again then."""
+    meta = body.get("metadata", {})
+    owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
+    if not owners:
+        return
+    ready, message = _build.readiness_from_workload(dict(body))
+    if known is not None and state.roll_outs.predates(known):
+        # The index has not seen this process's own decision yet (it said Deploying, Remediating):
+        # judged on that older entry, the roll-out's end would look like no change, and the model
+        # would stay Deploying until the readiness timer's next look, up to a minute later.
+        known = None
+    for attempt in range(_kube.CONFLICT_RETRIES):
+        parent = (
+            dict(known)
+            if attempt == 0 and known is not None
+            else _kube.get(API_VERSION, KIND, meta.get("namespace"), owners[0]["name"])
+        )
+        if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
+            return
+        changes = _build.build_readiness_status(
+            parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
+        )
+        if changes is None:
+            return
+        try:
+            sets, tested = _build.build_readiness_patch(parent.get("status") or {}, changes)
+            written = _kube.patch_status_tested(parent, sets, tested, changes)
+            break
+        except _kube.Changed:
+            # What readiness is decided on changed between our read and write (reconcile wrote a
+            # phase): read it again and decide again, rather than dropping the workload's news.
+            logger.info(
+                "%s/%s changed meanwhile; deciding its readiness again",
+                meta.get("namespace"),
+                owners[0]["name"],
+            )
+    else:
+        raise kopf.TemporaryError("the InferenceModel kept changing; retrying its readiness", delay=1)
+    if changes.get("phase") != (parent.get("status") or {}).get("phase"):
+        logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
+    # Whether loadline's own restart rolls the pods, as the model was when written (a crash's roll-out
+    # starts before the index shows the decision that started it).
+    written_status = written.get("status") or {}
+    reason = _build.readiness_event_reason(parent.get("status") or {}, changes, written_status)
+    if reason:
+        _events.event(parent, warning=False, reason=reason, message=message)
+
+
+def check_readiness(
+    state: OperatorState, body: kopf.Body, patch: kopf.Patch, memo: MutableMapping[str, Any]
+) -> None:
+    """Level-triggered check while Deploying: catches availability that no child event reported.
+
+    The child's events can arrive before the parent's first status is written (KWOK and small models
+    become available within a second); this timer closes that race without a write when idle. It backs
+    off (:func:`_build.readiness_check_due`); a Deployment is read as its watch events last showed it
+    (:class:`loadline.handlers._state.SeenWorkloads`; a LeaderWorkerSet, not watched, with a GET); the
+    unbound pods are looked at for an unschedulable reason once the model has been Deploying for
+    :data:`UNSCHEDULABLE_AFTER_SECONDS`, until the reason for this version of the workload is found
+    (:func:`unbound_pods`, one LIST per namespace shared by the looks of a few seconds): a stuck model
+    costs one shared read a minute at most and no writes.
+    """
+    if readiness_due(body, memo):
+        read_readiness(state, body, patch, memo)
+
+
+def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
+    """Whether the back-off says to look now (then the look is noted in ``memo``). No I/O: the timer
+    asks this on kopf's event loop and takes a thread only when a look is due."""
+    status = body.get("status") or {}
+    now = datetime.now(UTC)
+    # Without a Ready condition to date it, the episode starts when this process first saw it.
+    since = _build.deploying_since(dict(status)) or memo.setdefault("readiness_first_seen", now)
+    elapsed = (now - since).total_seconds()
+    if memo.get("readiness_since") != since:  # a new Deploying episode: its back-off starts over
+        memo.update(
+            readiness_since=since,
+            readiness_checked_at=None,
+            readiness_workload_version=None,
+            readiness_reason_version=None,
+        )
+    if not _build.readiness_check_due(elapsed, memo.get("readiness_checked_at")):
+        return False
+    memo["readiness_checked_at"] = elapsed
+    return True
+
+
+UNSCHEDULABLE_AFTER_SECONDS = 20.0
+"""How long a model is Deploying before its pods are looked at for the scheduler's reason: pods of a
+burst wait a few seconds for the scheduler anyway, and the reason matters for a model that stays stuck."""
+
+
+def unbound_pods(state: OperatorState, namespace: str, name: str) -> list[dict[str, Any]]:
+    """The model's pods that no node holds yet, the only ones the scheduler can have a reason for.
+
+    Unbound pods are not in the operator's pod watch (it takes bound pods only, for capacity), so they
+    are listed: one LIST per namespace (loadline's pods, ``spec.nodeName=``) serves every model that
+    looks within the age of ``state.unbound_pods``, instead of a LIST per model (at fleet scale a
+    burst's models all pass 20 s Deploying together: a LIST per model was a tenth of the operator's
+    requests)."""
+
+    def read() -> dict[str, list[dict[str, Any]]]:
+        by_model: dict[str, list[dict[str, Any]]] = {}
+        pods = _kube.list_objects(
+            "v1", "Pod", namespace, label_selector=INSTANCE_LABEL, field_selector="spec.nodeName="
+        )
+        for pod in pods:
+            meta = pod.get("metadata") or {}
+            conditions = (pod.get("status") or {}).get("conditions") or []
+            by_model.setdefault(str((meta.get("labels") or {}).get(INSTANCE_LABEL)), []).append(
+                {  # trimmed to what _build.unschedulable_reason reads: kept until the next LIST
+                    "metadata": {"name": meta.get("name")},
+                    "status": {"conditions": [c for c in conditions if c.get("type") == "PodScheduled"]},
+                }
+            )
+        return by_model
+
+    return state.unbound_pods.get(namespace, read).get(name, [])
+
+
+def read_readiness(
+    state: OperatorState,
+    body: kopf.Body,
+    patch: kopf.Patch,
+    memo: MutableMapping[str, Any],
+    replan: bool = False,
+) -> None:
+    """The look itself: the workload (and, when it is not ready, its unbound pods' scheduling).
+
+    ``replan`` (capacity-aware planning): a pod the scheduler cannot place has the model re-planned
+    with its GPU type counted full (:meth:`loadline.sizing.CapacityBook.scheduler_refusal`): another
+    type, or Pending with the scheduler's reason and the fix, rather than Deploying for as long as no
+    room is made."""
+    status = dict(body.get("status") or {})
+    plan = status.get("plan") or {}
+    multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
+    meta = body["metadata"]
+    api_version, kind, workload_name = workload_ref(meta["name"], multi_node)
+    workload = None if multi_node else state.workloads.get(meta["namespace"], workload_name)
+    if workload is None:
+        workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
+    ready, message = _build.readiness_from_workload(workload)
+    version = ((workload or {}).get("metadata") or {}).get("resourceVersion")
+    unchanged = version is not None and memo.get("readiness_workload_version") == version
+    memo["readiness_workload_version"] = version
+    unschedulable = ""
+    elapsed = memo.get("readiness_checked_at") or 0.0
+    # The pods are looked at until the scheduler's reason is found for this version of the workload
+    # (a pod still waiting for the scheduler has none yet); then not again until the workload moves.
+    look_at_pods = (
+        not ready
+        and elapsed >= UNSCHEDULABLE_AFTER_SECONDS
+        and memo.get("readiness_reason_version") != version
+    )
+    if not ready and unchanged and not look_at_pods:
+        return  # nothing moved since the last look (the message in status already says why)
+    if look_at_pods:
+        unschedulable = _build.unschedulable_reason(unbound_pods(state, meta["namespace"], meta["name"]))
+        if unschedulable:
+            memo["readiness_reason_version"] = version
+            message = f"{message}; {unschedulable}"
+            gpu_type = str(plan.get("gpuType") or "")
+            if replan and gpu_type:
+                state.capacity.note_unschedulable(
+                    f"{meta['namespace']}/{meta['name']}", gpu_type, unschedulable
+                )
+                with contextlib.suppress(ApiException):  # the next look, or reconcile's retry, re-plans
+                    _kube.annotate(body, {REPLAN_ANNOTATION: str(version)})
+    changes = _build.build_readiness_status(
+        status, ready=ready, message=message, now=_build.now_iso(), stuck=bool(unschedulable)
+    )
+    if changes:
+        patch.status.update(changes)
+        if changes.get("phase") == "Ready":
+            _events.event(body, warning=False, reason="Ready", message=message)
+        elif unschedulable:
+            _events.event(body, warning=True, reason="Unschedulable", message=unschedulable)

@@ -1,0 +1,160 @@
+"""A crash's remediation rolled out by the crash's own handler, and its hand-over to reconcile.
+
+The decision's status patch carries the plan (:func:`plan_remediation`); the workload alone is then
+applied (:func:`apply_remediation`); what that path cannot do is handed to reconcile by an annotation
+(:func:`ask_reconcile`). Reconcile and the roll-out coordinate through
+:class:`loadline.handlers._state.RollOuts`.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from loadline.api import FleetPolicy
+from loadline.errors import LoadlineError
+from loadline.handlers import _events, _kube, _plan, _policies
+from loadline.handlers._apply import WORKLOAD_KINDS, fingerprint
+from loadline.handlers._settings import OperatorSettings
+from loadline.sizing import ClusterView, Plan
+from loadline.status import build as _build
+
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
+
+#: Set on the model when a crash's remediation is left to reconcile (the crash's id): kopf's update
+#: handler sees the change and reconciles. Outside the "loadline.dev/" prefix on purpose: kopf leaves
+#: annotations of its own storage prefix out of the diff it triggers update handlers on.
+REMEDIATION_ANNOTATION = "remediation.loadline.dev/crash"
+#: Attempts at the annotation that asks reconcile to take a remediation over, and the pause before the next.
+ASK_ATTEMPTS = 3
+ASK_PAUSE_SECONDS = 1.0
+
+
+def ask_reconcile(body: Mapping[str, Any], crash: str, logger: logging.Logger | kopf.Logger) -> bool:
+    """Stamp ``crash`` as :data:`REMEDIATION_ANNOTATION` on the model, so that kopf runs reconcile on
+    it: the plan, every child and the status, with kopf's retries. The path of a remediation the crash's
+    own roll-out cannot make (:func:`plan_remediation` said no, or its apply was refused).
+
+    A refused write is tried :data:`ASK_ATTEMPTS` times (a crash already decided is not decided
+    again, so nothing else would write it). True when it was written."""
+    meta = body["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    for attempt in range(ASK_ATTEMPTS):
+        try:
+            _kube.annotate(body, {REMEDIATION_ANNOTATION: crash})
+        except ApiException as exc:
+            if exc.status == 404 or attempt == ASK_ATTEMPTS - 1:
+                logger.error(
+                    "%s/%s: the remediation of %s was not handed to reconcile (%s)",
+                    namespace, name, crash, _kube.api_error_text(exc),
+                )  # fmt: skip
+                return False
+            time.sleep(ASK_PAUSE_SECONDS * 2**attempt)
+            continue
+        return True
+    return False
+
+
+@dataclass(frozen=True)
+class Remediation:
+    """A crash's remediation planned before its decision is written. Its ``status`` (the plan, what
+    reconcile would write for it) goes in the decision's one status patch and its ``workload`` is then
+    applied by the crash's roll-out: one plan, one status write and one apply per crash, where the
+    roll-out used to be followed by an annotation asking reconcile to plan and render again and
+    write the plan (two more writes of the model and a second plan per crash, a third of the
+    operator's time in a burst of 1,000)."""
+
+    plan: Plan
+    replicas: int
+    workload: dict[str, Any]
+    status: _build.Status
+
+
+def plan_remediation(
+    state: OperatorState,
+    body: Mapping[str, Any],
+    settings: OperatorSettings,
+    view: ClusterView | None = None,
+    policies: list[FleetPolicy] | None = None,
+) -> Remediation | None:
+    """The remediation of ``body`` (the model with the decision's status merged in) when its roll-out
+    is the workload alone: None, leaving it to reconcile, when the plan fails, the model moves between
+    layouts (reconcile removes the old one's children), another child would change or this process has
+    not applied the others for this generation (a restart, a shard handed over: reconcile applies them
+    all), or what the model keeps of its FleetPolicies would change (reconcile writes it and the
+    policies' counts)."""
+    meta = body["metadata"]
+    try:
+        inputs, plan, manifests = _plan.plan_and_render(state, body, settings, view)
+    except (LoadlineError, kopf.TemporaryError):
+        return None
+    previous = dict(body.get("status") or {})
+    if _build.layout_changed(previous.get("plan"), plan.chosen.nodes):
+        return None
+    owner = _build.build_owner_reference(body)
+    workload = None
+    for manifest in manifests:
+        child = _build.with_owner(manifest, owner, meta["namespace"])
+        if child["kind"] in WORKLOAD_KINDS:
+            workload = child
+        elif not state.applied.already(meta, child, fingerprint(child)):
+            return None
+    if workload is None:
+        return None
+    status = _build.build_replanned_status(
+        previous, plan_summary=plan.summary(), generation=meta.get("generation"), now=_build.now_iso(),
+        message=_plan.plan_message(plan),
+    )  # fmt: skip
+    judged = {**body, "status": {**previous, **status}}
+    compliance = _policies.compliance_status(judged, inputs.obj.spec, policies or [], inputs.plan)
+    if _build.status_changes(judged["status"], compliance):
+        return None
+    return Remediation(plan, inputs.obj.spec.replicas, workload, _build.status_changes(previous, status))
+
+
+def apply_remediation(
+    state: OperatorState,
+    body: Mapping[str, Any],
+    remediation: Remediation,
+    logger: logging.Logger | kopf.Logger,
+    settings: OperatorSettings,
+) -> bool:
+    """Apply a remediation's workload (``body``: the model as the decision's write answered). False
+    when the API server refused it: reconcile then takes it over, with kopf's retries."""
+    meta = body["metadata"]
+    namespace, name = str(meta["namespace"]), str(meta["name"])
+    child = remediation.workload
+    with state.roll_outs.lock(namespace, name):
+        try:
+            _, changed = _kube.apply(child, settings.field_manager, state.versions)
+        except ApiException as exc:
+            error = _kube.api_error_text(exc)
+            logger.info("%s/%s: remediation left to reconcile (%s)", namespace, name, error)
+            return False
+    state.applied.note(meta, child, fingerprint(child))
+    state.capacity.note_planned(f"{namespace}/{name}", remediation.plan, remediation.replicas)
+    if changed:
+        logger.info("rolled out %s/%s", child["kind"], child["metadata"]["name"])
+    _events.report_fallback(body, remediation.plan)
+    return True
+
+
+def roll_out(
+    state: OperatorState,
+    settings: OperatorSettings,
+    model: dict[str, Any],
+    crash: str,
+    remediation: Remediation | None,
+    logger: logging.Logger | kopf.Logger,
+) -> None:
+    """Apply the remediation's workload; what it cannot do alone (no remediation planned, the apply
+    refused) is handed to reconcile at once."""
+    if remediation is None or not apply_remediation(state, model, remediation, logger, settings):
+        ask_reconcile(model, crash, logger)
