@@ -1,0 +1,9 @@
+"""Observed memory: what vLLM reported at start-up, and the corrections the fleet learns from it.
+
+Pure: :func:`parse_startup_log` reads a start-up log into an :class:`Observation`; nothing here talks
+to a cluster (the operator reads the log through the API server and hands the text in).
+"""
+
+from loadline.observe._parse import Observation, ObserveError, parse_startup_log
+
+__all__ = ["Observation", "ObserveError", "parse_startup_log"]
