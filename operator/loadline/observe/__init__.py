@@ -4,6 +4,26 @@ Pure: :func:`parse_startup_log` reads a start-up log into an :class:`Observation
 to a cluster (the operator reads the log through the API server and hands the text in).
 """
 
+from loadline.observe._learn import (
+    MAX_CREDIT,
+    MAX_PER_KEY,
+    CorrectionStore,
+    load_store,
+    minor_of,
+    mismatches,
+    record_of,
+)
 from loadline.observe._parse import Observation, ObserveError, parse_startup_log
 
-__all__ = ["Observation", "ObserveError", "parse_startup_log"]
+__all__ = [
+    "MAX_CREDIT",
+    "MAX_PER_KEY",
+    "CorrectionStore",
+    "Observation",
+    "ObserveError",
+    "load_store",
+    "minor_of",
+    "mismatches",
+    "parse_startup_log",
+    "record_of",
+]
