@@ -50,7 +50,7 @@ from loadline.errors import (
     ReferencedObjectError,
     SpecError,
 )
-from loadline.handlers import _build, _kube, _policies
+from loadline.handlers import _build, _kube, _observe, _policies
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
@@ -564,6 +564,7 @@ def _plan_and_render(
         "cluster_shapes": _capacity(cluster).shapes,
         "min_gpus": state.overrides.min_gpus_per_replica or 1,
         "min_gpu_memory_gib": state.overrides.min_gpu_memory_gi_b or 0.0,
+        "corrections": _observe.STORE.current(),  # learned from what vLLM reported (docs/observe.md)
     }
     if not settings.capacity_aware:
         plan = inputs.plan(free_gpus=None, **options)

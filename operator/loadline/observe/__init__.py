@@ -14,16 +14,30 @@ from loadline.observe._learn import (
     record_of,
 )
 from loadline.observe._parse import Observation, ObserveError, parse_startup_log
+from loadline.observe._status import (
+    CAPACITY_CONDITION,
+    capacity_condition,
+    observed_concurrency,
+    observed_status,
+    plan_fingerprint,
+    uncorrected_kv_gib,
+)
 
 __all__ = [
+    "CAPACITY_CONDITION",
     "MAX_CREDIT",
     "MAX_PER_KEY",
     "CorrectionStore",
     "Observation",
     "ObserveError",
+    "capacity_condition",
     "load_store",
     "minor_of",
     "mismatches",
+    "observed_concurrency",
+    "observed_status",
     "parse_startup_log",
+    "plan_fingerprint",
     "record_of",
+    "uncorrected_kv_gib",
 ]

@@ -285,6 +285,9 @@ class Plan:
             "enforceEager": s.enforce_eager,
             "tuning": [*c.tuning, *self.layout_notes, *self.correction_notes],
             "nodeShape": self._shape_summary(),
+            "modelFamily": self.model.architecture.model_type,
+            "quantization": s.quantization,
+            "kvReserveGiB": round(dict(self.inputs.kv_reserve).get(c.gpu.name, 0.0), 4),
         }
 
     @property

@@ -1,0 +1,163 @@
+"""The operator side of observed memory (loadline.handlers._observe): a running model's log read into
+status.observed and the KVCapacity condition, the observation stored, a re-plan asked when vLLM got less
+than the spec needs; and the re-plan holding the shortfall back (the store reaches the planner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+
+from loadline.api import parse_inference_model
+from loadline.handlers import _kube, _observe
+from loadline.handlers._settings import OperatorSettings
+from loadline.observe import CorrectionStore, plan_fingerprint
+from loadline.sizing import plan_inference_model
+
+LOG = (Path(__file__).parent / "corpus" / "startup" / "vllm_0.19.0_llama70b_fp8_tp2_h100.log").read_text()
+SPEC = {
+    "model": {"name": "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic"},
+    "maxModelLen": 8192,
+    "concurrency": 8,
+    "engine": {"version": "0.19.0", "gpuMemoryUtilization": 0.95},
+    "gpu": {"types": ["H100-80GB"]},
+}
+
+
+def _body(spec: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "llama", "namespace": "team-b", "generation": 1, "uid": "u1"},
+        "spec": spec,
+        "status": {"phase": "Ready", "plan": plan, "conditions": []},
+    }
+
+
+class FakeCluster:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, log: str) -> None:
+        self.configmap: dict[str, Any] | None = None
+        self.annotations: list[dict[str, str]] = []
+        pod = {"metadata": {"name": "llama-abc"}, "spec": {"containers": [{"name": "vllm"}]}}
+        monkeypatch.setattr(_observe, "_running_pod", lambda ns, name: pod)
+        monkeypatch.setattr(_observe, "_read_log", lambda ns, pod, container: log)
+        monkeypatch.setattr(_kube, "get", self.get)
+        monkeypatch.setattr(_kube, "apply", self.apply)
+        monkeypatch.setattr(_kube, "annotate", lambda body, ann: self.annotations.append(dict(ann)) or {})
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        assert (kind, name) == ("ConfigMap", "loadline-observations")
+        return self.configmap
+
+    def apply(self, manifest: dict[str, Any], field_manager: str) -> tuple[dict[str, Any], bool]:
+        self.configmap = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": "1"}}
+        return self.configmap, True
+
+
+def _observe_once(monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> tuple[kopf.Patch, FakeCluster]:
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": spec,
+            }
+        ).spec
+    )
+    cluster = FakeCluster(monkeypatch, LOG)
+    patch = kopf.Patch()
+    settings = OperatorSettings(lease_namespace="loadline")
+    _observe.observe(_body(spec, plan.summary()), patch, settings, _observe.Observations(), _logger())
+    return patch, cluster
+
+
+def _logger() -> Any:
+    import logging
+
+    return logging.getLogger("test")
+
+
+def test_status_observed_beside_the_plan_and_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    patch, cluster = _observe_once(monkeypatch, SPEC)
+    observed = patch.status["observed"]
+    assert observed["kvCacheGiB"] == 37.28 and observed["kvCacheTokens"] == 244304
+    assert observed["maxConcurrency"] == 29.82 and observed["vllmVersion"] == "0.19.0"
+    assert observed["pod"] == "llama-abc" and observed["source"] == "pod team-b/llama-abc log"
+    assert abs(observed["kvCacheErrorPercent"]) < 1.0
+    [condition] = [c for c in patch.status["conditions"] if c["type"] == "KVCapacity"]
+    assert condition["status"] == "True"
+    assert cluster.annotations == []  # enough room: no re-plan
+    assert cluster.configmap is not None
+    store = cluster.configmap["data"]["observations.json"]
+    assert '"family": "llama"' in store and '"observedKvCacheGiB": 37.28' in store
+
+
+def test_below_the_spec_is_a_condition_and_a_replan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The spec asks 31 sequences: planned on three or more H100s, vLLM's log (two GPUs' worth) says 29.82.
+    spec = {**SPEC, "concurrency": 31, "gpu": {"types": ["H100-80GB"]}}
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": {**spec, "concurrency": 8},
+            }
+        ).spec
+    )
+    cluster = FakeCluster(monkeypatch, LOG)
+    patch = kopf.Patch()
+    body = _body(spec, plan.summary())
+    _observe.observe(
+        body, patch, OperatorSettings(lease_namespace="loadline"), _observe.Observations(), _logger()
+    )
+    [condition] = [c for c in patch.status["conditions"] if c["type"] == "KVCapacity"]
+    assert condition["status"] == "False" and condition["reason"] == "BelowSpec"
+    assert "room for only 29.82 sequences" in condition["message"]
+    assert [list(a) for a in cluster.annotations] == [[_observe.REPLAN_ANNOTATION]]
+
+
+def test_an_engine_of_other_settings_is_shown_not_learned(monkeypatch: pytest.MonkeyPatch) -> None:
+    patch, cluster = _observe_once(monkeypatch, {**SPEC, "maxModelLen": 16384})
+    assert patch.status["observed"]["kvCacheGiB"] == 37.28
+    assert cluster.configmap is None
+
+
+def test_observed_once_per_plan() -> None:
+    plan = {"gpu": "H100-80GBx2", "engineVersion": "0.19.0", "maxModelLen": 8192}
+    status = {"phase": "Ready", "plan": plan}
+    assert _observe.observing(status)
+    assert not _observe.observing({**status, "observed": {"planFingerprint": plan_fingerprint(plan)}})
+    assert _observe.observing(
+        {
+            **status,
+            "plan": {**plan, "gpu": "H100-80GBx4"},
+            "observed": {"planFingerprint": plan_fingerprint(plan)},
+        }
+    )
+    assert not _observe.observing({**status, "phase": "Deploying"})
+
+
+def test_the_store_reaches_the_planner() -> None:
+    spec = parse_inference_model(
+        {
+            "apiVersion": "loadline.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {"name": "llama"},
+            "spec": SPEC,
+        }
+    ).spec
+    base = plan_inference_model(spec)
+    from loadline.api import ObservationRecord
+
+    short = ObservationRecord.model_validate({
+        "family": "llama", "gpuType": "H100-80GB", "vllmMinor": "0.19", "quantization": "compressed-tensors",
+        "plannedKvCacheGiB": base.budget.kv_cache_gib, "observedKvCacheGiB": base.budget.kv_cache_gib * 0.8,
+        "source": "test",
+    })  # fmt: skip
+    corrected = plan_inference_model(spec, corrections=CorrectionStore.of([short]))
+    assert corrected.summary()["kvReserveGiB"] == pytest.approx(base.budget.kv_cache_gib * 0.2, abs=0.01)
+    assert corrected.budget.kv_cache_gib == pytest.approx(base.budget.kv_cache_gib * 0.8, abs=0.02)
