@@ -10,10 +10,11 @@ the start-up logs are ``tests/corpus/startup`` (each cited in its index.json).
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
-from chart import ChartOperator
+from chart import OPERATOR_NAMESPACE, ChartOperator
 from crash import crash_container
 from kube import E2E_DIR, REPO, Kubectl, wait_for
 from operator_helpers import example, pods_of, wait_phase
@@ -23,16 +24,32 @@ CRASH_LOG = E2E_DIR / "data" / "vllm_0.19.0_gpt_oss_20b_sampler_oom.log"
 STARTUP = REPO / "tests" / "corpus" / "startup"
 
 
+def cri_file(text: str, path: Path) -> Path:
+    """``text`` as a container runtime writes a container's log (the CRI format KWOK reads and the
+    kubelet serves: ``<time> stdout F <line>``); the API server returns the lines as they were."""
+    stamp = "2026-11-28T00:00:00.000000000Z"
+    path.write_text("".join(f"{stamp} stdout F {line}\n" for line in text.splitlines()), encoding="utf-8")
+    return path
+
+
 def serve_logs(
-    kubectl: Kubectl, namespace: str, pod: dict[str, Any], logs: Path, previous: Path | None = None
+    kubectl: Kubectl,
+    namespace: str,
+    pod: dict[str, Any],
+    where: Path,
+    logs: Path,
+    previous: Path | None = None,
 ) -> None:
-    """A KWOK ``Logs`` object for ``pod``: its container's log is ``logs``, its previous one ``previous``."""
+    """A KWOK ``Logs`` object for ``pod``: its container's log is ``logs``, its previous one ``previous``
+    (written in the CRI format into ``where``)."""
     entry: dict[str, Any] = {
         "containers": [c["name"] for c in pod["spec"]["containers"]],
-        "logsFile": str(logs),
+        "logsFile": str(cri_file(logs.read_text(), where / f"{pod['metadata']['name']}.log")),
     }
     if previous is not None:
-        entry["previousLogsFile"] = str(previous)
+        entry["previousLogsFile"] = str(
+            cri_file(previous.read_text(), where / f"{pod['metadata']['name']}.previous.log")
+        )
     doc = {
         "apiVersion": "kwok.x-k8s.io/v1alpha1",
         "kind": "Logs",
@@ -62,7 +79,7 @@ def served(kubectl: Kubectl, namespace: str, pod: str, *flags: str) -> str:
 
 
 def test_an_incident_phase_is_read_from_a_real_crash_log_through_the_api_server(
-    operator: ChartOperator, kubectl: Kubectl, namespace: str
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, tmp_path: Path
 ) -> None:
     doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
     doc["spec"]["gpu"] = {"types": ["L4"]}
@@ -70,9 +87,11 @@ def test_an_incident_phase_is_read_from_a_real_crash_log_through_the_api_server(
     wait_phase(kubectl, namespace, "chat", "Ready")
     [pod] = pods_of(kubectl, namespace, "chat")
     name = pod["metadata"]["name"]
-    serve_logs(kubectl, namespace, pod, STARTUP / "vllm_0.19.0_llama70b_fp8_tp2_h100.log", CRASH_LOG)
+    serve_logs(
+        kubectl, namespace, pod, tmp_path, STARTUP / "vllm_0.19.0_llama70b_fp8_tp2_h100.log", CRASH_LOG
+    )
     previous = served(kubectl, namespace, name, "--previous")
-    assert previous == CRASH_LOG.read_text()
+    assert previous.splitlines() == CRASH_LOG.read_text().splitlines()
     # The termination message says only that the GPU ran out of memory (a thin message: alone, the
     # classifier cannot tell when). The previous log's start says the weights had loaded and the server
     # never served: the "starting" phase, which the timing table reads as a batch misconfiguration.
@@ -88,3 +107,60 @@ def test_an_incident_phase_is_read_from_a_real_crash_log_through_the_api_server(
     found = wait_for(incident, timeout=30, what="the incident in status")
     assert found["class"] == "batch_misconfiguration", found
     assert any("after the weights had loaded but before Ready" in e for e in found["evidence"]), found
+
+
+#: The InferenceModel the server of STARTUP/vllm_0.19.0_llama70b_fp8_tp2_h100.log ran: the planner puts it
+#: on two H100s (TP 2) at vLLM 0.19.0, max-model-len 8192, gpu-memory-utilization 0.95, as the log says.
+LLAMA_70B = {
+    "model": {"name": "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic"},
+    "maxModelLen": 8192,
+    "concurrency": 8,
+    "engine": {"version": "0.19.0", "gpuMemoryUtilization": 0.95},
+    "gpu": {"types": ["H100-80GB"]},
+}
+
+
+def test_observed_memory_in_status_is_kept_and_corrects_the_next_plan_of_its_kind(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    doc = {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "llama-70b", "namespace": namespace},
+        "spec": LLAMA_70B,
+    }
+    kubectl.apply(doc, namespace)
+    ready = wait_phase(kubectl, namespace, "llama-70b", "Ready")
+    plan = ready["status"]["plan"]
+    assert (plan["gpu"], plan["tensorParallelSize"], plan["kvReserveGiB"]) == ("H100-80GBx2", 2, 0.0)
+    [pod] = pods_of(kubectl, namespace, "llama-70b")
+    serve_logs(kubectl, namespace, pod, tmp_path, STARTUP / "vllm_0.19.0_llama70b_fp8_tp2_h100.log")
+
+    def observed() -> dict[str, Any] | None:
+        status = kubectl.json("get", "inferencemodel", "llama-70b", "-n", namespace).get("status") or {}
+        return status if status.get("observed") else None
+
+    status = wait_for(observed, timeout=60, what="status.observed of llama-70b")
+    seen = status["observed"]
+    # vLLM's own figures, read from the pod's log through the API server, beside the plan's.
+    assert (seen["kvCacheGiB"], seen["kvCacheTokens"], seen["maxConcurrency"]) == (37.28, 244304, 29.82)
+    assert seen["weightsGiB"] == 33.88 and seen["vllmVersion"] == "0.19.0"
+    assert seen["plannedKvCacheGiB"] == plan["memory"]["kvCacheGiB"]
+    assert abs(seen["kvCacheErrorPercent"]) < 2.0
+    assert seen["pod"] == pod["metadata"]["name"]
+    [capacity] = [c for c in status["conditions"] if c["type"] == "KVCapacity"]
+    assert capacity["status"] == "True", capacity
+    # Kept in the fleet's store, readable with kubectl.
+    data = kubectl.json("get", "configmap", "loadline-observations", "-n", OPERATOR_NAMESPACE)["data"]
+    records = json.loads(data["observations.json"])["observations"]
+    mine = [r for r in records if r["source"] == f"pod {namespace}/{pod['metadata']['name']} log"]
+    assert len(mine) == 1 and mine[0]["family"] == "llama" and mine[0]["gpuType"] == "H100-80GB", records
+    # The next model of that family, quantization and release on that GPU is planned with it.
+    kubectl.apply({**doc, "metadata": {"name": "llama-70b-next", "namespace": namespace}}, namespace)
+    nxt = wait_phase(kubectl, namespace, "llama-70b-next", "Ready")["status"]["plan"]
+    notes = [t for t in nxt["tuning"] if t.startswith("KV budget corrected by")]
+    assert notes and "of llama on H100-80GB, vLLM 0.19, quantization compressed-tensors" in notes[0], nxt[
+        "tuning"
+    ]
+    shortfall = round(plan["memory"]["kvCacheGiB"] - seen["kvCacheGiB"], 2)
+    assert nxt["kvReserveGiB"] != 0.0 and abs(nxt["kvReserveGiB"]) <= abs(shortfall) + 0.01

@@ -161,3 +161,47 @@ def test_the_store_reaches_the_planner() -> None:
     corrected = plan_inference_model(spec, corrections=CorrectionStore.of([short]))
     assert corrected.summary()["kvReserveGiB"] == pytest.approx(base.budget.kv_cache_gib * 0.2, abs=0.01)
     assert corrected.budget.kv_cache_gib == pytest.approx(base.budget.kv_cache_gib * 0.8, abs=0.02)
+
+
+def test_what_is_written_is_valid_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadline.api import InferenceModelStatus
+
+    patch, _ = _observe_once(monkeypatch, SPEC)
+    status = InferenceModelStatus.model_validate(dict(patch.status))
+    assert status.observed is not None and status.observed.kv_cache_gi_b == 37.28
+
+
+def test_from_prometheus_when_the_log_does_not_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm:cache_config_info answered as Prometheus's HTTP API does (tests/promserver.py's stand-in),
+    its labels as vLLM sets them, with the figures of the 0.19 log: 15269 blocks of 16 tokens."""
+    from tests.promserver import FakePrometheus
+
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": SPEC,
+            }
+        ).spec
+    )
+    cluster = FakeCluster(monkeypatch, "no figures in this log\n")
+    labels = {"__name__": "vllm:cache_config_info", "namespace": "team-b", "pod": "llama-abc", "block_size": "16",
+              "num_gpu_blocks": "15269", "cache_dtype": "auto", "gpu_memory_utilization": "0.95"}  # fmt: skip
+    answer = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": labels, "value": [0, "1"]}]},
+    }
+    prom = FakePrometheus(lambda query: answer)
+    try:
+        settings = OperatorSettings(lease_namespace="loadline", prometheus_url=prom.url)
+        patch = kopf.Patch()
+        _observe.observe(_body(SPEC, plan.summary()), patch, settings, _observe.Observations(), _logger())
+    finally:
+        prom.close()
+    assert prom.queries == ['vllm:cache_config_info{namespace="team-b",pod="llama-abc"}']
+    observed = patch.status["observed"]
+    assert observed["kvCacheTokens"] == 244304 and observed["maxConcurrency"] == 29.82
+    assert observed["source"] == "prometheus vllm:cache_config_info of pod team-b/llama-abc"
+    assert "kvCacheGiB" not in observed and cluster.configmap is None  # no GiB: nothing learned

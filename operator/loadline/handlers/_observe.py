@@ -4,8 +4,9 @@ and acted on when it holds less than the spec asks.
 
 A slow timer on Ready and Degraded models whose plan has not been observed yet (a new plan, another
 layout or release, is observed again). One bounded read of the first pod's log (its start: vLLM's
-start-up lines come first); nothing is written until the log holds vLLM's figures. The decisions are
-the pure :mod:`loadline.observe`'s; this module reads and writes.
+start-up lines come first, with GiB and tokens); where Prometheus is configured and the log does not
+say, vLLM's ``vllm:cache_config_info`` (blocks, so tokens only). Nothing is written until one says.
+The decisions are the pure :mod:`loadline.observe`'s; this module reads and writes.
 
 When vLLM reports room for fewer sequences than ``spec.concurrency``, the condition ``KVCapacity``
 says so and reconcile is asked to plan the model again: the store now holds the observation, so the
@@ -35,16 +36,19 @@ from loadline.handlers._settings import OperatorSettings
 from loadline.observe import (
     CAPACITY_CONDITION,
     CorrectionStore,
+    Observation,
     ObserveError,
     capacity_condition,
     load_store,
     mismatches,
+    observation_from_cache_config,
     observed_status,
     parse_startup_log,
     plan_fingerprint,
     record_of,
     uncorrected_kv_gib,
 )
+from loadline.traffic import CACHE_CONFIG_INFO, PrometheusClient, cache_config_query, samples
 
 #: Phases in which the model's engine runs and has logged its start-up figures.
 OBSERVED_PHASES = frozenset({"Ready", "Degraded"})
@@ -146,6 +150,30 @@ def _read_log(namespace: str, pod: str, container: str) -> str | None:
     return str(text or "")
 
 
+def _from_log(namespace: str, pod: str, container: str) -> tuple[Observation, str] | None:
+    """The start-up figures in the pod's log (GiB and tokens), when it holds them."""
+    text = _read_log(namespace, pod, container)
+    if not text:
+        return None
+    source = f"pod {namespace}/{pod} log"
+    try:
+        return parse_startup_log(text, source=source), source
+    except ObserveError:
+        return None
+
+
+def _from_prometheus(settings: OperatorSettings, namespace: str, pod: str) -> tuple[Observation, str] | None:
+    """The KV cache's blocks from vLLM's ``vllm:cache_config_info`` through Prometheus, where it is
+    configured: for a pod whose log no longer holds its start (rotated) or cannot be read. Tokens only
+    (the metric has no GiB), so it sets the condition but teaches the store nothing."""
+    if not settings.prometheus_url:
+        return None
+    client = PrometheusClient(settings.prometheus_url, timeout=2.0, deadline=3.0)
+    answer = client.query(cache_config_query(namespace, pod), time.time())
+    obs = observation_from_cache_config([labels for labels, _ in samples(answer)])
+    return (obs, f"prometheus {CACHE_CONFIG_INFO} of pod {namespace}/{pod}") if obs is not None else None
+
+
 def _running_pod(namespace: str, name: str) -> dict[str, Any] | None:
     pods = _kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}")
     running = [
@@ -176,14 +204,10 @@ def observe(
         return
     pod_name = str(pod["metadata"]["name"])
     container = str(pod["spec"]["containers"][0]["name"])
-    text = _read_log(namespace, pod_name, container)
-    if not text:
-        return
-    source = f"pod {namespace}/{pod_name} log"
-    try:
-        obs = parse_startup_log(text, source=source)
-    except ObserveError:
-        return  # not yet: the engine has not logged its figures (read again on the next tick)
+    found = _from_log(namespace, pod_name, container) or _from_prometheus(settings, namespace, pod_name)
+    if found is None:
+        return  # not yet: the engine has not said its figures (looked at again on the next tick)
+    obs, source = found
     now = _build.now_iso()
     observed = observed_status(obs, plan, pod=pod_name, source=source, now=now)
     changes: dict[str, Any] = {"observed": observed}

@@ -13,7 +13,12 @@ from loadline.observe._learn import (
     mismatches,
     record_of,
 )
-from loadline.observe._parse import Observation, ObserveError, parse_startup_log
+from loadline.observe._parse import (
+    Observation,
+    ObserveError,
+    observation_from_cache_config,
+    parse_startup_log,
+)
 from loadline.observe._status import (
     CAPACITY_CONDITION,
     capacity_condition,
@@ -34,6 +39,7 @@ __all__ = [
     "load_store",
     "minor_of",
     "mismatches",
+    "observation_from_cache_config",
     "observed_concurrency",
     "observed_status",
     "parse_startup_log",

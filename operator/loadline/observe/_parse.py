@@ -13,8 +13,10 @@ runs out first). Pure: text in, a record out.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from functools import cache
 from importlib import resources
@@ -22,7 +24,7 @@ from typing import Any
 
 from loadline.errors import SpecError
 
-__all__ = ["Observation", "ObserveError", "parse_startup_log"]
+__all__ = ["Observation", "ObserveError", "observation_from_cache_config", "parse_startup_log"]
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: A start-up log's figures are in its first few thousand lines; more than this is not a start-up log.
@@ -239,3 +241,31 @@ def _catalog_gpu(logged: str | None) -> str | None:
         return find_gpu(logged.replace(" ", "-")).name
     except SpecError:
         return None
+
+
+def observation_from_cache_config(engines: Sequence[Mapping[str, str]]) -> Observation | None:
+    """An :class:`Observation` of vLLM's ``vllm:cache_config_info`` labels (one mapping per engine of
+    the pod), or None when no engine has sized its KV cache yet. The metric gives blocks, not GiB:
+    tokens are ``num_gpu_blocks x block_size`` of the engine with the fewest (the pool that fills first)."""
+    sized = []
+    for labels in engines:
+        try:
+            blocks, size = int(labels.get("num_gpu_blocks", "")), int(labels.get("block_size", ""))
+        except ValueError:
+            continue  # "None" until the engine has sized its cache
+        if blocks > 0 and size > 0:
+            sized.append((blocks * size, blocks, labels))
+    if not sized:
+        return None
+    tokens, blocks, labels = min(sized, key=lambda s: s[0])
+    settings: dict[str, Any] = {"block_size": int(labels["block_size"])}
+    if labels.get("cache_dtype"):
+        settings["kv_cache_dtype"] = labels["cache_dtype"]
+    with contextlib.suppress(ValueError):  # absent or not a number: not said
+        settings["gpu_memory_utilization"] = float(labels.get("gpu_memory_utilization", ""))
+    return Observation(
+        kv_cache_tokens=tokens,
+        kv_tokens_source=f"vllm:cache_config_info: {blocks} GPU blocks x block size {settings['block_size']}",
+        gpu_blocks=blocks,
+        settings=settings,
+    )
