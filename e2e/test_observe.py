@@ -11,14 +11,18 @@ the start-up logs are ``tests/corpus/startup`` (each cited in its index.json).
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from chart import OPERATOR_NAMESPACE, ChartOperator
 from crash import crash_container
 from kube import E2E_DIR, REPO, Kubectl, wait_for
 from operator_helpers import example, pods_of, wait_phase
 from test_oom import age_container
+from test_sharding import _restart_replicas
 
 CRASH_LOG = E2E_DIR / "data" / "vllm_0.19.0_gpt_oss_20b_sampler_oom.log"
 STARTUP = REPO / "tests" / "corpus" / "startup"
@@ -164,3 +168,75 @@ def test_observed_memory_in_status_is_kept_and_corrects_the_next_plan_of_its_kin
     ]
     shortfall = round(plan["memory"]["kvCacheGiB"] - seen["kvCacheGiB"], 2)
     assert nxt["kvReserveGiB"] != 0.0 and abs(nxt["kvReserveGiB"]) <= abs(shortfall) + 0.01
+
+
+#: A GPU catalog that believes an H100 has 89 GiB, as a catalog entry for another board or driver might:
+#: the planner then expects 20 % more KV cache than vLLM (whose real log says 79.19 GiB) finds.
+OVERSTATED_H100_GIB = 89.0
+CATALOG_CONFIGMAP = "loadline-e2e-gpus"
+
+
+@pytest.fixture
+def overstated_h100(operator: ChartOperator, kubectl: Kubectl) -> Iterator[ChartOperator]:
+    """The operator rolled out with a GPU catalog (chart value ``gpuCatalog.configMap``) whose H100
+    entry overstates its memory, and an empty observation store; all put back afterwards."""
+    bundled = json.loads((REPO / "operator" / "loadline" / "sizing" / "data" / "gpus.json").read_text())
+    h100 = next(g for g in bundled["gpus"] if g["name"] == "H100-80GB")
+    catalog = {"gpus": [{**h100, "memory_gib": OVERSTATED_H100_GIB, "source": "e2e: overstated on purpose"}]}
+    configmap = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": CATALOG_CONFIGMAP, "namespace": OPERATOR_NAMESPACE},
+        "data": {"gpus.yaml": json.dumps(catalog)},
+    }
+    kubectl.apply(configmap, OPERATOR_NAMESPACE)
+    forget = ("delete", "configmap", "loadline-observations", "-n", OPERATOR_NAMESPACE, "--ignore-not-found")
+    kubectl(*forget)
+    _restart_replicas(operator, {"gpuCatalog": {"configMap": CATALOG_CONFIGMAP}})
+    try:
+        operator.active(timeout=60)
+        yield operator
+    finally:
+        kubectl(*forget)
+        _restart_replicas(operator, {"gpuCatalog": {"configMap": ""}})
+        kubectl("delete", "configmap", CATALOG_CONFIGMAP, "-n", OPERATOR_NAMESPACE, "--ignore-not-found")
+        operator.active(timeout=60)
+
+
+def test_a_model_whose_engine_reports_20_percent_less_kv_than_planned_is_replanned(
+    overstated_h100: ChartOperator, kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    # 32 sequences: two H100s hold 37 of them by the overstated catalog, 29.82 by vLLM's real log.
+    doc = {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "llama-70b", "namespace": namespace},
+        "spec": {**LLAMA_70B, "concurrency": 32},
+    }
+    kubectl.apply(doc, namespace)
+    first = wait_phase(kubectl, namespace, "llama-70b", "Ready")["status"]["plan"]
+    assert first["gpu"] == "H100-80GBx2" and first["maxConcurrency"] >= 32, first
+    [pod] = pods_of(kubectl, namespace, "llama-70b")
+    serve_logs(kubectl, namespace, pod, tmp_path, STARTUP / "vllm_0.19.0_llama70b_fp8_tp2_h100.log")
+
+    def replanned() -> dict[str, Any] | None:
+        status = kubectl.json("get", "inferencemodel", "llama-70b", "-n", namespace).get("status") or {}
+        plan = status.get("plan") or {}
+        return status if status.get("observed") and plan.get("gpu") != "H100-80GBx2" else None
+
+    status = wait_for(replanned, timeout=90, what="llama-70b observed and planned again")
+    seen = status["observed"]
+    assert seen["kvCacheGiB"] == 37.28 and seen["plannedKvCacheGiB"] == first["memory"]["kvCacheGiB"]
+    short = 1 - seen["kvCacheGiB"] / seen["plannedKvCacheGiB"]
+    assert 0.18 < short < 0.22, seen  # vLLM found 20 % less KV cache than the plan counted
+    [capacity] = [c for c in status["conditions"] if c["type"] == "KVCapacity"]
+    assert capacity["status"] == "False" and capacity["reason"] == "BelowSpec", capacity
+    assert "room for only 29.82 sequences" in capacity["message"]
+    # The new plan holds the shortfall back on the H100s and takes more of them, before any crash.
+    plan = status["plan"]
+    assert plan["gpu"] == "H100-80GBx4", plan
+    assert plan["kvReserveGiB"] == pytest.approx(seen["plannedKvCacheGiB"] - seen["kvCacheGiB"], abs=0.02)
+    assert any(
+        t.startswith("KV budget corrected by 1 observation of llama on H100-80GB") for t in plan["tuning"]
+    )
+    assert not status.get("incidents")
