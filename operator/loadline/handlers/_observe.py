@@ -244,8 +244,6 @@ def observe(
         observed.get("maxConcurrency"), concurrency,
     )  # fmt: skip
     if verdict is not None and not verdict[0]:
-        # Reconcile plans again with the store that now holds this observation.
-        try:
-            _kube.annotate(body, {REPLAN_ANNOTATION: json.dumps(time.time())})
-        except ApiException as exc:
-            logger.warning("%s/%s: re-plan not asked: %s", namespace, name, _kube.api_error_text(exc))
+        # Reconcile plans again with the store that now holds this observation. In the same patch as
+        # the status: reconcile then starts from a model that carries the observation and condition.
+        patch.metadata.annotations[REPLAN_ANNOTATION] = json.dumps(time.time())
