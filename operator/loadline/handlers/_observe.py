@@ -217,7 +217,20 @@ def observe(
         ok, reason, message = verdict
         condition = _build.build_condition(CAPACITY_CONDITION, ok, reason, message, meta.get("generation"))
         changes["conditions"] = _build.merge_conditions(status.get("conditions") or [], [condition], now)
-    patch.status.update(changes)
+    below = verdict is not None and not verdict[0]
+    written: Mapping[str, Any] = body
+    if below:
+        # Written here, before the re-plan is asked below: reconcile then starts from a model that holds
+        # the observation and the condition (kopf writes a handler's metadata and status in two
+        # requests, and reconcile's status write, from the first, would drop the condition).
+        try:
+            written = _kube.patch_status(body, changes)
+        except ApiException as exc:
+            if exc.status == 409:
+                return  # the model changed meanwhile: observed again on the next tick
+            raise
+    else:
+        patch.status.update(changes)
     planned = uncorrected_kv_gib(plan)
     differ = mismatches(obs, _plan_settings(plan))
     if differ:  # not the engine the plan describes (a pod of an older plan): shown, not learned from
@@ -243,7 +256,9 @@ def observe(
         namespace, name, obs.kv_cache_gib, observed.get("plannedKvCacheGiB"),
         observed.get("maxConcurrency"), concurrency,
     )  # fmt: skip
-    if verdict is not None and not verdict[0]:
-        # Reconcile plans again with the store that now holds this observation. In the same patch as
-        # the status: reconcile then starts from a model that carries the observation and condition.
-        patch.metadata.annotations[REPLAN_ANNOTATION] = json.dumps(time.time())
+    if below:
+        # Reconcile plans again, with the store that now holds this observation.
+        try:
+            _kube.annotate(written, {REPLAN_ANNOTATION: json.dumps(time.time())})
+        except ApiException as exc:
+            logger.warning("%s/%s: re-plan not asked: %s", namespace, name, _kube.api_error_text(exc))
