@@ -51,6 +51,10 @@ options:
   etcdBinary: ${ETCD_BIN}/etcd
   kwokControllerBinary: ${KWOK_BIN}/kwok
   cacheDir: ${KWOK_WORKDIR}/cache
+  # KWOK runs no containers; its Logs and ClusterLogs objects make the API server's pod log endpoint
+  # (kubectl logs, and the operator's reads) return a file's text for a simulated pod's container
+  # (e2e/test_observe.py serves real vLLM start-up and crash logs so).
+  enableCRDs: [Logs, ClusterLogs]
 # Sized for a fleet (benchmarks/fleet.py: thousands of models, each with a Service): kube-apiserver's
 # default Service range is a /24, whose 255th Service fails with "range is full".
 componentsPatches:

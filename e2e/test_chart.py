@@ -150,6 +150,7 @@ def test_the_identity_is_refused_what_it_does_not_need(operator: ChartOperator, 
         ("update", "leases/other-lease", "-n", OPERATOR_NAMESPACE),
         ("get", "leases/loadline", "-n", "kube-system"),
         ("list", "events", "-n", "default"),  # it posts Events; it reads none
+        ("patch", "configmaps/other", "-n", OPERATOR_NAMESPACE),  # of its own, only the observation store
     ]
     allowed = [
         ("create", "pods", "--subresource=eviction", "-n", "default"),
@@ -157,6 +158,7 @@ def test_the_identity_is_refused_what_it_does_not_need(operator: ChartOperator, 
         ("patch", "inferencemodels.loadline.dev", "--subresource=status", "-n", "default"),
         ("get", f"secrets/{HUB_TOKEN_SECRET}", "-n", "default"),
         ("update", "leases/loadline", "-n", OPERATOR_NAMESPACE),
+        ("patch", "configmaps/loadline-observations", "-n", OPERATOR_NAMESPACE),
         ("list", "nodes"),
     ]
     assert [args for args in refused if can_i(kubectl, *args)] == []

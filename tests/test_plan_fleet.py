@@ -1,7 +1,9 @@
 """Making the planner fast changed no plan: 300 specs of the benchmark fleet (``benchmarks/_fleet.py``), each
 planned from the catalog and as the operator plans it in a known cluster (its shapes and free GPUs), give
 plans identical to those saved from the planner before it was optimised (main's at 6879030, with its
-verified-prices-first rule and price data; saved again when prices became each pod's share of its node;
+verified-prices-first rule and price data; saved again when prices became each pod's share of its node,
+and when the summary gained modelFamily, quantization and kvReserveGiB, every digest first checked equal
+with those three keys left out;
 ``tests/golden/plans/fleet.json``
 holds the digest of every candidate, budget, setting, shape, note, refusal and fix of 3,000 specs;
 ``benchmarks/plan_fleet.py --check-golden tests/golden/plans/fleet.json`` checks all of them)."""

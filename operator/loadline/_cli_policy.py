@@ -23,6 +23,7 @@ from loadline.api import FleetPolicy, InferenceModel, InferenceModelSpec, Manife
 from loadline.errors import LoadlineError
 from loadline.policy import (
     Guard,
+    PlanFn,
     admit,
     apply_defaults,
     combine,
@@ -94,12 +95,14 @@ def govern(
     err: TextIO | None = None,
     vllm_version: str | None = None,
     guard: Guard | None = None,
+    plan_fn: PlanFn = plan_inference_model,
 ) -> list[Governed]:
     """Apply the files' FleetPolicies to the files' InferenceModels, as admission would.
 
     Prints warnings and notes to ``err`` (standard error); raises :class:`PolicyRefusal` naming every
     deny violation. ``vllm_version`` (``render --vllm-version``) replaces the engine version after the
-    defaults, before the checks: the version that will run is the one judged.
+    defaults, before the checks: the version that will run is the one judged. ``plan_fn``: the
+    planner (``plan --observations`` passes one with learned corrections).
     """
     out_err = err or sys.stderr
     guard = guard if guard is not None else env_guard()
@@ -108,7 +111,7 @@ def govern(
     warned: set[str] = set()
     for source, obj in manifests.models:
         try:
-            model = _govern_one(manifests, source, obj, out_err, warned, vllm_version, guard)
+            model = _govern_one(manifests, source, obj, out_err, warned, vllm_version, guard, plan_fn)
         except LoadlineError as exc:  # the core names the field; say which file and object
             raise exc.at(f"{source}: {where(obj)}") from None
         if isinstance(model, Governed):
@@ -134,6 +137,7 @@ def _govern_one(
     warned: set[str],
     vllm_version: str | None,
     guard: Guard,
+    plan_fn: PlanFn = plan_inference_model,
 ) -> Governed | list[str]:
     """One model governed, or the lines of its refusal."""
     namespace = str(obj.metadata.get("namespace") or "default")
@@ -160,7 +164,7 @@ def _govern_one(
     problems = spec_problems(defaulted if adjust is None else adjust(defaulted), guard, policies)
     if problems:  # one line each, as an error of the core is reported (file, object, field, fix)
         return [f"{source}: {where(obj)}: {p}" for p in problems]
-    admission = admit(obj.spec, policies, adjust=adjust)
+    admission = admit(obj.spec, policies, adjust=adjust, plan_fn=plan_fn)
     spec, decision = admission.spec, admission.decision
     notes = tuple(f"{f.path} = {f.value} (default of FleetPolicy {f.policy})" for f in admission.filled)
     for warning in decision.warnings:
@@ -170,7 +174,7 @@ def _govern_one(
     plan = admission.evaluation.plan
     if plan is None or admission.dry_run_only:
         # Warn/dryrun left no plan within all limits, or dryrun policies must not shape the plan.
-        plan = plan_inference_model(planning_spec(spec, combine(enforced(policies))))
+        plan = plan_fn(planning_spec(spec, combine(enforced(policies))))
     return Governed(source, obj.model_copy(update={"spec": spec}), plan, tuple(policies), notes)
 
 

@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import sys
@@ -16,6 +17,7 @@ from loadline._cli_input import read_json
 from loadline._cli_policy import Governed, describe_policies, govern, where
 from loadline.api import InferenceModel, load_manifests
 from loadline.errors import LoadlineError, SpecError
+from loadline.policy import PlanFn
 from loadline.render import resolve_version, vllm_command
 from loadline.sizing import (
     Candidate,
@@ -29,6 +31,7 @@ from loadline.sizing import (
     gpu_catalog,
     model_catalog,
     parse_hf_config,
+    plan_inference_model,
     resolve_dtype,
     resolve_quantization,
 )
@@ -230,7 +233,7 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         print(describe_policies(manifests.policies))
         return 0
     # FleetPolicies among the files govern the models as admission does in the cluster.
-    results = govern(manifests)
+    results = govern(manifests, plan_fn=planner(args.observations))
     for governed in results:
         _check_command(governed)
     _warn_beyond_tables([g.plan.inputs.version for g in results])
@@ -247,6 +250,16 @@ def _cmd_plan(args: argparse.Namespace) -> int:
     else:
         print("\n\n".join(_governed_table(g) for g in results))
     return 0
+
+
+def planner(observations: str | None) -> PlanFn:
+    """The planner, with the learned corrections of an observations file (``--observations``)."""
+    if not observations:
+        return plan_inference_model
+    from loadline._cli_observe import read_store
+
+    store = read_store(observations, "--observations")
+    return functools.partial(plan_inference_model, corrections=store)
 
 
 def _warn_beyond_tables(versions: list[str]) -> None:
@@ -340,6 +353,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="append",
         choices=PROVIDERS,
         help="where the nodes come from (repeatable; replaces spec.gpu.providers); default: any",
+    )
+    plan.add_argument(
+        "--observations",
+        metavar="FILE",
+        help="learned corrections: an ObservationStore ('loadline observe --add-to' writes one) or the "
+        "operator's loadline-observations ConfigMap as YAML",
     )
     plan.set_defaults(func=_cmd_plan)
 

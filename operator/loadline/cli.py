@@ -1,4 +1,5 @@
-"""The ``loadline`` command line: ``run | plan | size | render | classify | crds | agent | gpus | window``.
+"""The ``loadline`` command line: ``run | plan | size | render | classify | observe | crds | agent | gpus |
+window``.
 
 Every sub-command is a thin shell around a pure function of the core; errors from the core
 (:class:`loadline.errors.LoadlineError`) are printed as one line naming the field and the fix, with
@@ -37,7 +38,15 @@ def _add_crds(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     # One registration function per command module; each adds its parser and sets `func`.
-    from loadline import _cli_agent, _cli_oom, _cli_render, _cli_run, _cli_sizing, _cli_window
+    from loadline import (
+        _cli_agent,
+        _cli_observe,
+        _cli_oom,
+        _cli_render,
+        _cli_run,
+        _cli_sizing,
+        _cli_window,
+    )
 
     parser = argparse.ArgumentParser(
         prog="loadline",
@@ -49,6 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
         _cli_sizing.register,
         _cli_render.register,
         _cli_oom.register,
+        _cli_observe.register,
         _cli_run.register,
         _cli_agent.register,
         _cli_window.register,

@@ -18,6 +18,12 @@ from loadline.api._load import (
     parse_spec,
     spec_error_from_validation,
 )
+from loadline.api._observed import (
+    OBSERVATIONS_CONFIGMAP,
+    OBSERVATIONS_KEY,
+    ObservationRecord,
+    ObservationStore,
+)
 from loadline.api._overrides import apply_overrides
 from loadline.api._policy import (
     POLICY_KIND,
@@ -68,6 +74,7 @@ from loadline.api._v1alpha1 import (
     ModelCache,
     ModelSource,
     NodeShapeSummary,
+    ObservedMemory,
     OOMRisk,
     Overrides,
     PersistentVolumeClaimCache,
@@ -85,6 +92,8 @@ __all__ = [
     "DEFAULT_ENGINE_VERSION",
     "GROUP",
     "KIND",
+    "OBSERVATIONS_CONFIGMAP",
+    "OBSERVATIONS_KEY",
     "PLURAL",
     "POLICY_KIND",
     "POLICY_PLURAL",
@@ -120,6 +129,9 @@ __all__ = [
     "ModelSource",
     "NodeShapeSummary",
     "OOMRisk",
+    "ObservationRecord",
+    "ObservationStore",
+    "ObservedMemory",
     "Overrides",
     "PersistentVolumeClaimCache",
     "Phase",

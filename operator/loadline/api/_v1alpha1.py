@@ -618,6 +618,44 @@ class PlanSummary(_Model):
     node_shape: NodeShapeSummary | None = Field(
         default=None, description="The node shape the plan assumes and prices."
     )
+    model_family: str = Field(
+        default="", description="The model's architecture family (config.json's model_type)."
+    )
+    quantization: str = Field(default="", description="The vLLM quantization method planned for.")
+    kv_reserve_gi_b: float = Field(
+        default=0.0,
+        alias="kvReserveGiB",
+        description="GiB per GPU a learned correction holds back from the KV cache (negative: adds), "
+        "counted in memory.nonTorchGiB (docs/observe.md).",
+    )
+
+
+class ObservedMemory(_Model):
+    """What vLLM reported at start-up for the model's running engine, beside the plan's figures."""
+
+    time: datetime = Field(description="When it was read.")
+    pod: str = Field(default="", description="The pod whose log it was read from.")
+    source: str = Field(default="", description="Where it was read: the pod's log through the API server.")
+    plan_fingerprint: str = Field(
+        default="", description="The plan it was observed under; a new plan is observed again."
+    )
+    vllm_version: str | None = Field(default=None, description="vLLM version the engine logged.")
+    weights_gi_b: float | None = Field(default=None, alias="weightsGiB", description="Weights per GPU (GiB).")
+    kv_cache_gi_b: float | None = Field(
+        default=None, alias="kvCacheGiB", description="KV cache per GPU vLLM allocated (GiB)."
+    )
+    kv_cache_tokens: int | None = Field(default=None, description="KV cache tokens of the whole engine.")
+    max_concurrency: float | None = Field(
+        default=None, description="Sequences of maxModelLen that fit, by vLLM's figures."
+    )
+    planned_kv_cache_gi_b: float | None = Field(
+        default=None, alias="plannedKvCacheGiB", description="The plan's KV cache per GPU (GiB)."
+    )
+    planned_kv_cache_tokens: int | None = Field(default=None, description="The plan's KV cache tokens.")
+    planned_max_concurrency: float | None = Field(default=None, description="The plan's max concurrency.")
+    kv_cache_error_percent: float | None = Field(
+        default=None, description="(planned - observed) / observed KV cache GiB, in per cent."
+    )
 
 
 class MeasuredGpuMemory(_Model):
@@ -843,7 +881,7 @@ class InferenceModelStatus(_Model):
     observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Planned, Deployed, Ready, PolicyCompliant, OOMRisk.",
+        description="Planned, Deployed, Ready, PolicyCompliant, OOMRisk, KVCapacity.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     plan: PlanSummary | None = Field(default=None, description="The current plan.")
@@ -872,6 +910,11 @@ class InferenceModelStatus(_Model):
     )
     oom_risk: OOMRisk | None = Field(
         default=None, description="Estimated time to an out-of-memory crash, with the evidence."
+    )
+    observed: ObservedMemory | None = Field(
+        default=None,
+        description="What vLLM reported at start-up (weights, KV cache, max concurrency) beside the plan "
+        "(docs/observe.md); absent until the running engine's log says it.",
     )
     last_handled_configuration: str | None = Field(
         default=None,

@@ -55,6 +55,7 @@ def plan_and_render(
         "cluster_shapes": book.capacity(cluster).shapes,
         "min_gpus": overrides.min_gpus_per_replica or 1,
         "min_gpu_memory_gib": overrides.min_gpu_memory_gi_b or 0.0,
+        "corrections": state.observations.current(),  # learned from what vLLM reported (docs/observe.md)
     }
     if not settings.capacity_aware:
         plan = inputs.plan(free_gpus=None, **options)

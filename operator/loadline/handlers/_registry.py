@@ -24,6 +24,7 @@ from loadline.handlers import (
     _maintenance,
     _measure,
     _metrics,
+    _observe,
     _oom,
     _plan,
     _policies,
@@ -227,6 +228,24 @@ def measured_gpu_memory(
     # holds and kopf starts no timer); bounded by one Prometheus deadline, never blocks long.
     # Every LOADLINE_RISK_INTERVAL_SECONDS also the OOM-risk estimate (memo: per model, per process).
     _measure.measure(body, patch, SETTINGS, logger, memo)
+
+
+def _observable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _observe.observing(status) and _present(meta, kwargs)
+
+
+@kopf.on.startup(id="observations")
+def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
+    """The fleet's learned corrections, for the plans this process makes (docs/observe.md)."""
+    state_of(memo).observations.load(SETTINGS, logger)
+
+
+@kopf.timer(GROUP, VERSION, PLURAL, interval=_observe.INTERVAL_SECONDS, initial_delay=2, when=_observable)
+def observed_memory(
+    body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
+) -> None:
+    # Runs only while the running plan is not observed yet (``when``): one bounded log read a tick.
+    _observe.observe(body, patch, SETTINGS, state_of(memo).observations, logger)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

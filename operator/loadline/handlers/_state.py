@@ -27,6 +27,7 @@ from cachetools import LRUCache
 from loadline.handlers._fleet import CountRefresher
 from loadline.handlers._index import INSTANCE_LABEL, Views
 from loadline.handlers._kube import AppliedVersions, RecentReads
+from loadline.handlers._observe import Observations
 from loadline.hub import ConfigCache
 from loadline.oom import SeenCrashes
 from loadline.sizing import CapacityBook
@@ -227,6 +228,8 @@ class OperatorState:
     claims: RestartClaims = field(default_factory=RestartClaims)
     #: The FleetPolicies' counts, refreshed off the reconcile path.
     counts: CountRefresher = field(default_factory=CountRefresher)
+    #: The fleet's observation store as this process last read or wrote it (docs/observe.md).
+    observations: Observations = field(default_factory=Observations)
 
     def forget_model(self, namespace: str, name: str) -> None:
         """A deleted model's reservations, fingerprints, guard and lock go with it."""

@@ -39,7 +39,7 @@ from loadline.sizing._data import (
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
 from loadline.sizing._params import ParameterCounts, count_parameters
-from loadline.sizing._plan import Candidate, Plan, plan_inference_model
+from loadline.sizing._plan import Candidate, KvCorrections, Plan, plan_inference_model
 from loadline.sizing._resolve import (
     HF_OVERRIDES_FLAG,
     ResolvedModel,
@@ -75,6 +75,7 @@ __all__ = [
     "FreeGPUs",
     "GPUNode",
     "GPUType",
+    "KvCorrections",
     "MemoryBudget",
     "NodeRoom",
     "NodeShape",

@@ -393,6 +393,7 @@ class ModelTerms:
         "per_gpu",
         "per_layer_share",
         "quantization",
+        "reserves",
         "sliding_layers",
         "total_weights",
     )
@@ -410,8 +411,11 @@ class ModelTerms:
         weights_gib_total: float | None,
         coef: ModelCoefficients,
         methods: dict[str, QuantMethod],
+        reserves: tuple[tuple[str, float], ...] = (),
     ) -> None:
         self.arch, self.coef, self.methods = arch, coef, methods
+        #: GPU type → GiB per GPU held back for learned corrections (``SpecInputs.kv_reserve``).
+        self.reserves = {gpu: gib * GIB for gpu, gib in reserves}
         self.dtype, self.quantization, self.kv_cache_dtype = dtype, quantization, kv_cache_dtype
         self.counted, self.block_size = cuda_graph_in_kv_budget, block_size
         if arch.is_state_space:
@@ -433,15 +437,18 @@ class ModelTerms:
         self.per_layer_share = max(per_layer_share, 0.0) / arch.num_layers
         self.edge = max(counts.embedding, counts.lm_head or counts.embedding) * DTYPE_BYTES[dtype]
         self.full_layers = _full_layers(arch)
-        self.layouts: dict[tuple[float, int, int, str], FixedTerms] = {}
-        self.per_gpu: dict[tuple[int, int, str], StaticTerms] = {}
+        self.layouts: dict[tuple[float, int, int, str, str], FixedTerms] = {}
+        self.per_gpu: dict[tuple[int, int, str, str], StaticTerms] = {}
 
-    def static_terms(self, tp: int, pp: int, interconnect: str = "nvlink") -> StaticTerms:
+    def static_terms(self, tp: int, pp: int, interconnect: str = "nvlink", gpu: str = "") -> StaticTerms:
         """What a tp × pp layout holds on its busiest GPU whatever the GPU and the settings
         (:data:`StaticTerms`): the weights and non-torch memory (bytes) and their sum in GiB (what
         :func:`~loadline.sizing._tune.hopeless` compares with the room on a GPU), and the KV cache's
-        shape, from which :class:`FixedTerms` and the planner count blocks."""
-        found = self.per_gpu.get((tp, pp, interconnect))
+        shape, from which :class:`FixedTerms` and the planner count blocks. ``gpu``: the GPU type, whose
+        learned reserve (if any) counts as non-torch memory, so every test of the planner sees it."""
+        if gpu and gpu not in self.reserves:
+            gpu = ""  # types without a reserve share one entry
+        found = self.per_gpu.get((tp, pp, interconnect, gpu))
         if found is None:
             arch, coef = self.arch, self.coef
             if pp == 1:
@@ -449,13 +456,13 @@ class ModelTerms:
             else:
                 weights = (self.per_layer_share * _layers_on_busiest_stage(arch, pp) + self.edge) / tp
             weights += coef.weights_overhead_gib * GIB
-            non_torch = _non_torch_gib(tp, coef, interconnect) * GIB
+            non_torch = _non_torch_gib(tp, coef, interconnect) * GIB + self.reserves.get(gpu, 0.0)
             layers = _layers_on_busiest_stage(arch, pp)
             group_size, full_groups, sliding_groups = _layer_groups(
                 arch.num_layers, self.full_layers, layers, self.sliding_layers
             )
             per_layer = _kv_bytes_per_layer_token(arch, self.kv_cache_dtype, self.dtype, tp)
-            found = self.per_gpu[(tp, pp, interconnect)] = (
+            found = self.per_gpu[(tp, pp, interconnect, gpu)] = (
                 weights,
                 non_torch,
                 weights / GIB + non_torch / GIB,
@@ -474,13 +481,19 @@ class ModelTerms:
         """Weights and non-torch memory on the busiest GPU, GiB."""
         return self.static_terms(tp, pp)[2]
 
-    def layout(self, gpu_memory_gib: float, tp: int, pp: int, interconnect: str = "nvlink") -> FixedTerms:
-        key = (gpu_memory_gib, tp, pp, interconnect)
+    def layout(
+        self, gpu_memory_gib: float, tp: int, pp: int, interconnect: str = "nvlink", gpu: str = ""
+    ) -> FixedTerms:
+        """The :class:`FixedTerms` of one GPU size and layout (``gpu``: the GPU type, for its learned
+        reserve, as :meth:`static_terms`)."""
+        if gpu and gpu not in self.reserves:
+            gpu = ""
+        key = (gpu_memory_gib, tp, pp, interconnect, gpu)
         found = self.layouts.get(key)
         if found is None:
             if len(self.layouts) >= 128:  # GPU sizes × layouts of the catalog fit; bounded all the same
                 self.layouts.clear()
-            found = self.layouts[key] = FixedTerms(self, gpu_memory_gib, tp, pp, interconnect)
+            found = self.layouts[key] = FixedTerms(self, gpu_memory_gib, tp, pp, interconnect, gpu)
         return found
 
 
@@ -531,7 +544,13 @@ class FixedTerms:
     )
 
     def __init__(
-        self, model: ModelTerms, gpu_memory_gib: float, tp: int, pp: int, interconnect: str = "nvlink"
+        self,
+        model: ModelTerms,
+        gpu_memory_gib: float,
+        tp: int,
+        pp: int,
+        interconnect: str = "nvlink",
+        gpu: str = "",
     ) -> None:
         arch, coef = model.arch, model.coef
         self.gpu_memory_gib = gpu_memory_gib
@@ -542,7 +561,7 @@ class FixedTerms:
         self.vocab = _sampled_vocab(arch)
         self.kv_cache = arch.has_kv_cache
         weights, non_torch, _, block_bytes, full_groups, sliding_groups, group_size, per_layer = (
-            model.static_terms(tp, pp, interconnect)
+            model.static_terms(tp, pp, interconnect, gpu)
         )
         self.weights = weights
         self.weights_gib = weights / GIB
@@ -744,6 +763,7 @@ def model_terms(
     weight_bits: float | None,
     weights_gib_total: float | None,
     engine: str = "v1",
+    reserves: tuple[tuple[str, float], ...] = (),
 ) -> ModelTerms:
     """:class:`ModelTerms`, memoised. The key holds the architecture, coefficients and quantization
     table by identity (hashing an architecture walks its per-layer tuple); each entry keeps those
@@ -763,6 +783,7 @@ def model_terms(
         block_size,
         weight_bits,
         weights_gib_total,
+        reserves,
     )
     found = _MODEL_TERMS.peek(key, arch)
     if found is not None:
@@ -782,6 +803,7 @@ def model_terms(
             weights_gib_total,
             coef,
             methods,
+            reserves,
         ),
     )
 

@@ -13,7 +13,7 @@ import statistics
 from dataclasses import dataclass
 from pathlib import Path
 
-from loadline.sizing._arch import parse_hf_config
+from loadline.sizing._arch import Architecture, parse_hf_config
 from loadline.sizing._budget import EngineSettings, MemoryBudget, compute_budget
 from loadline.sizing._data import find_catalog_model
 from loadline.sizing._resolve import resolve_quantization
@@ -44,6 +44,11 @@ class CalibrationRow:
     total_gpu_memory_gib: float = 0.0
     interconnect: str = "nvlink"
     split: str = "calibrate"  # the H100 0.19 set is calibration; public runs by split_for
+    #: What the row was sized from, for replays that size it again (benchmarks/observe.py).
+    settings: EngineSettings | None = None
+    architecture: Architecture | None = None
+    exact_parameters: int | None = None
+    vllm_version: str = ""
 
     @property
     def groups(self) -> tuple[str, ...]:
@@ -139,6 +144,10 @@ def calibrate(csv_path: Path) -> list[CalibrationRow]:
                     total_gpu_memory_gib=float(raw["total_gpu_memory_gib"]),
                     interconnect=interconnect,
                     split=split_for(raw["source_group"]) if raw.get("source_group") else "calibrate",
+                    settings=settings,
+                    architecture=arch,
+                    exact_parameters=entry.parameters,
+                    vllm_version=raw.get("vllm_version", ""),
                 )
             )
     return rows

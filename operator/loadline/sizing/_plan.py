@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Generic, NamedTuple, TypeVar, overload
+from typing import Any, Generic, NamedTuple, Protocol, TypeVar, overload
 
 from loadline.api import InferenceModelSpec, MemoryBreakdown, NodeShapeSummary, PlanSummary
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
@@ -199,6 +199,14 @@ class Deferred(Generic[T]):
         obj.__dict__[self.name] = value
 
 
+class KvCorrections(Protocol):
+    """Learned corrections of the KV budget (``loadline.observe.CorrectionStore`` is one): for a model's
+    architecture family, quantization and vLLM version, per GPU type the GiB per GPU to hold back from
+    the KV cache (negative: to give it, within the store's bound) and how to say so in the plan."""
+
+    def reserves(self, family: str, quantization: str, version: str) -> Sequence[tuple[str, float, str]]: ...
+
+
 @quick_init
 @dataclass(frozen=True)
 class Plan:
@@ -216,6 +224,9 @@ class Plan:
     fallback_from: str = ""
     #: Why the chosen layout has less tensor parallelism than the heads allow (kernel alignment).
     layout_notes: tuple[str, ...] = ()
+    #: "KV budget corrected by N observations of …" when a learned correction shaped the chosen GPU's
+    #: budget (see :class:`KvCorrections`).
+    correction_notes: tuple[str, ...] = ()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -272,8 +283,11 @@ class Plan:
             fallback_from=self.fallback_from,
             engine_version=self.inputs.version,
             enforce_eager=s.enforce_eager,
-            tuning=[*c.tuning, *self.layout_notes],
+            tuning=[*c.tuning, *self.layout_notes, *self.correction_notes],
             node_shape=self._shape_summary(),
+            model_family=self.model.architecture.model_type,
+            quantization=s.quantization,
+            kv_reserve_gi_b=round(dict(self.inputs.kv_reserve).get(c.gpu.name, 0.0), 4),
         )
 
     @property
@@ -994,7 +1008,7 @@ def _judge(
     tp, pp, nodes, _, rejected_key = row
     _, room, ceiling = context
     weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = terms.static_terms(
-        tp, pp, gpu.interconnect
+        tp, pp, gpu.interconnect, gpu.name
     )
     # layout_serves(), with what rules a layout out cheapest first. When the weights and non-torch
     # memory alone exceed the room (hopeless()), neither the defaults (which use less of the GPU, and
@@ -1043,7 +1057,7 @@ def _settle(
     ``sliding_groups``: the layout's :meth:`ModelTerms.static_terms`)."""
     tp, pp, nodes, _, rejected_key = row
     concurrency = inputs.concurrency
-    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect)
+    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect, gpu.name)
     blocks, tokens, starts = fixed.pools.get(base) or fixed.cached_pool(base)
     serves = False
     if starts:  # fixed.serves(pool, length, concurrency), inlined
@@ -1114,7 +1128,7 @@ def _cheapest(
             # _judge's first two tests, inline: most layouts judged here end at them, and a rejected
             # layout's verdict is not needed; _settle does the rest.
             weights, non_torch, static, block_bytes, full_groups, sliding_groups, _, _ = static_terms(
-                row[0], row[1], gpu.interconnect
+                row[0], row[1], gpu.interconnect, gpu.name
             )
             if not static < room:
                 continue
@@ -1172,7 +1186,7 @@ def _new_scans(terms: ModelTerms, plans: tuple[_TypePlan, ...], ceiling: float) 
             continue
         room = plan.gpu.memory_gib * ceiling  # as _context's
         for index, row in enumerate(plan.rows):
-            if static_terms(row[0], row[1], plan.gpu.interconnect)[2] < room:
+            if static_terms(row[0], row[1], plan.gpu.interconnect, plan.gpu.name)[2] < room:
                 if plan.bounds[index] is not _UNPLACEABLE:  # else no layout from here is placed
                     scans.append((plan.bounds[index], order, index))
                 break
@@ -1229,11 +1243,14 @@ def plan_inference_model(
     min_gpus: int = 1,
     min_gpu_memory_gib: float = 0.0,
     cluster_shapes: ClusterShapes | None = None,
+    corrections: KvCorrections | None = None,
 ) -> Plan:
     """Plan one InferenceModel. ``free_gpus`` (GPU type → free GPUs per node, as counts or
     :class:`loadline.sizing.NodeRoom`) makes it capacity aware;
     ``cluster_shapes`` (the cluster's GPU nodes as shapes, :func:`loadline.sizing.cluster_shapes`)
-    restricts the node shapes to those the cluster has (see :func:`allowed_shapes`).
+    restricts the node shapes to those the cluster has (see :func:`allowed_shapes`);
+    ``corrections`` (learned from what vLLM reported, :class:`KvCorrections`) adjust the KV budget of
+    the GPU types they were learned on.
 
     Raises :class:`NoFeasiblePlanError` with one line per rejected candidate when nothing fits.
     """
@@ -1241,6 +1258,12 @@ def plan_inference_model(
     inputs = resolve_inputs(spec, model)
     if cluster_shapes is not None:
         inputs = dataclasses.replace(inputs, cluster=cluster_shapes)
+    said: dict[str, str] = {}
+    if corrections is not None:
+        found = corrections.reserves(model.architecture.model_type, inputs.quantization, inputs.version)
+        said = {gpu: note for gpu, _, note in found}
+        reserve = tuple(sorted((gpu, gib) for gpu, gib, _ in found))
+        inputs = dataclasses.replace(inputs, kv_reserve=reserve)
     names = list(spec.gpu.types) or list(gpu_catalog())
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
@@ -1309,8 +1332,16 @@ def plan_inference_model(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
 
+    notes = (said[chosen.gpu.name],) if chosen.gpu.name in said else ()
     return Plan(
-        model, inputs, chosen, spec.replicas, Later(considered), fallback_from, _layout_notes(inputs, chosen)
+        model,
+        inputs,
+        chosen,
+        spec.replicas,
+        Later(considered),
+        fallback_from,
+        _layout_notes(inputs, chosen),
+        notes,
     )
 
 

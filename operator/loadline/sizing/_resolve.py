@@ -330,6 +330,10 @@ class SpecInputs:
     dedicated_nodes: bool = False
     #: The node shapes the cluster has (the operator's view of its GPU nodes); None: not known.
     cluster: ClusterShapes | None = None
+    #: Learned corrections (``loadline.observe``): per GPU type, GiB per GPU that vLLM was observed not
+    #: to give the KV cache beyond what the budget counts (negative: more than planned, bounded), held
+    #: back as fixed memory beside non-torch memory. Sorted (GPU type, GiB) pairs.
+    kv_reserve: tuple[tuple[str, float], ...] = ()
 
 
 def _env_flag(spec: InferenceModelSpec, name: str) -> bool | None:

@@ -234,7 +234,7 @@ class _Layout:
         self.concurrency = inputs.concurrency if concurrency is None else concurrency
         self.base = defaults(inputs, gpu, self.concurrency)
         self.block_size = version_defaults(inputs.version, gpu.name, gpu.memory_gib)[3]
-        self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect)
+        self.fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect, gpu.name)
         self.interconnect = gpu.interconnect
         self.free_util = inputs.gpu_memory_utilization is None
         self.free_seqs = inputs.max_num_seqs is None
@@ -363,6 +363,7 @@ def terms_for(inputs: SpecInputs) -> ModelTerms:
         engine_version(inputs.version).block_size,
         inputs.weight_bits,
         inputs.weights_gib_total,
+        reserves=inputs.kv_reserve,
     )
 
 
@@ -414,7 +415,7 @@ def serves_concurrencies(
 ) -> Callable[[int], bool]:
     """``n → serves_at(inputs, gpu, tp, pp, concurrency=n)``, with what does not depend on ``n`` done
     once (the layout's terms; vLLM's defaults and the ladder's pools are memoised on them)."""
-    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect)
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect, gpu.name)
     length = inputs.max_model_len
     # defaults(inputs, gpu, concurrency), with the version's table row read once.
     tier_seqs, tier_tokens, tier_utilization, _ = version_defaults(inputs.version, gpu.name, gpu.memory_gib)
@@ -437,7 +438,7 @@ def concurrency_ceiling(
     no activations and no CUDA graphs, over the fewest blocks a sequence takes. vLLM's defaults (a lower
     utilization, activations) and every rung hold no more (:meth:`FixedTerms.may_serve`), so
     ``serves_concurrencies(...)(n)`` is false above it: refusal fixes search the concurrencies below."""
-    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect)
+    fixed = (terms or terms_for(inputs)).layout(gpu.memory_gib, tp, pp, gpu.interconnect, gpu.name)
     pinned = inputs.gpu_memory_utilization
     utilization = pinned or version_defaults(inputs.version, gpu.name, gpu.memory_gib)[2]  # as defaults()
     ceiling = utilization if pinned is not None else max(utilization, MAX_UTILIZATION)  # as ladder_serves
@@ -467,7 +468,7 @@ def tuned(
     tokens = inputs.max_num_batched_tokens or max(tier_tokens, seqs)
     utilization = inputs.gpu_memory_utilization or tier_utilization
     eager = inputs.enforce_eager
-    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect)
+    fixed = terms.layout(gpu.memory_gib, tp, pp, gpu.interconnect, gpu.name)
     config = (seqs, tokens, utilization, eager)
     layout = last = None
     if not fixed.serves(fixed.cached_pool(config), length, concurrency) and not hopeless(

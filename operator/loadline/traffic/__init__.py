@@ -18,6 +18,7 @@ from loadline.traffic._incident import Windows, crash_timestamp, incident_metric
 from loadline.traffic._measured import measured_gpu_memory
 from loadline.traffic._names import (
     AGENT_CONTAINER_MEMORY_USED,
+    CACHE_CONFIG_INFO,
     DCGM_FB_USED,
     KV_CACHE_USAGE_NAMES,
     PREEMPTIONS,
@@ -31,6 +32,7 @@ from loadline.traffic._parse import bucket_increases, samples, scalar, top_bucke
 from loadline.traffic._promql import (
     agent_gpu_memory_growth_query,
     busiest_gpu_memory_query,
+    cache_config_query,
     duration,
     gpu_memory_growth_query,
     gpu_memory_trend_query,
@@ -50,6 +52,7 @@ from loadline.traffic._range import query_range, query_range_async
 
 __all__ = [
     "AGENT_CONTAINER_MEMORY_USED",
+    "CACHE_CONFIG_INFO",
     "DCGM_FB_USED",
     "KV_CACHE_USAGE_NAMES",
     "PREEMPTIONS",
@@ -61,6 +64,7 @@ __all__ = [
     "agent_gpu_memory_growth_query",
     "bucket_increases",
     "busiest_gpu_memory_query",
+    "cache_config_query",
     "crash_timestamp",
     "duration",
     "gpu_memory_growth_query",

@@ -21,6 +21,7 @@ from loadline.versions import release_of_image
 
 __all__ = [
     "AGENT_CONTAINER_MEMORY_USED",
+    "CACHE_CONFIG_INFO",
     "DCGM_FB_USED",
     "KV_CACHE_USAGE_NAMES",
     "PREEMPTIONS",
@@ -53,6 +54,11 @@ KV_CACHE_USAGE_NAMES: tuple[MetricName, ...] = (
     MetricName("vllm:kv_cache_usage_perc", since=(0, 9, 2)),
     MetricName("vllm:gpu_cache_usage_perc", until=(0, 12, 0)),
 )
+#: Info gauge (value 1), per engine: the engine's cache configuration as labels, among them
+#: ``num_gpu_blocks``, ``block_size``, ``cache_dtype`` and ``gpu_memory_utilization`` (V0 and V1; V1
+#: sets ``num_gpu_blocks`` once the KV cache is sized: "vllm cache_config_info with initialization after
+#: num_gpu_blocks is: N" in its log).
+CACHE_CONFIG_INFO = "vllm:cache_config_info"
 #: Gauge, per engine (label ``engine`` in V1): requests in the running batch.
 REQUESTS_RUNNING = "vllm:num_requests_running"
 #: Counter ``vllm:num_preemptions``, exposed with the ``_total`` suffix (same name in V0 and V1).

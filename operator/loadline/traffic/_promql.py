@@ -13,6 +13,7 @@ import re
 
 from loadline.traffic._names import (
     AGENT_CONTAINER_MEMORY_USED,
+    CACHE_CONFIG_INFO,
     DCGM_FB_USED,
     PREEMPTIONS,
     PROMPT_TOKENS_HISTOGRAM,
@@ -184,6 +185,11 @@ def kv_cache_usage_now_query(namespace: str, pod: str, engine_version: str | Non
     (the OOM-risk trend), where :func:`kv_cache_usage_query`'s window maximum would smear the trend."""
     sel = _pod(namespace, pod)
     return " or ".join(f"max({name}{sel})" for name in kv_cache_usage_names(engine_version))
+
+
+def cache_config_query(namespace: str, pod: str) -> str:
+    """vLLM's cache configuration of each of the pod's engines, as labels (:data:`CACHE_CONFIG_INFO`)."""
+    return f"{CACHE_CONFIG_INFO}{_pod(namespace, pod)}"
 
 
 def preemptions_counter_query(namespace: str, pod: str) -> str:

@@ -1,0 +1,218 @@
+"""The operator side of observed memory (loadline.handlers._observe): a running model's log read into
+status.observed and the KVCapacity condition, the observation stored, a re-plan asked when vLLM got less
+than the spec needs; and the re-plan holding the shortfall back (the store reaches the planner)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kopf
+import pytest
+
+from loadline.api import parse_inference_model
+from loadline.handlers import _kube, _observe
+from loadline.handlers._settings import OperatorSettings
+from loadline.observe import CorrectionStore, plan_fingerprint
+from loadline.sizing import plan_inference_model
+
+LOG = (Path(__file__).parent / "corpus" / "startup" / "vllm_0.19.0_llama70b_fp8_tp2_h100.log").read_text()
+SPEC = {
+    "model": {"name": "RedHatAI/Llama-3.3-70B-Instruct-fp8-dynamic"},
+    "maxModelLen": 8192,
+    "concurrency": 8,
+    "engine": {"version": "0.19.0", "gpuMemoryUtilization": 0.95},
+    "gpu": {"types": ["H100-80GB"]},
+}
+
+
+def _body(spec: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "metadata": {"name": "llama", "namespace": "team-b", "generation": 1, "uid": "u1"},
+        "spec": spec,
+        "status": {"phase": "Ready", "plan": plan, "conditions": []},
+    }
+
+
+class FakeCluster:
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, log: str) -> None:
+        self.configmap: dict[str, Any] | None = None
+        pod = {"metadata": {"name": "llama-abc"}, "spec": {"containers": [{"name": "vllm"}]}}
+        monkeypatch.setattr(_observe, "_running_pod", lambda ns, name: pod)
+        monkeypatch.setattr(_observe, "_read_log", lambda ns, pod, container: log)
+        monkeypatch.setattr(_kube, "get", self.get)
+        monkeypatch.setattr(_kube, "apply", self.apply)
+        self.status_writes: list[dict[str, Any]] = []
+        self.annotations: list[dict[str, str]] = []
+        monkeypatch.setattr(
+            _kube, "patch_status", lambda obj, changes: self.status_writes.append(dict(changes)) or dict(obj)
+        )
+        monkeypatch.setattr(
+            _kube, "annotate", lambda obj, ann: self.annotations.append(dict(ann)) or dict(obj)
+        )
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        assert (kind, name) == ("ConfigMap", "loadline-observations")
+        return self.configmap
+
+    def apply(
+        self, manifest: dict[str, Any], field_manager: str, versions: object = None
+    ) -> tuple[dict[str, Any], bool]:
+        self.configmap = {**manifest, "metadata": {**manifest["metadata"], "resourceVersion": "1"}}
+        return self.configmap, True
+
+
+def _observe_once(monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> tuple[kopf.Patch, FakeCluster]:
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": spec,
+            }
+        ).spec
+    )
+    cluster = FakeCluster(monkeypatch, LOG)
+    patch = kopf.Patch()
+    settings = OperatorSettings(lease_namespace="loadline")
+    _observe.observe(_body(spec, plan.summary().model_dump(by_alias=True, mode="json")), patch, settings, _observe.Observations(), _logger())
+    return patch, cluster
+
+
+def _logger() -> Any:
+    import logging
+
+    return logging.getLogger("test")
+
+
+def test_status_observed_beside_the_plan_and_stored(monkeypatch: pytest.MonkeyPatch) -> None:
+    patch, cluster = _observe_once(monkeypatch, SPEC)
+    observed = patch.status["observed"]
+    assert observed["kvCacheGiB"] == 37.28 and observed["kvCacheTokens"] == 244304
+    assert observed["maxConcurrency"] == 29.82 and observed["vllmVersion"] == "0.19.0"
+    assert observed["pod"] == "llama-abc" and observed["source"] == "pod team-b/llama-abc log"
+    assert abs(observed["kvCacheErrorPercent"]) < 1.0
+    [condition] = [c for c in patch.status["conditions"] if c["type"] == "KVCapacity"]
+    assert condition["status"] == "True"
+    assert cluster.annotations == [] and cluster.status_writes == []  # enough room: no re-plan
+    assert cluster.configmap is not None
+    store = cluster.configmap["data"]["observations.json"]
+    assert '"family": "llama"' in store and '"observedKvCacheGiB": 37.28' in store
+
+
+def test_below_the_spec_is_a_condition_and_a_replan(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The spec asks 31 sequences: planned on three or more H100s, vLLM's log (two GPUs' worth) says 29.82.
+    spec = {**SPEC, "concurrency": 31, "gpu": {"types": ["H100-80GB"]}}
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": {**spec, "concurrency": 8},
+            }
+        ).spec
+    )
+    cluster = FakeCluster(monkeypatch, LOG)
+    patch = kopf.Patch()
+    body = _body(spec, plan.summary().model_dump(by_alias=True, mode="json"))
+    _observe.observe(
+        body, patch, OperatorSettings(lease_namespace="loadline"), _observe.Observations(), _logger()
+    )
+    # The status is written first, then the re-plan asked (reconcile starts from the written model).
+    [written] = cluster.status_writes
+    [condition] = [c for c in written["conditions"] if c["type"] == "KVCapacity"]
+    assert condition["status"] == "False" and condition["reason"] == "BelowSpec"
+    assert "room for only 29.82 sequences" in condition["message"]
+    assert [list(a) for a in cluster.annotations] == [[_observe.REPLAN_ANNOTATION]]
+    assert not dict(patch)
+
+
+def test_an_engine_of_other_settings_is_shown_not_learned(monkeypatch: pytest.MonkeyPatch) -> None:
+    patch, cluster = _observe_once(monkeypatch, {**SPEC, "maxModelLen": 16384})
+    assert patch.status["observed"]["kvCacheGiB"] == 37.28
+    assert cluster.configmap is None
+
+
+def test_observed_once_per_plan() -> None:
+    plan = {"gpu": "H100-80GBx2", "engineVersion": "0.19.0", "maxModelLen": 8192}
+    status = {"phase": "Ready", "plan": plan}
+    assert _observe.observing(status)
+    assert not _observe.observing({**status, "observed": {"planFingerprint": plan_fingerprint(plan)}})
+    assert _observe.observing(
+        {
+            **status,
+            "plan": {**plan, "gpu": "H100-80GBx4"},
+            "observed": {"planFingerprint": plan_fingerprint(plan)},
+        }
+    )
+    assert not _observe.observing({**status, "phase": "Deploying"})
+
+
+def test_the_store_reaches_the_planner() -> None:
+    spec = parse_inference_model(
+        {
+            "apiVersion": "loadline.dev/v1alpha1",
+            "kind": "InferenceModel",
+            "metadata": {"name": "llama"},
+            "spec": SPEC,
+        }
+    ).spec
+    base = plan_inference_model(spec)
+    from loadline.api import ObservationRecord
+
+    short = ObservationRecord.model_validate({
+        "family": "llama", "gpuType": "H100-80GB", "vllmMinor": "0.19", "quantization": "compressed-tensors",
+        "plannedKvCacheGiB": base.budget.kv_cache_gib, "observedKvCacheGiB": base.budget.kv_cache_gib * 0.8,
+        "source": "test",
+    })  # fmt: skip
+    corrected = plan_inference_model(spec, corrections=CorrectionStore.of([short]))
+    assert corrected.summary().model_dump(by_alias=True, mode="json")["kvReserveGiB"] == pytest.approx(base.budget.kv_cache_gib * 0.2, abs=0.01)
+    assert corrected.budget.kv_cache_gib == pytest.approx(base.budget.kv_cache_gib * 0.8, abs=0.02)
+
+
+def test_what_is_written_is_valid_status(monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadline.api import InferenceModelStatus
+
+    patch, _ = _observe_once(monkeypatch, SPEC)
+    status = InferenceModelStatus.model_validate(dict(patch.status))
+    assert status.observed is not None and status.observed.kv_cache_gi_b == 37.28
+
+
+def test_from_prometheus_when_the_log_does_not_say(monkeypatch: pytest.MonkeyPatch) -> None:
+    """vllm:cache_config_info answered as Prometheus's HTTP API does (tests/promserver.py's stand-in),
+    its labels as vLLM sets them, with the figures of the 0.19 log: 15269 blocks of 16 tokens."""
+    from tests.promserver import FakePrometheus
+
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": SPEC,
+            }
+        ).spec
+    )
+    cluster = FakeCluster(monkeypatch, "no figures in this log\n")
+    labels = {"__name__": "vllm:cache_config_info", "namespace": "team-b", "pod": "llama-abc", "block_size": "16",
+              "num_gpu_blocks": "15269", "cache_dtype": "auto", "gpu_memory_utilization": "0.95"}  # fmt: skip
+    answer = {
+        "status": "success",
+        "data": {"resultType": "vector", "result": [{"metric": labels, "value": [0, "1"]}]},
+    }
+    prom = FakePrometheus(lambda query: answer)
+    try:
+        settings = OperatorSettings(lease_namespace="loadline", prometheus_url=prom.url)
+        patch = kopf.Patch()
+        _observe.observe(_body(SPEC, plan.summary().model_dump(by_alias=True, mode="json")), patch, settings, _observe.Observations(), _logger())
+    finally:
+        prom.close()
+    assert prom.queries == ['vllm:cache_config_info{namespace="team-b",pod="llama-abc"}']
+    observed = patch.status["observed"]
+    assert observed["kvCacheTokens"] == 244304 and observed["maxConcurrency"] == 29.82
+    assert observed["source"] == "prometheus vllm:cache_config_info of pod team-b/llama-abc"
+    assert "kvCacheGiB" not in observed and cluster.configmap is None  # no GiB: nothing learned
