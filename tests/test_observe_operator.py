@@ -78,7 +78,13 @@ def _observe_once(monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> tupl
     cluster = FakeCluster(monkeypatch, LOG)
     patch = kopf.Patch()
     settings = OperatorSettings(lease_namespace="loadline")
-    _observe.observe(_body(spec, plan.summary().model_dump(by_alias=True, mode="json")), patch, settings, _observe.Observations(), _logger())
+    _observe.observe(
+        _body(spec, plan.summary().model_dump(by_alias=True, mode="json")),
+        patch,
+        settings,
+        _observe.Observations(),
+        _logger(),
+    )
     return patch, cluster
 
 
@@ -170,7 +176,9 @@ def test_the_store_reaches_the_planner() -> None:
         "source": "test",
     })  # fmt: skip
     corrected = plan_inference_model(spec, corrections=CorrectionStore.of([short]))
-    assert corrected.summary().model_dump(by_alias=True, mode="json")["kvReserveGiB"] == pytest.approx(base.budget.kv_cache_gib * 0.2, abs=0.01)
+    assert corrected.summary().model_dump(by_alias=True, mode="json")["kvReserveGiB"] == pytest.approx(
+        base.budget.kv_cache_gib * 0.2, abs=0.01
+    )
     assert corrected.budget.kv_cache_gib == pytest.approx(base.budget.kv_cache_gib * 0.8, abs=0.02)
 
 
@@ -208,7 +216,13 @@ def test_from_prometheus_when_the_log_does_not_say(monkeypatch: pytest.MonkeyPat
     try:
         settings = OperatorSettings(lease_namespace="loadline", prometheus_url=prom.url)
         patch = kopf.Patch()
-        _observe.observe(_body(SPEC, plan.summary().model_dump(by_alias=True, mode="json")), patch, settings, _observe.Observations(), _logger())
+        _observe.observe(
+            _body(SPEC, plan.summary().model_dump(by_alias=True, mode="json")),
+            patch,
+            settings,
+            _observe.Observations(),
+            _logger(),
+        )
     finally:
         prom.close()
     assert prom.queries == ['vllm:cache_config_info{namespace="team-b",pod="llama-abc"}']
