@@ -29,6 +29,7 @@ from loadline.handlers import (
     _oom,
     _policies,
     _reconcile,
+    _scale,
     _shards,
     _storage,
     _toggles,
@@ -270,6 +271,7 @@ def workload_event(body: kopf.Body, logger: kopf.Logger, type: str | None, **kwa
     owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
     known = next(iter(kwargs["owned_models"].get(f"{body['metadata'].get('namespace')}/{owner}", ())), None)
     _reconcile.on_workload_event(body, logger, known)
+    _scale.sync_scale_status(body, known, logger)  # the scale subresource's status.replicas/selector
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
@@ -310,6 +312,11 @@ def _roll_out_model(
 
 def _deleted(type: str | None, **_: Any) -> bool:
     return type == "DELETED"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, when=lambda type, **_: type != "DELETED")
+def model_gauges(body: kopf.Body, **_: Any) -> None:
+    _scale.model_gauges(body)  # replicas and GPU memory series (no I/O)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)

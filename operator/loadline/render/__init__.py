@@ -22,7 +22,7 @@ from loadline.render._flags import (
     resolve_version,
     version_text,
 )
-from loadline.render._names import child_kinds, service_name, workload_ref
+from loadline.render._names import child_kinds, pod_selector, service_name, workload_ref
 from loadline.render._render import (
     ANNOTATION_NOTES,
     ANNOTATION_PLAN,
@@ -60,6 +60,7 @@ __all__ = [
     "flag_table",
     "manifests_yaml",
     "pod_resources",
+    "pod_selector",
     "render_manifests",
     "resolve_version",
     "service_name",
