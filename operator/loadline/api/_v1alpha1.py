@@ -692,6 +692,17 @@ class PlanSummary(_Model):
             "nodes (priceBasis says which)."
         ),
     )
+    price_per_replica_per_hour: float | None = Field(
+        default=None,
+        description="With spec.autoscaling: what one replica costs per hour (USD), as pricePerHour counts.",
+    )
+    max_replicas: int | None = Field(
+        default=None, description="spec.autoscaling.maxReplicas: the most replicas the autoscaler may run."
+    )
+    max_price_per_hour: float | None = Field(
+        default=None,
+        description="What maxReplicas replicas cost per hour (USD): the most the autoscaler may spend.",
+    )
     price_basis: str = Field(
         default="",
         description=(

@@ -50,7 +50,7 @@ from loadline.errors import (
     ReferencedObjectError,
     SpecError,
 )
-from loadline.handlers import _build, _kube, _policies
+from loadline.handlers import _build, _kube, _policies, _scale
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
@@ -575,7 +575,11 @@ def _plan_and_render(
                 free = {**free, refused[0]: []}
             plan = inputs.plan(free_gpus=free, **options)
             _hold(meta["namespace"], meta["name"], plan, inputs.obj.spec.replicas)
-    return inputs, plan, render_manifests(inputs.obj, plan)
+    return (
+        inputs,
+        plan,
+        [*render_manifests(inputs.obj, plan), *_scale.autoscaling_children(body, inputs.obj, settings)],
+    )
 
 
 #: Set on the model when a crash's remediation is left to reconcile (the crash's id): kopf's update
@@ -847,7 +851,8 @@ def _reconcile_unguarded(
     if missing:
         message = (
             f"the cluster does not serve {', '.join(missing)}; install it "
-            "(multi-node replicas need the LeaderWorkerSet controller, sigs.k8s.io/lws)"
+            "(multi-node replicas need the LeaderWorkerSet controller, sigs.k8s.io/lws; spec.autoscaling "
+            "needs KEDA, keda.sh)"
         )
         _fail(body, patch, reason="MissingAPI", message=message, phase="Pending")
         raise kopf.TemporaryError(message, delay=max(settings.retry_delay_seconds, 60))

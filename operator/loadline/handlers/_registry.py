@@ -399,6 +399,12 @@ def validate_inference_model(body: kopf.Body, warnings: list[str], **kwargs: Any
     _admission.validate_model(body, kwargs.get("old"), kwargs.get("operation"), warnings, policies, SETTINGS)
 
 
+@kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel-scale", subresource="scale",
+                  operations=["UPDATE"], registry=ADMISSION)  # fmt: skip
+def validate_inference_model_scale(body: kopf.Body, warnings: list[str], **kwargs: Any) -> None:
+    _scale.validate_scale(body, warnings, _index_policies(kwargs), SETTINGS)
+
+
 @kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id="validate-fleetpolicy", operations=["CREATE", "UPDATE"],
                   registry=ADMISSION)  # fmt: skip
 def validate_fleet_policy(body: kopf.Body, **_: Any) -> None:

@@ -9,6 +9,7 @@ renders the workload with it.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -16,11 +17,12 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import API_VERSION, KIND
-from loadline.handlers import _kube, _metrics
-from loadline.render import pod_selector
+from loadline.api import API_VERSION, KIND, InferenceModel
+from loadline.handlers import _admission, _kube, _metrics
+from loadline.handlers._settings import OperatorSettings
+from loadline.render import SCALEDOBJECT, pod_selector, render_scaled_object
 
-__all__ = ["model_gauges", "scale_status", "sync_scale_status"]
+__all__ = ["autoscaling_children", "model_gauges", "scale_status", "sync_scale_status", "validate_scale"]
 
 GIB = 1024**3
 
@@ -78,3 +80,43 @@ def model_gauges(body: Mapping[str, Any]) -> None:
     for source, value in (("plan", planned), ("measured", measured.get("maxUsedGiB"))):
         if isinstance(value, int | float):
             _metrics.MODEL_GPU_MEMORY.labels(namespace, name, source).set(float(value) * GIB)
+
+
+def _had_autoscaling(body: Mapping[str, Any]) -> bool:
+    """Whether the spec last acted on (kopf's diff base, status.lastHandledConfiguration) had it."""
+    last = (body.get("status") or {}).get("lastHandledConfiguration")
+    try:
+        handled = json.loads(last) if isinstance(last, str) else {}
+    except ValueError:
+        return False
+    return isinstance(handled, dict) and bool((handled.get("spec") or {}).get("autoscaling"))
+
+
+def autoscaling_children(
+    body: Mapping[str, Any], obj: InferenceModel, settings: OperatorSettings
+) -> list[dict[str, Any]]:
+    """The model's KEDA ScaledObject (applied with its other children), none without spec.autoscaling;
+    the one an autoscaling since removed left is deleted here (replicas stay where it left them)."""
+    namespace = str(body["metadata"]["namespace"])
+    scaled = render_scaled_object(obj, namespace, settings.prometheus_url)
+    if scaled is not None:
+        return [scaled]
+    if _had_autoscaling(body) and _kube.has_kind(*SCALEDOBJECT):
+        _kube.delete(*SCALEDOBJECT, namespace, str(body["metadata"]["name"]))
+    return []
+
+
+def validate_scale(
+    scale: Mapping[str, Any], warnings: list[str], policies: list[Any], settings: OperatorSettings
+) -> None:
+    """Admission of a write to the scale subresource (``kubectl scale``, an HPA, KEDA): the model with
+    the new ``spec.replicas`` is judged as an update of its spec would be (a FleetPolicy's maxReplicas,
+    its price limit), so a scale beyond them is refused with the field and the fix, never half-applied."""
+    meta = scale.get("metadata") or {}
+    replicas = (scale.get("spec") or {}).get("replicas")
+    name = meta.get("name")
+    model = _kube.get(API_VERSION, KIND, meta.get("namespace"), name) if isinstance(name, str) else None
+    if model is None or not isinstance(replicas, int):
+        return  # the API server answers 404 / refuses the Scale's own schema
+    scaled = {**model, "spec": {**(model.get("spec") or {}), "replicas": replicas}}
+    _admission.validate_model(scaled, model, "UPDATE", warnings, policies, settings)

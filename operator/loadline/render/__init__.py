@@ -8,6 +8,7 @@ rendering, for the operator (readiness of the workload, clean-up after a layout 
 """
 
 from loadline.render._args import PORT, VllmCommand, vllm_command
+from loadline.render._autoscaling import SCALEDOBJECT, autoscaling_query, render_scaled_object
 from loadline.render._flags import (
     CodeFlag,
     FlagSpec,
@@ -44,12 +45,14 @@ __all__ = [
     "LABEL_MODEL",
     "MANAGED_BY",
     "PORT",
+    "SCALEDOBJECT",
     "CodeFlag",
     "FlagSpec",
     "FlagTable",
     "Launcher",
     "PodResources",
     "VllmCommand",
+    "autoscaling_query",
     "beyond_table",
     "canonical_flag",
     "check_extra_args",
@@ -62,6 +65,7 @@ __all__ = [
     "pod_resources",
     "pod_selector",
     "render_manifests",
+    "render_scaled_object",
     "resolve_version",
     "service_name",
     "version_text",

@@ -216,6 +216,8 @@ class Plan:
     fallback_from: str = ""
     #: Why the chosen layout has less tensor parallelism than the heads allow (kernel alignment).
     layout_notes: tuple[str, ...] = ()
+    #: ``spec.autoscaling.maxReplicas``: the most replicas the model may run, priced in the summary.
+    max_replicas: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -268,6 +270,16 @@ class Plan:
             },
             "downloadGiB": round(self.download.gib, 2),
             "pricePerHour": round(c.price_per_hour * self.replicas, 2),
+            # With spec.autoscaling: what one replica costs and what its maxReplicas would.
+            **(
+                {
+                    "pricePerReplicaPerHour": round(c.price_per_hour, 2),
+                    "maxReplicas": self.max_replicas,
+                    "maxPricePerHour": round(c.price_per_hour * self.max_replicas, 2),
+                }
+                if self.max_replicas is not None
+                else {}
+            ),
             "priceBasis": self.price_basis,
             "fallbackFrom": self.fallback_from,
             "engineVersion": self.inputs.version,
@@ -1309,8 +1321,16 @@ def plan_inference_model(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
 
+    top = spec.autoscaling.max_replicas if spec.autoscaling is not None else None
     return Plan(
-        model, inputs, chosen, spec.replicas, Later(considered), fallback_from, _layout_notes(inputs, chosen)
+        model,
+        inputs,
+        chosen,
+        spec.replicas,
+        Later(considered),
+        fallback_from,
+        _layout_notes(inputs, chosen),
+        top,
     )
 
 
