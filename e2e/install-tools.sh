@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build (or find in the cache) every binary the local control plane needs.
 #
-#   e2e/install-tools.sh [kubernetes] [etcd] [kwok] [helm] [lws] [keda] [prometheus]
+#   e2e/install-tools.sh [kubernetes] [etcd] [kwok] [helm] [lws] [keda] [promcrds] [prometheus]
 #
 # With no arguments all components are installed. Components already in the
 # cache are skipped, so a warm machine returns in a second. Everything is built
@@ -231,6 +231,25 @@ build_keda() {
   date -u +%FT%TZ >"${KEDA_BIN}/.complete"
 }
 
+# ---------------------------------------------------------------- promcrds
+# The Prometheus Operator's CRDs for the objects the chart can render (PodMonitor, ServiceMonitor,
+# PrometheusRule), copied from the module github.com/prometheus-operator/prometheus-operator
+# (example/prometheus-operator-crd/) of the pinned version: e2e applies them so the real API server
+# judges the chart's monitors and rules. Nothing is built.
+install_promcrds() {
+  local src="${LOADLINE_CACHE}/src/promcrds-${PROMETHEUS_OPERATOR_VERSION}" dir kind
+  mkdir -p "${src}" "${PROMCRDS_DIR}"
+  printf 'module loadline.dev/e2e/promcrds\n\ngo 1.24\n' >"${src}/go.mod"
+  dir=$(cd "${src}" && "${GO}" mod download -json "github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION}" |
+    sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$/\1/p')
+  [[ -d "${dir}/example/prometheus-operator-crd" ]] ||
+    die "no example/prometheus-operator-crd in github.com/prometheus-operator/prometheus-operator@${PROMETHEUS_OPERATOR_VERSION} (${dir})"
+  for kind in podmonitors servicemonitors prometheusrules; do
+    install -m 0644 "${dir}/example/prometheus-operator-crd/monitoring.coreos.com_${kind}.yaml" "${PROMCRDS_DIR}/"
+  done
+  date -u +%FT%TZ >"${PROMCRDS_DIR}/.complete"
+}
+
 # ---------------------------------------------------------------- prometheus
 # Debian's prometheus package (Prometheus and promtool), downloaded with apt and
 # unpacked into the cache: nothing is installed system-wide and no service is
@@ -266,7 +285,7 @@ component_ready() { [[ -f "$1/.complete" ]]; }
 
 main() {
   local components=("$@")
-  ((${#components[@]})) || components=(kubernetes etcd kwok helm lws keda prometheus)
+  ((${#components[@]})) || components=(kubernetes etcd kwok helm lws keda promcrds prometheus)
   local total_start c
   total_start=$(date +%s)
   for c in "${components[@]}"; do
@@ -289,10 +308,13 @@ main() {
       keda)
         if component_ready "${KEDA_BIN}"; then skip keda "${KEDA_BIN}"; else
           check_disk 4; timed keda build_keda; fi ;;
+      promcrds)
+        if component_ready "${PROMCRDS_DIR}"; then skip promcrds "${PROMCRDS_DIR}"; else
+          check_disk 1; timed promcrds install_promcrds; fi ;;
       prometheus)
         if component_ready "${PROMETHEUS_BIN}"; then skip prometheus "${PROMETHEUS_BIN}"; else
           check_disk 1; timed prometheus install_prometheus; fi ;;
-      *) die "unknown component '${c}' (known: kubernetes etcd kwok helm lws keda prometheus)" ;;
+      *) die "unknown component '${c}' (known: kubernetes etcd kwok helm lws keda promcrds prometheus)" ;;
     esac
   done
   printf '%s\n' "${SUMMARY[@]}" >&2
