@@ -194,3 +194,12 @@ def test_model_gauges_follow_spec_and_status_and_go_with_the_model() -> None:
     assert sample == 3 and _metrics.MODEL_REPLICAS.labels(*labels.values(), "ready")._value.get() == 2
     assert _metrics.MODEL_GPU_MEMORY.labels(*labels.values(), "measured")._value.get() == 21.5 * 1024**3
     assert _metrics.forget("team-z", "gauged") == 4
+
+
+def test_a_restart_waits_while_the_model_is_being_scaled() -> None:
+    from loadline.maintenance import scaling_in_progress
+
+    assert scaling_in_progress(3, 1)  # scaling up: the pods are not there yet
+    assert scaling_in_progress(1, 3)  # scaling down
+    assert not scaling_in_progress(2, 2)
+    assert not scaling_in_progress(2, None)  # not mirrored yet: nothing to wait for

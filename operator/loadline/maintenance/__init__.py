@@ -44,6 +44,7 @@ from loadline.maintenance._model import (
 )
 from loadline.maintenance._plan import finish_maintenance, plan_maintenance
 from loadline.maintenance._rollout import PodState, RolloutAction, RolloutStep, plan_rollout
+from loadline.maintenance._scaling import scaling_in_progress
 from loadline.maintenance._status import record_from_status, record_to_status
 from loadline.maintenance._urgency import crash_urgency
 
@@ -77,5 +78,6 @@ __all__ = [
     "record_from_status",
     "record_to_status",
     "restart_locks",
+    "scaling_in_progress",
     "standing_claims",
 ]
