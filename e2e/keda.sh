@@ -140,7 +140,8 @@ start() {
   pid=$!
   echo "${pid}" >"${STATE_DIR}/keda-operator.pid"
   log "keda: starting the metrics adapter (https://127.0.0.1:${secure}, log ${STATE_DIR}/keda-adapter.log)"
-  KUBECONFIG="${KUBECONFIG_PATH}" KEDA_CLUSTER_OBJECT_NAMESPACE="${NAMESPACE}" POD_NAMESPACE="${NAMESPACE}" \
+  KUBECONFIG="${KUBECONFIG_PATH}" WATCH_NAMESPACE="" KEDA_CLUSTER_OBJECT_NAMESPACE="${NAMESPACE}" \
+    POD_NAMESPACE="${NAMESPACE}" \
     setsid nohup "${KEDA_BIN}/keda-adapter" \
     --secure-port="${secure}" --bind-address=127.0.0.1 --cert-dir="${CERT_DIR}" \
     --tls-cert-file="${CERT_DIR}/tls.crt" --tls-private-key-file="${CERT_DIR}/tls.key" \
