@@ -44,6 +44,13 @@ pid_of() {
   echo "${pid}"
 }
 
+# Alive by pid alone: right after the start the pid may still run setsid or nohup before they exec
+# KEDA's binary, so pid_of (which checks the binary) would take a starting process for a dead one.
+alive() {
+  local pid
+  pid=$(cat "${STATE_DIR}/keda-$1.pid" 2>/dev/null) && [[ "${pid}" =~ ^[0-9]+$ ]] && kill -0 "${pid}" 2>/dev/null
+}
+
 port_of() { sed -n "s/^$1=//p" "${PORTS}" 2>/dev/null; }
 
 cluster_identity() {
@@ -68,7 +75,7 @@ wait_until() {
   shift
   for ((i = 0; i < TIMEOUT * 2; i++)); do
     if "$@"; then return 0; fi
-    if ! pid_of operator >/dev/null || ! pid_of adapter >/dev/null; then
+    if ! alive operator || ! alive adapter; then
       tail -n 20 "${STATE_DIR}/keda-operator.log" "${STATE_DIR}/keda-adapter.log" >&2 || true
       die "a KEDA process exited while waiting for ${what}; see ${STATE_DIR}/keda-*.log"
     fi
