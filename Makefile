@@ -62,7 +62,7 @@ cluster-up: venv
 cluster-down:
 	e2e/cluster-down.sh
 
-# Everything the e2e tests run (Kubernetes, etcd, KWOK, Helm, the LeaderWorkerSet controller, Prometheus)
+# Everything the e2e tests run (Kubernetes, etcd, KWOK, Helm, the LeaderWorkerSet controller, KEDA, Prometheus)
 # is built or unpacked into the cache here, with a line per component saying what was installed.
 tools:
 	e2e/install-tools.sh

@@ -23,6 +23,7 @@ stop_leftovers() {
   done
 }
 
+"${LOADLINE_E2E_DIR}/keda.sh" down || true # KEDA, when a test started it (e2e/test_autoscaling.py)
 "${LOADLINE_E2E_DIR}/lws.sh" down || true # stop the LeaderWorkerSet controller first
 if [[ -d "${CLUSTER_DIR}" ]]; then
   pids_before=""

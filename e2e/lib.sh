@@ -16,6 +16,8 @@ ETCD_VERSION="v3.6.16"     # go.etcd.io/etcd/server/v3
 KWOK_VERSION="v0.8.0"      # sigs.k8s.io/kwok (kwok, kwokctl)
 HELM_VERSION="v3.22.0"     # helm.sh/helm/v3
 LWS_VERSION="v0.9.0"       # sigs.k8s.io/lws (LeaderWorkerSet manager + CRDs; v0.10.0 is not served by the proxy)
+KEDA_VERSION="v2.21.0"     # github.com/kedacore/keda/v2 (operator + metrics adapter + CRDs)
+PROMETHEUS_OPERATOR_VERSION="v0.85.0" # github.com/prometheus-operator/prometheus-operator (its CRDs only)
 PROMETHEUS_DEB="prometheus" # Debian's package, unpacked into the cache (never installed system-wide)
 
 K8S_BIN="${LOADLINE_CACHE}/bin/kubernetes-${K8S_VERSION}"
@@ -23,6 +25,8 @@ ETCD_BIN="${LOADLINE_CACHE}/bin/etcd-${ETCD_VERSION}"
 KWOK_BIN="${LOADLINE_CACHE}/bin/kwok-${KWOK_VERSION}"
 HELM_BIN="${LOADLINE_CACHE}/bin/helm-${HELM_VERSION}"
 LWS_BIN="${LOADLINE_CACHE}/bin/lws-${LWS_VERSION}"
+KEDA_BIN="${LOADLINE_CACHE}/bin/keda-${KEDA_VERSION}"
+PROMCRDS_DIR="${LOADLINE_CACHE}/bin/promcrds-${PROMETHEUS_OPERATOR_VERSION}"
 PROMETHEUS_BIN="${LOADLINE_CACHE}/bin/prometheus"   # prometheus and promtool, from ${PROMETHEUS_DEB}
 
 SERVICE_CIDR="10.96.0.0/16"  # 65,534 Service IPs (kube-apiserver's default /24 holds 254)

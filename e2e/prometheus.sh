@@ -7,7 +7,8 @@
 #   e2e/prometheus.sh url                print the URL of the running instance
 #   e2e/prometheus.sh reset              down, then delete the data dir
 #
-# It scrapes nothing: all series come from backfills (promtool tsdb create-blocks-from openmetrics).
+# Series come from backfills (promtool tsdb create-blocks-from openmetrics), or from loopback exporters a
+# test lists in .e2e/<instance>/targets/*.json (file-based discovery, scraped every 2 s).
 # Files: config and data under .e2e/prometheus/, pid/log/url in .e2e/prometheus.{pid,log,url}.
 #
 # How Prometheus sees backfilled blocks: the TSDB opens the block directories in its data dir at start,
@@ -90,13 +91,20 @@ prometheus_version() {
 }
 
 write_config() {
-  mkdir -p "${DATA_DIR}"
+  mkdir -p "${DATA_DIR}" "${PROM_DIR}/targets"
   cat >"${CONFIG}" <<'EOF'
-# loadline e2e: no scrape targets; every series is backfilled.
+# loadline e2e: series are backfilled, or scraped from loopback exporters a test lists in targets/*.json
+# (file-based discovery, read as the files change). honor_labels: an exporter's series name the
+# namespace and pod they stand for.
 global:
   scrape_interval: 15s
   evaluation_interval: 15s
-scrape_configs: []
+scrape_configs:
+  - job_name: e2e
+    scrape_interval: 2s
+    honor_labels: true
+    file_sd_configs:
+      - files: [targets/*.json]
 EOF
 }
 

@@ -148,7 +148,17 @@ def test_crd_is_structural_and_every_spec_field_is_described() -> None:
     text = yaml.safe_dump(crd)
     for forbidden in ("$ref", "anyOf", "$defs", "additionalProperties: false", "title:"):
         assert forbidden not in text
-    assert version["subresources"] == {"status": {}}
+    # kubectl scale, an HPA and KEDA scale a model through its scale subresource.
+    assert version["subresources"] == {
+        "status": {},
+        "scale": {
+            "specReplicasPath": ".spec.replicas",
+            "statusReplicasPath": ".status.replicas",
+            "labelSelectorPath": ".status.selector",
+        },
+    }
+    status = schema["properties"]["status"]["properties"]
+    assert status["replicas"]["type"] == "integer" and status["selector"]["type"] == "string"
     columns = {c["name"]: c["jsonPath"] for c in version["additionalPrinterColumns"]}
     assert columns["Model"] == ".spec.model.name"
     assert columns["GPU"] == ".status.plan.gpu"

@@ -51,6 +51,10 @@ says by what. Granted by a ClusterRole when it watches every namespace, else by 
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, create, patch, delete]
+# spec.autoscaling: the KEDA ScaledObject, applied with the children and deleted when it is unset.
+- apiGroups: [keda.sh]
+  resources: [scaledobjects]
+  verbs: [get, list, create, patch, delete]
 # Crash detection (pod events, the crashed container's last log lines) and restarts by eviction, which
 # honours PodDisruptionBudgets; pods are never deleted directly.
 - apiGroups: [""]

@@ -129,8 +129,10 @@ def _crd(
     spec: JSONSchema,
     status: JSONSchema,
     spec_required: bool,
+    subresources: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """One CRD of loadline's group: one served and stored version with a status subresource."""
+    """One CRD of loadline's group: one served and stored version with a status subresource (and
+    ``subresources``' others)."""
     root: dict[str, Any] = {"description": description, "type": "object"}
     if spec_required:
         root["required"] = ["spec"]
@@ -161,7 +163,7 @@ def _crd(
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **(subresources or {})},
                     "additionalPrinterColumns": [*columns, _AGE],
                     "schema": {"openAPIV3Schema": root},
                 }
@@ -195,6 +197,14 @@ def build_inferencemodel_crd() -> dict[str, Any]:
         spec=openapi_schema(InferenceModelSpec),
         status=openapi_schema(InferenceModelStatus),
         spec_required=True,
+        # kubectl scale, an HPA and KEDA scale a model through it (docs/autoscaling.md).
+        subresources={
+            "scale": {
+                "specReplicasPath": ".spec.replicas",
+                "statusReplicasPath": ".status.replicas",
+                "labelSelectorPath": ".status.selector",
+            }
+        },
     )
 
 

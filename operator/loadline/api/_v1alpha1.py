@@ -397,6 +397,86 @@ class ModelCache(_SpecModel):
         return self
 
 
+AutoscalingSignal = Literal["kvCacheUsage", "waitingRequests", "promql"]
+
+
+class Autoscaling(_SpecModel):
+    """Replicas driven by load through KEDA: a ScaledObject on the model's scale subresource, with a
+    Prometheus trigger on the vLLM series of the model's version (docs/autoscaling.md)."""
+
+    model_config = ConfigDict(
+        json_schema_extra={
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.minReplicas <= self.maxReplicas",
+                    "message": "autoscaling.minReplicas must be at most autoscaling.maxReplicas",
+                },
+                {
+                    "rule": "self.signal != 'promql' || has(self.query)",
+                    "message": "autoscaling.query is required with signal promql",
+                },
+                {
+                    "rule": "self.signal == 'promql' || !has(self.query)",
+                    "message": "autoscaling.query applies only with signal promql",
+                },
+                {
+                    "rule": "self.signal != 'kvCacheUsage' || self.target <= 1.0",
+                    "message": "autoscaling.target is a fraction of the KV cache (0 to 1) with signal "
+                    "kvCacheUsage",
+                },
+            ]
+        }
+    )
+
+    min_replicas: int = Field(default=1, ge=1, le=1000, description="Fewest replicas the autoscaler keeps.")
+    max_replicas: int = Field(
+        ge=1,
+        le=1000,
+        description="Most replicas the autoscaler may add; a FleetPolicy's maxReplicas and price limit "
+        "bound it at admission.",
+    )
+    signal: AutoscalingSignal = Field(
+        default="kvCacheUsage",
+        description="What load is: kvCacheUsage (vLLM's KV-cache usage, 0..1, averaged over the "
+        "replicas), waitingRequests (requests queued for the running batch, per replica) or promql "
+        "(the value of query, per replica).",
+    )
+    target: float = Field(
+        gt=0,
+        le=1_000_000,
+        description="The load per replica to keep: replicas = ceil(total load / target), as an HPA "
+        "computes it.",
+    )
+    query: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=4096,
+        description="With signal promql: a PromQL expression whose single value is the model's total load.",
+    )
+    scale_down_stabilization_seconds: int = Field(
+        default=300,
+        ge=0,
+        le=3600,
+        description="How long the load must stay low before replicas are removed (the HPA's scale-down "
+        "stabilization window).",
+    )
+
+    @model_validator(mode="after")
+    def _rules(self) -> Autoscaling:
+        # Mirrors the CEL rules above, for offline use (loadline render, plan).
+        if self.min_replicas > self.max_replicas:
+            raise ValueError("autoscaling.minReplicas must be at most autoscaling.maxReplicas")
+        if self.signal == "promql" and self.query is None:
+            raise ValueError("autoscaling.query is required with signal promql")
+        if self.signal != "promql" and self.query is not None:
+            raise ValueError("autoscaling.query applies only with signal promql")
+        if self.signal == "kvCacheUsage" and self.target > 1:
+            raise ValueError(
+                "autoscaling.target is a fraction of the KV cache (0 to 1) with signal kvCacheUsage"
+            )
+        return self
+
+
 class InferenceModelSpec(_SpecModel):
     """The model to serve and the load it must carry. loadline plans GPUs and renders vLLM from it."""
 
@@ -453,7 +533,18 @@ class InferenceModelSpec(_SpecModel):
         le=100_000,
         description="Sequences of maxModelLen tokens whose KV cache must fit at once in each replica.",
     )
-    replicas: int = Field(default=1, ge=0, le=1000, description="Number of vLLM replicas to run.")
+    replicas: int = Field(
+        default=1,
+        ge=0,
+        le=1000,
+        description="Number of vLLM replicas to run; the scale subresource's (kubectl scale, an HPA, KEDA "
+        "write it). The operator never changes it.",
+    )
+    autoscaling: Autoscaling | None = Field(
+        default=None,
+        description="Scale replicas on load with KEDA (a ScaledObject the operator renders); unset: "
+        "replicas stays where it is set.",
+    )
     engine: Engine = Field(default_factory=Engine, description="vLLM engine settings.")
     kv_offload: KVOffload | None = Field(default=None, description="Optional CPU KV-cache offload.")
     gpu: GPUSelector = Field(default_factory=GPUSelector, description="GPU types the planner may use.")
@@ -600,6 +691,17 @@ class PlanSummary(_Model):
             "What all replicas cost per hour (USD): each pod's share of its node's catalog price, or whole "
             "nodes (priceBasis says which)."
         ),
+    )
+    price_per_replica_per_hour: float | None = Field(
+        default=None,
+        description="With spec.autoscaling: what one replica costs per hour (USD), as pricePerHour counts.",
+    )
+    max_replicas: int | None = Field(
+        default=None, description="spec.autoscaling.maxReplicas: the most replicas the autoscaler may run."
+    )
+    max_price_per_hour: float | None = Field(
+        default=None,
+        description="What maxReplicas replicas cost per hour (USD): the most the autoscaler may spend.",
     )
     price_basis: str = Field(
         default="",
@@ -879,6 +981,15 @@ class InferenceModelStatus(_Model):
     )
     message: str = Field(default="", description="Human-readable summary of the phase.")
     observed_generation: int | None = Field(default=None, description="Last spec generation acted on.")
+    replicas: int | None = Field(
+        default=None,
+        ge=0,
+        description="Pods of the model's workload (the scale subresource's status.replicas).",
+    )
+    selector: str | None = Field(
+        default=None,
+        description="Label selector of the model's pods (the scale subresource's, for an HPA).",
+    )
     conditions: list[Condition] = Field(
         default_factory=list,
         description="Planned, Deployed, Ready, PolicyCompliant, OOMRisk, KVCapacity.",

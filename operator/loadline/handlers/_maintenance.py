@@ -43,6 +43,7 @@ from loadline.maintenance import (
     plan_rollout,
     record_from_status,
     restart_locks,
+    scaling_in_progress,
 )
 from loadline.policy import combine, enforced, policy_governs, restart_window_sets, select_policies
 from loadline.render import workload_ref
@@ -208,6 +209,8 @@ def tend(
         pods = [] if record.action == "remediation" else _model_pods(namespace, name)
         _carry_out(body, patch, record, pods, settings, fleet, logger, now)
         return
+    if scaling_in_progress(int((body.get("spec") or {}).get("replicas", 1)), status.get("replicas")):
+        return  # the autoscaler is moving the count: decided again once it settled (docs/autoscaling.md)
     pods = _model_pods(namespace, name)
     try:
         due = _restart_inputs(body, record, pods, memo, settings, fleet, now)

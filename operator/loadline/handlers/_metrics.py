@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from prometheus_client import Counter, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
 
 OOM_INCIDENTS = Counter(
     "loadline_oom_incidents_total",
@@ -53,6 +53,29 @@ API_REQUESTS = Counter(
     "patch, update, delete), resource and HTTP code; kopf's watches and patches are not in it (the API "
     "server's apiserver_flowcontrol_dispatched_requests_total for the chart's FlowSchema counts both).",
     ["verb", "resource", "code"],
+)
+#: The OOMRisk estimate (status.oomRisk) as a series, for the LoadlineOOMRiskAhead alert: when the
+#: deciding signal reaches its limit. No series while no crash is predicted.
+OOM_RISK_PREDICTED = Gauge(
+    "loadline_oom_risk_predicted_crash_timestamp_seconds",
+    "When the model's deciding signal (label signal) is predicted to reach its limit (Unix time); no series "
+    "while no out-of-memory crash is predicted (status.oomRisk).",
+    ["namespace", "inferencemodel", "signal"],
+)
+#: What each model asks for and what runs (spec.replicas, status.replicas): the fleet dashboard's
+#: replica panel, and what an autoscaler did.
+MODEL_REPLICAS = Gauge(
+    "loadline_model_replicas",
+    "Replicas of a model: desired (spec.replicas, as whoever scales it set it) and ready (status.replicas).",
+    ["namespace", "inferencemodel", "state"],
+)
+#: One GPU's memory as the plan budgets it and as the model's pods really hold it (status.measuredGpuMemory:
+#: plannedGiB, maxUsedGiB), for the dashboard's plan-vs-measured panel.
+MODEL_GPU_MEMORY = Gauge(
+    "loadline_model_gpu_memory_bytes",
+    "GPU memory of the model's busiest GPU: source=plan (what the plan budgets) or measured (what its pods "
+    "hold, status.measuredGpuMemory).",
+    ["namespace", "inferencemodel", "source"],
 )
 
 _started = False
@@ -122,7 +145,8 @@ def forget(namespace: str, name: str) -> int:
 
     Without this the series of deleted models would live as long as the process."""
     removed = 0
-    for metric in (OOM_INCIDENTS, REMEDIATIONS, RESTARTS):
+    models = (OOM_INCIDENTS, REMEDIATIONS, RESTARTS, OOM_RISK_PREDICTED, MODEL_REPLICAS, MODEL_GPU_MEMORY)
+    for metric in models:
         names = metric._labelnames  # the label order .remove() takes
         series = {
             tuple(sample.labels[label] for label in names)
@@ -134,6 +158,17 @@ def forget(namespace: str, name: str) -> int:
             metric.remove(*values)
         removed += len(series)
     return removed
+
+
+def record_oom_risk(namespace: str, name: str, signal: str | None, predicted_at: float | None) -> None:
+    """The model's predicted crash time as the one series of its gauge (none while none is predicted)."""
+    for family in OOM_RISK_PREDICTED.collect():
+        for sample in family.samples:
+            labels = sample.labels
+            if labels["namespace"] == namespace and labels["inferencemodel"] == name:
+                OOM_RISK_PREDICTED.remove(namespace, name, labels["signal"])
+    if predicted_at is not None:
+        OOM_RISK_PREDICTED.labels(namespace, name, signal or "").set(predicted_at)
 
 
 def serve(port: int) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from loadline.handlers import _inputs, _kube
+from loadline.handlers import _inputs, _kube, _scale
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.render import render_manifests
@@ -67,7 +67,11 @@ def plan_and_render(
                 free = {**free, refused[0]: []}
             plan = inputs.plan(free_gpus=free, **options)
             book.hold(key, plan, inputs.obj.spec.replicas)
-    return inputs, plan, render_manifests(inputs.obj, plan)
+    return (
+        inputs,
+        plan,
+        [*render_manifests(inputs.obj, plan), *_scale.autoscaling_children(body, inputs.obj, settings)],
+    )
 
 
 def plan_message(plan: Plan) -> str:

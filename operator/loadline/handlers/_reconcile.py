@@ -138,7 +138,8 @@ def _require_apis(
     if missing:
         message = (
             f"the cluster does not serve {', '.join(missing)}; install it "
-            "(multi-node replicas need the LeaderWorkerSet controller, sigs.k8s.io/lws)"
+            "(multi-node replicas need the LeaderWorkerSet controller, sigs.k8s.io/lws; spec.autoscaling "
+            "needs KEDA, keda.sh)"
         )
         _fail(body, patch, reason="MissingAPI", message=message, phase="Pending")
         raise kopf.TemporaryError(message, delay=max(settings.retry_delay_seconds, 60))

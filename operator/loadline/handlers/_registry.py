@@ -30,6 +30,7 @@ from loadline.handlers import (
     _policies,
     _readiness,
     _reconcile,
+    _scale,
     _shards,
     _storage,
     _toggles,
@@ -309,6 +310,7 @@ def workload_event(
     owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
     known = next(iter(kwargs["owned_models"].get(f"{body['metadata'].get('namespace')}/{owner}", ())), None)
     _readiness.on_workload_event(state, body, logger, known)
+    _scale.sync_scale_status(body, known, logger)  # the scale subresource's status.replicas/selector
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
@@ -328,6 +330,11 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwa
 
 def _deleted(type: str | None, **_: Any) -> bool:
     return type == "DELETED"
+
+
+@kopf.on.event(GROUP, VERSION, PLURAL, when=lambda type, **_: type != "DELETED")
+def model_gauges(body: kopf.Body, **_: Any) -> None:
+    _scale.model_gauges(body)  # replicas and GPU memory series (no I/O)
 
 
 @kopf.on.event(GROUP, VERSION, PLURAL, when=_deleted)
@@ -410,6 +417,14 @@ def validate_inference_model(body: kopf.Body, warnings: list[str], memo: kopf.Me
     policies = _index_policies(kwargs)
     old, operation = kwargs.get("old"), kwargs.get("operation")
     _admission.validate_model(body, old, operation, warnings, policies, SETTINGS, memo["hub"])
+
+
+@kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel-scale", subresource="scale",
+                  operations=["UPDATE"], registry=ADMISSION)  # fmt: skip
+def validate_inference_model_scale(
+    body: kopf.Body, warnings: list[str], memo: kopf.Memo, **kwargs: Any
+) -> None:
+    _scale.validate_scale(body, warnings, _index_policies(kwargs), SETTINGS, memo["hub"])
 
 
 @kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id="validate-fleetpolicy", operations=["CREATE", "UPDATE"],

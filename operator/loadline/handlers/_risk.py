@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import kopf
 
+from loadline.handlers import _metrics
 from loadline.handlers._settings import OperatorSettings
 from loadline.risk import (
     OOMRiskEstimate,
@@ -167,6 +168,8 @@ def assess(
     signals = read_signals(settings, meta["namespace"], pods, plan, now)
     estimate = estimate_oom_risk(signals, datetime.fromtimestamp(now, UTC))
     changes = build_risk_status(status, estimate, meta.get("generation"), _build.now_iso())
+    predicted = estimate.predicted_at.timestamp() if estimate.predicted_at is not None else None
+    _metrics.record_oom_risk(meta["namespace"], meta["name"], estimate.signal, predicted)
     if changes:
         patch.status.update(changes)
         conditions: list[dict[str, Any]] = list(status.get("conditions") or [])

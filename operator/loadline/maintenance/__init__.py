@@ -45,6 +45,7 @@ from loadline.maintenance._model import (
 from loadline.maintenance._pending import pending_record, pending_remediation
 from loadline.maintenance._plan import finish_maintenance, plan_maintenance
 from loadline.maintenance._rollout import PodState, RolloutAction, RolloutStep, plan_rollout
+from loadline.maintenance._scaling import scaling_in_progress
 from loadline.maintenance._status import EVENT_REASONS, record_from_status, record_to_status, restart_event
 from loadline.maintenance._urgency import crash_urgency
 
@@ -82,5 +83,6 @@ __all__ = [
     "record_to_status",
     "restart_event",
     "restart_locks",
+    "scaling_in_progress",
     "standing_claims",
 ]

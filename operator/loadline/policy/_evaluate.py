@@ -261,6 +261,17 @@ def _static_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: Effective
                 f"set spec.replicas to {best} or fewer",
             )
         )
+    scaling = spec.autoscaling
+    if lim.max_replicas is not None and scaling is not None and scaling.max_replicas > lim.max_replicas:
+        best = eff.max_replicas.value if eff.max_replicas else lim.max_replicas
+        out.append(
+            Violation(
+                name,
+                "spec.autoscaling.maxReplicas",
+                f"{scaling.max_replicas} exceeds maxReplicas {lim.max_replicas}",
+                f"set spec.autoscaling.maxReplicas to {best} or fewer",
+            )
+        )
     if (
         lim.max_model_len is not None
         and spec.max_model_len is not None
@@ -337,18 +348,22 @@ def _plan_checks(
         )
     if lim.max_price_per_hour is not None:
         per_replica = plan.chosen.price_per_hour
-        total = per_replica * spec.replicas
+        # The most replicas the model may run: an autoscaler may take it up to maxReplicas at any time.
+        scaling = spec.autoscaling
+        most_replicas = max(spec.replicas, scaling.max_replicas) if scaling is not None else spec.replicas
+        field = "spec.autoscaling.maxReplicas" if most_replicas > spec.replicas else "spec.replicas"
+        total = per_replica * most_replicas
         if total > lim.max_price_per_hour + 1e-9:
             budget = eff.max_price_per_hour.value if eff.max_price_per_hour else lim.max_price_per_hour
-            most = math.floor(budget / per_replica + 1e-9) if per_replica > 0 else spec.replicas
+            most = math.floor(budget / per_replica + 1e-9) if per_replica > 0 else most_replicas
             basis = plan.price_basis
             problem = (
-                f"{spec.replicas} × {plan.chosen.label} at ${per_replica:.2f}/h = ${total:.2f}/h exceeds "
+                f"{most_replicas} × {plan.chosen.label} at ${per_replica:.2f}/h = ${total:.2f}/h exceeds "
                 f"maxPricePerHour {_fmt(lim.max_price_per_hour)}"
                 + (f"; per replica {basis}" if basis else "")
             )
             if most >= 1:
-                out.append(Violation(name, "spec.replicas", problem, f"set spec.replicas to {most} or fewer"))
+                out.append(Violation(name, field, problem, f"set {field} to {most} or fewer"))
             else:
                 shared = " or unset spec.gpu.dedicatedNodes (pay a share of each node)"
                 out.append(

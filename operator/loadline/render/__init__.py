@@ -8,6 +8,7 @@ rendering, for the operator (readiness of the workload, clean-up after a layout 
 """
 
 from loadline.render._args import PORT, VllmCommand, vllm_command
+from loadline.render._autoscaling import SCALEDOBJECT, autoscaling_query, render_scaled_object
 from loadline.render._flags import (
     CodeFlag,
     FlagSpec,
@@ -22,7 +23,7 @@ from loadline.render._flags import (
     resolve_version,
     version_text,
 )
-from loadline.render._names import child_kinds, service_name, workload_ref
+from loadline.render._names import child_kinds, pod_selector, service_name, workload_ref
 from loadline.render._render import (
     ANNOTATION_NOTES,
     ANNOTATION_PLAN,
@@ -44,12 +45,14 @@ __all__ = [
     "LABEL_MODEL",
     "MANAGED_BY",
     "PORT",
+    "SCALEDOBJECT",
     "CodeFlag",
     "FlagSpec",
     "FlagTable",
     "Launcher",
     "PodResources",
     "VllmCommand",
+    "autoscaling_query",
     "beyond_table",
     "canonical_flag",
     "check_extra_args",
@@ -60,7 +63,9 @@ __all__ = [
     "flag_table",
     "manifests_yaml",
     "pod_resources",
+    "pod_selector",
     "render_manifests",
+    "render_scaled_object",
     "resolve_version",
     "service_name",
     "version_text",

@@ -30,6 +30,7 @@ __all__ = [
     "SERVICE",
     "child_kinds",
     "leaderworkerset_name",
+    "pod_selector",
     "service_name",
     "workload_ref",
 ]
@@ -108,3 +109,9 @@ def child_kinds() -> tuple[tuple[str, str], ...]:
     to find the children left behind and delete the ones it owns. The workload kinds come first.
     """
     return (DEPLOYMENT, LEADERWORKERSET, SERVICE, PODDISRUPTIONBUDGET)
+
+
+def pod_selector(name: str) -> dict[str, str]:
+    """The labels every pod of model ``name`` carries and its workload selects them by; also the model's
+    ``status.selector`` (the scale subresource's), by which an HPA finds the pods it averages over."""
+    return {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}

@@ -46,7 +46,7 @@ from loadline.errors import RenderError
 from loadline.render._args import PORT, vllm_command
 from loadline.render._conflicts import allocator_pool_flags
 from loadline.render._flags import Version, beyond_table, resolve_version, version_text
-from loadline.render._names import LWS_SUFFIX, service_name, workload_ref
+from loadline.render._names import LWS_SUFFIX, pod_selector, service_name, workload_ref
 from loadline.render._resources import STARTUP_PERIOD_SECONDS, PodResources, pod_resources
 from loadline.render._template import environment, render_object
 from loadline.sizing import Plan
@@ -338,7 +338,7 @@ def render_manifests(
     chosen = plan.chosen
     multi_node = chosen.nodes > 1
 
-    selector = {"app.kubernetes.io/name": "vllm", "app.kubernetes.io/instance": name}
+    selector = pod_selector(name)
     labels = {
         **_string_map(obj.metadata.get("labels"), "metadata.labels"),
         **selector,

@@ -227,6 +227,8 @@ class Plan:
     #: "KV budget corrected by N observations of …" when a learned correction shaped the chosen GPU's
     #: budget (see :class:`KvCorrections`).
     correction_notes: tuple[str, ...] = ()
+    #: ``spec.autoscaling.maxReplicas``: the most replicas the model may run, priced in the summary.
+    max_replicas: int | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
@@ -285,6 +287,12 @@ class Plan:
             enforce_eager=s.enforce_eager,
             tuning=[*c.tuning, *self.layout_notes, *self.correction_notes],
             node_shape=self._shape_summary(),
+            # With spec.autoscaling: what one replica costs and what its maxReplicas would.
+            price_per_replica_per_hour=None if self.max_replicas is None else round(c.price_per_hour, 2),
+            max_replicas=self.max_replicas,
+            max_price_per_hour=(
+                None if self.max_replicas is None else round(c.price_per_hour * self.max_replicas, 2)
+            ),
             model_family=self.model.architecture.model_type,
             quantization=s.quantization,
             kv_reserve_gi_b=round(dict(self.inputs.kv_reserve).get(c.gpu.name, 0.0), 4),
@@ -333,7 +341,14 @@ class Plan:
             "model": self.model.model_id,
             "modelSource": self.model.source,
             "replicas": self.replicas,
-            "plan": self.summary().model_dump(by_alias=True, mode="json"),
+            "plan": self.summary().model_dump(
+                by_alias=True,
+                mode="json",
+                # Said only with spec.autoscaling, as status.plan says them.
+                exclude={"price_per_replica_per_hour", "max_replicas", "max_price_per_hour"}
+                if self.max_replicas is None
+                else None,
+            ),
             "settings": {
                 "dtype": self.settings.dtype,
                 "quantization": self.settings.quantization,
@@ -1333,6 +1348,7 @@ def plan_inference_model(
         )
 
     notes = (said[chosen.gpu.name],) if chosen.gpu.name in said else ()
+    top = spec.autoscaling.max_replicas if spec.autoscaling is not None else None
     return Plan(
         model,
         inputs,
@@ -1342,6 +1358,7 @@ def plan_inference_model(
         fallback_from,
         _layout_notes(inputs, chosen),
         notes,
+        top,
     )
 
 

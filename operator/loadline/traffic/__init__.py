@@ -27,6 +27,7 @@ from loadline.traffic._names import (
     MetricName,
     kv_cache_usage_names,
     parse_version,
+    signal_names,
 )
 from loadline.traffic._parse import bucket_increases, samples, scalar, top_bucket
 from loadline.traffic._promql import (
@@ -42,6 +43,7 @@ from loadline.traffic._promql import (
     label_value,
     longest_prompt_query,
     model_load_query,
+    model_signal_query,
     preemptions_counter_query,
     preemptions_query,
     prompt_buckets_query,
@@ -78,6 +80,7 @@ __all__ = [
     "longest_prompt_query",
     "measured_gpu_memory",
     "model_load_query",
+    "model_signal_query",
     "parse_version",
     "preemptions_counter_query",
     "preemptions_query",
@@ -88,6 +91,7 @@ __all__ = [
     "samples",
     "scalar",
     "selector",
+    "signal_names",
     "top_bucket",
     "trend_times",
 ]

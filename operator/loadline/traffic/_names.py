@@ -1,4 +1,4 @@
-"""Which vLLM and DCGM metric names to query, as data.
+"""Which vLLM and DCGM metric names to query, as data (vLLM's in ``data/vllm_metrics.json``).
 
 vLLM renamed its KV-cache gauge once. The history, from vLLM's own pull requests:
 
@@ -15,9 +15,11 @@ unknown version the query asks for the preferred name and falls back to the othe
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from importlib import resources
 
-from loadline.versions import release_of_image
+from loadline.versions import parse_release, release_of_image
 
 __all__ = [
     "AGENT_CONTAINER_MEMORY_USED",
@@ -27,9 +29,12 @@ __all__ = [
     "PREEMPTIONS",
     "PROMPT_TOKENS_HISTOGRAM",
     "REQUESTS_RUNNING",
+    "REQUESTS_WAITING_NAMES",
+    "SIGNALS",
     "MetricName",
     "kv_cache_usage_names",
     "parse_version",
+    "signal_names",
 ]
 
 Version = tuple[int, int, int]
@@ -49,16 +54,38 @@ class MetricName:
         return not (self.until is not None and version >= self.until)
 
 
-#: In order of preference: the newer name first.
-KV_CACHE_USAGE_NAMES: tuple[MetricName, ...] = (
-    MetricName("vllm:kv_cache_usage_perc", since=(0, 9, 2)),
-    MetricName("vllm:gpu_cache_usage_perc", until=(0, 12, 0)),
+_TABLE = json.loads(
+    resources.files("loadline.traffic").joinpath("data", "vllm_metrics.json").read_text(encoding="utf-8")
 )
 #: Info gauge (value 1), per engine: the engine's cache configuration as labels, among them
 #: ``num_gpu_blocks``, ``block_size``, ``cache_dtype`` and ``gpu_memory_utilization`` (V0 and V1; V1
 #: sets ``num_gpu_blocks`` once the KV cache is sized: "vllm cache_config_info with initialization after
 #: num_gpu_blocks is: N" in its log).
 CACHE_CONFIG_INFO = "vllm:cache_config_info"
+
+
+def _release(text: str | None) -> Version | None:
+    if text is None:
+        return None
+    release = parse_release(text)
+    if release is None:
+        raise ValueError(f"traffic/data/vllm_metrics.json: {text!r} is no vLLM release")
+    return release
+
+
+def _names(signal: str) -> tuple[MetricName, ...]:
+    """A signal's names from the table (data/vllm_metrics.json), in order of preference."""
+    return tuple(
+        MetricName(entry["name"], since=_release(entry.get("since")), until=_release(entry.get("until")))
+        for entry in _TABLE["signals"][signal]["names"]
+    )
+
+
+#: In order of preference: the newer name first.
+KV_CACHE_USAGE_NAMES: tuple[MetricName, ...] = _names("kvCacheUsage")
+#: Gauge, per engine: requests queued for the running batch (the same name in V0 and V1).
+REQUESTS_WAITING_NAMES: tuple[MetricName, ...] = _names("requestsWaiting")
+SIGNALS: tuple[str, ...] = tuple(_TABLE["signals"])
 #: Gauge, per engine (label ``engine`` in V1): requests in the running batch.
 REQUESTS_RUNNING = "vllm:num_requests_running"
 #: Counter ``vllm:num_preemptions``, exposed with the ``_total`` suffix (same name in V0 and V1).
@@ -80,8 +107,15 @@ def parse_version(text: str | None) -> Version | None:
 
 def kv_cache_usage_names(engine_version: str | None) -> tuple[str, ...]:
     """The KV-cache usage names to ask for, preferred first (both when the version is unknown)."""
+    return signal_names("kvCacheUsage", engine_version)
+
+
+def signal_names(signal: str, engine_version: str | None) -> tuple[str, ...]:
+    """The names of load ``signal`` (a key of the table: kvCacheUsage, requestsWaiting, requestsRunning)
+    that a model of ``engine_version`` exports, preferred first; every name when the version is unknown."""
+    table = _names(signal)
     version = parse_version(engine_version)
     if version is None:
-        return tuple(m.name for m in KV_CACHE_USAGE_NAMES)
-    names = tuple(m.name for m in KV_CACHE_USAGE_NAMES if m.exported_by(version))
-    return names or (KV_CACHE_USAGE_NAMES[0].name,)
+        return tuple(m.name for m in table)
+    names = tuple(m.name for m in table if m.exported_by(version))
+    return names or (table[0].name,)

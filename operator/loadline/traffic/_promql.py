@@ -31,6 +31,8 @@ __all__ = [
     "label_value",
     "longest_prompt_query",
     "model_load_query",
+    "model_pods",
+    "model_signal_query",
     "preemptions_query",
     "prompt_buckets_query",
     "requests_running_query",
@@ -204,13 +206,32 @@ def busiest_gpu_memory_query(namespace: str, pod: str) -> str:
     return f"max({gpu_memory_used_query(namespace, pod)})"
 
 
+def model_pods(model: str) -> str:
+    """A regular expression for the pod names of ``model`` across its history: a Deployment's
+    ``<model>-<hash>-<id>`` and a LeaderWorkerSet leader's ``<model>-<n>``; ``chat`` never matches
+    ``chat-big``'s pods."""
+    return f"{re.escape(model)}-([a-z0-9]+-[a-z0-9]{{5}}|[0-9]+)"
+
+
+def model_signal_query(namespace: str, model: str, names: tuple[str, ...], per_pod: str = "sum") -> str:
+    """The model's total of a vLLM gauge exported under ``names`` (its version's, preferred first; a
+    pod that exports two names is counted once: PromQL ``or`` keeps the first name's series), summed
+    over its pods after ``per_pod`` over each pod's engines (``max`` for a fraction such as KV-cache
+    usage, ``sum`` for a count such as waiting requests). What a KEDA trigger divides by the target
+    per replica."""
+    match = "{" + f"namespace={label_value(namespace)},pod=~{label_value(model_pods(model))}" + "}"
+    series = " or ".join(f"{name}{match}" for name in names)
+    return f"sum({per_pod} by (pod) ({series}))"
+
+
 def model_load_query(namespace: str, model: str) -> str:
     """Requests in the running batch summed over every pod the model has had: the load whose quiet
     hours the restart window is learned from (a range query). Pods come and go across weeks of
     history, so they are matched by name pattern: a Deployment's ``<model>-<hash>-<id>`` and a
     LeaderWorkerSet leader's ``<model>-<n>``; a model named ``chat`` never matches ``chat-big``'s."""
-    pods = f"{re.escape(model)}-([a-z0-9]+-[a-z0-9]{{5}}|[0-9]+)"
-    return f"sum({REQUESTS_RUNNING}{{namespace={label_value(namespace)},pod=~{label_value(pods)}}})"
+    return (
+        f"sum({REQUESTS_RUNNING}{{namespace={label_value(namespace)},pod=~{label_value(model_pods(model))}}})"
+    )
 
 
 def longest_prompt_query(namespace: str, pod: str, window: int = 300) -> str:

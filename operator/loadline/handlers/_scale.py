@@ -1,0 +1,127 @@
+"""The scale subresource's status and the per-model gauges, kept off every other handler's path.
+
+``status.replicas`` and ``status.selector`` are what ``kubectl scale``, an HPA and KEDA read through
+the InferenceModel's scale subresource: the pods the workload has and the labels that find them. They
+are mirrored from the workload's own watch events (a Deployment's ``status.replicas``), written only
+when they moved. The operator never writes ``spec.replicas``: whoever scales owns it, and reconcile
+renders the workload with it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import kopf
+from kubernetes.client.exceptions import ApiException
+
+from loadline.api import API_VERSION, KIND, InferenceModel
+from loadline.handlers import _admission, _kube, _metrics
+from loadline.handlers._settings import OperatorSettings
+from loadline.hub import ConfigCache
+from loadline.render import SCALEDOBJECT, pod_selector, render_scaled_object
+
+__all__ = ["autoscaling_children", "model_gauges", "scale_status", "sync_scale_status", "validate_scale"]
+
+GIB = 1024**3
+
+
+def scale_status(model: str, workload: Mapping[str, Any]) -> dict[str, Any]:
+    """``status.replicas`` (the workload's pods, as its own scale subresource counts them) and
+    ``status.selector`` (the pods' labels as a selector string) of model ``model``."""
+    replicas = int((workload.get("status") or {}).get("replicas", 0) or 0)
+    selector = ",".join(f"{key}={value}" for key, value in sorted(pod_selector(model).items()))
+    return {"replicas": replicas, "selector": selector}
+
+
+def sync_scale_status(
+    workload: Mapping[str, Any], known: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger
+) -> None:
+    """Write the owner's ``status.replicas``/``status.selector`` when the workload's count moved.
+
+    ``known``: the owner as the index last saw it; its status decides whether a write is needed, so an
+    unchanged count costs no request. A conflict or a vanished owner is left to the next event."""
+    meta = workload.get("metadata") or {}
+    owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
+    if owner is None or known is None:
+        return
+    changes = scale_status(str(owner["name"]), workload)
+    status = known.get("status") or {}
+    if all(status.get(key) == value for key, value in changes.items()):
+        return
+    try:
+        parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owner["name"])
+        if parent is None or parent["metadata"].get("uid") != owner.get("uid"):
+            return
+        _kube.patch_status(parent, changes)
+    except ApiException as exc:
+        if exc.status not in (404, 409):
+            raise
+        logger.info("status.replicas of %s/%s not written (%s); the next event writes it",
+                    meta.get("namespace"), owner["name"], exc.status)  # fmt: skip
+
+
+def model_gauges(body: Mapping[str, Any]) -> None:
+    """The model's replica and GPU-memory gauges from its spec and status (no I/O)."""
+    meta = body.get("metadata") or {}
+    namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
+    spec, status = body.get("spec") or {}, body.get("status") or {}
+    _metrics.MODEL_REPLICAS.labels(namespace, name, "desired").set(int(spec.get("replicas", 1) or 0))
+    _metrics.MODEL_REPLICAS.labels(namespace, name, "ready").set(int(status.get("replicas", 0) or 0))
+    measured = status.get("measuredGpuMemory") or {}
+    budget = ((status.get("plan") or {}).get("memory")) or {}
+    parts = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
+    # The plan's per-GPU budget as measure writes it (plannedGiB), or added up from status.plan.memory
+    # before the first reading.
+    planned = measured.get("plannedGiB")
+    if planned is None and all(isinstance(budget.get(p), int | float) for p in parts):
+        planned = sum(float(budget[p]) for p in parts)
+    for source, value in (("plan", planned), ("measured", measured.get("maxUsedGiB"))):
+        if isinstance(value, int | float):
+            _metrics.MODEL_GPU_MEMORY.labels(namespace, name, source).set(float(value) * GIB)
+
+
+def _had_autoscaling(body: Mapping[str, Any]) -> bool:
+    """Whether the spec last acted on (kopf's diff base, status.lastHandledConfiguration) had it."""
+    last = (body.get("status") or {}).get("lastHandledConfiguration")
+    try:
+        handled = json.loads(last) if isinstance(last, str) else {}
+    except ValueError:
+        return False
+    return isinstance(handled, dict) and bool((handled.get("spec") or {}).get("autoscaling"))
+
+
+def autoscaling_children(
+    body: Mapping[str, Any], obj: InferenceModel, settings: OperatorSettings
+) -> list[dict[str, Any]]:
+    """The model's KEDA ScaledObject (applied with its other children), none without spec.autoscaling;
+    the one an autoscaling since removed left is deleted here (replicas stay where it left them)."""
+    namespace = str(body["metadata"]["namespace"])
+    scaled = render_scaled_object(obj, namespace, settings.prometheus_url)
+    if scaled is not None:
+        return [scaled]
+    if _had_autoscaling(body) and _kube.has_kind(*SCALEDOBJECT):
+        _kube.delete(*SCALEDOBJECT, namespace, str(body["metadata"]["name"]))
+    return []
+
+
+def validate_scale(
+    scale: Mapping[str, Any],
+    warnings: list[str],
+    policies: list[Any],
+    settings: OperatorSettings,
+    hub: ConfigCache,
+) -> None:
+    """Admission of a write to the scale subresource (``kubectl scale``, an HPA, KEDA): the model with
+    the new ``spec.replicas`` is judged as an update of its spec would be (a FleetPolicy's maxReplicas,
+    its price limit), so a scale beyond them is refused with the field and the fix, never half-applied."""
+    meta = scale.get("metadata") or {}
+    replicas = (scale.get("spec") or {}).get("replicas")
+    name = meta.get("name")
+    model = _kube.get(API_VERSION, KIND, meta.get("namespace"), name) if isinstance(name, str) else None
+    if model is None or not isinstance(replicas, int):
+        return  # the API server answers 404 / refuses the Scale's own schema
+    scaled = {**model, "spec": {**(model.get("spec") or {}), "replicas": replicas}}
+    _admission.validate_model(scaled, model, "UPDATE", warnings, policies, settings, hub)

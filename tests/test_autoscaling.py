@@ -1,0 +1,205 @@
+"""spec.autoscaling and the scale subresource: the API's rules, the KEDA ScaledObject rendered for the
+model's vLLM version, the FleetPolicy bounds at the most replicas the autoscaler may run, what the plan
+says of one replica and of maxReplicas, and the scale status the operator writes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loadline.api import parse_fleet_policy, parse_inference_model, parse_spec
+from loadline.errors import RenderError, SpecError
+from loadline.handlers import _metrics
+from loadline.handlers._scale import model_gauges, scale_status
+from loadline.policy import combine, evaluate
+from loadline.render import render_scaled_object
+from loadline.sizing import plan_inference_model
+from tests.conftest import LLAMA_8B, inference_model
+
+PROMETHEUS = "http://prometheus.monitoring:9090"
+
+
+def model(version: str = "0.19.0", **autoscaling: Any) -> Any:
+    body = inference_model(
+        maxModelLen=8192, concurrency=4, engine={"version": version}, autoscaling=autoscaling
+    )
+    return parse_inference_model(body)
+
+
+def spec(**fields: Any) -> Any:
+    body: dict[str, Any] = {
+        "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "config": dict(LLAMA_8B)},
+        "maxModelLen": 8192,
+        "concurrency": 4,
+    }
+    body.update(fields)
+    return parse_spec(body)
+
+
+@pytest.mark.parametrize(
+    ("autoscaling", "field", "words"),
+    [
+        (
+            {"maxReplicas": 2, "minReplicas": 3, "target": 0.7},
+            "spec.autoscaling",
+            "minReplicas must be at most",
+        ),
+        ({"maxReplicas": 2, "signal": "promql", "target": 1}, "spec.autoscaling", "query is required"),
+        ({"maxReplicas": 2, "target": 0.7, "query": "up"}, "spec.autoscaling", "only with signal promql"),
+        ({"maxReplicas": 2, "target": 70}, "spec.autoscaling", "fraction of the KV cache"),
+        ({"maxReplicas": 2, "signal": "gpuUtil", "target": 1}, "spec.autoscaling.signal", "kvCacheUsage"),
+        ({"maxReplicas": 0, "target": 1}, "spec.autoscaling.maxReplicas", "greater than or equal to 1"),
+        ({"target": 0.5}, "spec.autoscaling.maxReplicas", "required"),
+    ],
+)
+def test_bad_autoscaling_is_refused_in_one_line_naming_the_field(
+    autoscaling: dict[str, Any], field: str, words: str
+) -> None:
+    with pytest.raises(SpecError) as err:
+        spec(autoscaling=autoscaling)
+    assert err.value.field == field and words in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("version", "names"),
+    [
+        ("0.8.5", ["vllm:gpu_cache_usage_perc"]),
+        ("0.10.1", ["vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc"]),
+        ("0.19.0", ["vllm:kv_cache_usage_perc"]),
+    ],
+)
+def test_the_kv_cache_trigger_asks_for_the_names_the_version_exports(version: str, names: list[str]) -> None:
+    obj = render_scaled_object(model(version, maxReplicas=4, target=0.7), "team-a", PROMETHEUS)
+    assert obj is not None
+    [trigger] = obj["spec"]["triggers"]
+    query = trigger["metadata"]["query"]
+    asked = [n for n in ("vllm:kv_cache_usage_perc", "vllm:gpu_cache_usage_perc") if n in query]
+    assert asked == names
+    # Each pod counted once (its fullest engine), its pods by name in its namespace.
+    assert (
+        query.startswith("sum(max by (pod) (") and 'namespace="team-a"' in query and 'pod=~"chat-(' in query
+    )
+    assert trigger["type"] == "prometheus" and trigger["metricType"] == "AverageValue"
+    assert trigger["metadata"]["serverAddress"] == PROMETHEUS and trigger["metadata"]["threshold"] == "0.7"
+
+
+def test_the_scaled_object_targets_the_models_scale_subresource() -> None:
+    obj = render_scaled_object(
+        model(
+            maxReplicas=6,
+            minReplicas=2,
+            signal="waitingRequests",
+            target=4,
+            scaleDownStabilizationSeconds=600,
+        ),
+        "team-a",
+        PROMETHEUS,
+    )
+    assert obj is not None
+    assert obj["apiVersion"] == "keda.sh/v1alpha1" and obj["kind"] == "ScaledObject"
+    assert obj["metadata"]["name"] == "chat" and obj["metadata"]["namespace"] == "team-a"
+    assert obj["metadata"]["labels"]["loadline.dev/inferencemodel"] == "chat"
+    s = obj["spec"]
+    assert s["scaleTargetRef"] == {
+        "apiVersion": "loadline.dev/v1alpha1",
+        "kind": "InferenceModel",
+        "name": "chat",
+    }
+    assert (s["minReplicaCount"], s["maxReplicaCount"]) == (2, 6)
+    assert (
+        s["advanced"]["horizontalPodAutoscalerConfig"]["behavior"]["scaleDown"]["stabilizationWindowSeconds"]
+        == 600
+    )
+    query = s["triggers"][0]["metadata"]["query"]
+    assert (
+        query.startswith("sum(sum by (pod) (vllm:num_requests_waiting{")
+        and s["triggers"][0]["metadata"]["threshold"] == "4"
+    )
+
+
+def test_a_promql_signal_is_the_users_query() -> None:
+    mine = 'sum(rate(http_requests_total{service="chat"}[1m]))'
+    obj = render_scaled_object(
+        model(maxReplicas=3, signal="promql", query=mine, target=20), "team-a", PROMETHEUS
+    )
+    assert obj is not None and obj["spec"]["triggers"][0]["metadata"]["query"] == mine
+
+
+def test_no_autoscaling_no_scaled_object_and_no_prometheus_is_refused_naming_the_field() -> None:
+    assert render_scaled_object(parse_inference_model(inference_model()), "team-a", "") is None
+    with pytest.raises(RenderError) as err:
+        render_scaled_object(model(maxReplicas=2, target=0.5), "team-a", "")
+    assert str(err.value).startswith("spec.autoscaling: ") and "settings.prometheusUrl" in str(err.value)
+
+
+def policy(**limits: Any) -> Any:
+    return parse_fleet_policy(
+        {"apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy", "metadata": {"name": "p"},
+         "spec": {"limits": limits}}
+    )  # fmt: skip
+
+
+def test_fleet_policy_max_replicas_bounds_the_autoscalers_max() -> None:
+    eff = combine([policy(maxReplicas=3)])
+    assert evaluate(spec(autoscaling={"maxReplicas": 3, "target": 0.7}), eff) == []
+    [v] = evaluate(spec(autoscaling={"maxReplicas": 5, "target": 0.7}), eff)
+    assert v.line() == (
+        "FleetPolicy p: spec.autoscaling.maxReplicas: 5 exceeds maxReplicas 3 "
+        "(fix: set spec.autoscaling.maxReplicas to 3 or fewer)"
+    )
+
+
+def test_the_price_limit_is_judged_at_max_replicas() -> None:
+    # One replica is one L4 at $0.85/h (tests/test_policy.py): 2 fit $2/h, 3 do not.
+    eff = combine([policy(maxPricePerHour=2)])
+    assert evaluate(spec(autoscaling={"maxReplicas": 2, "target": 0.7}), eff) == []
+    [v] = evaluate(spec(autoscaling={"maxReplicas": 3, "target": 0.7}), eff)
+    assert (
+        v.field == "spec.autoscaling.maxReplicas"
+        and "3 × " in v.problem
+        and "exceeds maxPricePerHour 2" in v.problem
+    )
+    assert v.fix == "set spec.autoscaling.maxReplicas to 2 or fewer"
+
+
+def test_the_plan_says_what_one_replica_costs_and_what_max_replicas_cost() -> None:
+    plain = plan_inference_model(spec()).to_dict()["plan"]
+    assert "maxReplicas" not in plain and "pricePerReplicaPerHour" not in plain
+    summary = plan_inference_model(spec(autoscaling={"maxReplicas": 5, "target": 0.7})).to_dict()["plan"]
+    assert summary["maxReplicas"] == 5 and summary["pricePerReplicaPerHour"] == plain["pricePerHour"]
+    assert summary["maxPricePerHour"] == pytest.approx(5 * summary["pricePerReplicaPerHour"], abs=5 * 0.005)
+    assert summary["maxConcurrency"] > 0  # what one replica serves: sequences of maxModelLen at once
+
+
+def test_scale_status_is_the_workloads_pods_and_the_pods_selector() -> None:
+    status = scale_status("chat", {"spec": {"replicas": 3}, "status": {"replicas": 2, "readyReplicas": 1}})
+    assert status == {
+        "replicas": 2,
+        "selector": "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm",
+    }
+    assert scale_status("chat", {"spec": {"replicas": 0}})["replicas"] == 0
+
+
+def test_model_gauges_follow_spec_and_status_and_go_with_the_model() -> None:
+    body = {
+        "metadata": {"namespace": "team-z", "name": "gauged"},
+        "spec": {"replicas": 3},
+        "status": {"replicas": 2, "measuredGpuMemory": {"plannedGiB": 20.0, "maxUsedGiB": 21.5}},
+    }
+    model_gauges(body)
+    labels = {"namespace": "team-z", "inferencemodel": "gauged"}
+    sample = _metrics.MODEL_REPLICAS.labels(*labels.values(), "desired")._value.get()
+    assert sample == 3 and _metrics.MODEL_REPLICAS.labels(*labels.values(), "ready")._value.get() == 2
+    assert _metrics.MODEL_GPU_MEMORY.labels(*labels.values(), "measured")._value.get() == 21.5 * 1024**3
+    assert _metrics.forget("team-z", "gauged") == 4
+
+
+def test_a_restart_waits_while_the_model_is_being_scaled() -> None:
+    from loadline.maintenance import scaling_in_progress
+
+    assert scaling_in_progress(3, 1)  # scaling up: the pods are not there yet
+    assert scaling_in_progress(1, 3)  # scaling down
+    assert not scaling_in_progress(2, 2)
+    assert not scaling_in_progress(2, None)  # not mirrored yet: nothing to wait for
