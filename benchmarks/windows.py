@@ -15,7 +15,8 @@ Four ways to choose, per service:
 * ``hindsight``: the hidden week's own mean shape (one window, the same every day): what a perfect
   profile could do without knowing each day's luck.
 
-Each figure is the mean over the service's hidden weeks, ± their standard deviation (the spread).
+Each figure is the mean over the service's hidden weeks, ± their standard deviation (the spread);
+the last column is the learner's difference to the naive profile, ± its standard error over the weeks.
 Services are split in sets, by service: ``tune`` (the only ones benchmarks/windows_tune.py
 reads), ``held-out`` (never looked at while tuning) and ``unseen`` (added later, scored before any
 change was made with them in view). Run:
@@ -236,6 +237,16 @@ def summary(weeks: list[dict[str, float]], method: str) -> tuple[float, float]:
     return statistics.fmean(values), statistics.stdev(values) if len(values) > 1 else math.nan
 
 
+def paired(weeks: list[dict[str, float]]) -> tuple[float, float]:
+    """The learner's mean difference to the naive profile over the hidden weeks, ± its standard
+    error (the weeks' spread of that difference over the square root of their number): a service
+    whose difference is within about two standard errors of 0 does not tell the two apart."""
+    diffs = [w["learner"] - w["naive"] for w in weeks]
+    if len(diffs) < 2:
+        return statistics.fmean(diffs), math.nan
+    return statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--duration", default="2h", help="window length (default 2h)")
@@ -248,7 +259,7 @@ def main() -> None:
         "(mean over hidden weeks ± spread)"
     )
     header = "".join(f"{m if m != 'fixed' else '02:00':>15}" for m in METHODS)
-    print(f"{'service':<18} {'set':<8} {'weeks':>5}{header}")
+    print(f"{'service':<18} {'set':<8} {'weeks':>5}{header}{'learner-naive':>16}")
     per_set: dict[str, dict[str, list[float]]] = {}
     for stem, tz, group, _what in TRACES:
         if args.set != "all" and group != args.set:
@@ -260,6 +271,8 @@ def main() -> None:
             per_set.setdefault(group, {}).setdefault(method, []).append(mean)
             spread = "     " if math.isnan(sd) else f"±{sd:4.1f}"
             cells.append(f"{mean:>9.1f} {spread}")
+        diff, se = paired(weeks)
+        cells.append(f"{diff:>+9.1f} " + ("     " if math.isnan(se) else f"±{se:4.1f}"))
         print(f"{stem:<18} {group:<8} {len(weeks):>5}" + "".join(cells), flush=True)
     for group, by_method in per_set.items():
         means = "".join(f"{statistics.fmean(v):>9.1f}      " for v in by_method.values())
