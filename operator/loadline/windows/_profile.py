@@ -296,7 +296,7 @@ def _shrunk(
     out: dict[int, float] = {}
     kept: list[float] = []
     for tod, (base, diff, se2) in rows.items():
-        share = tau2 / (tau2 + se2) if tau2 > 0 and math.isfinite(se2) else (1.0 if tau2 > 0 else 0.0)
+        share = tau2 / (tau2 + se2) if tau2 > 0 and math.isfinite(se2) else 0.0  # one day: no evidence
         out[tod] = base + share * diff
         kept.append(share)
     return out, statistics.fmean(kept) if kept else 0.0
