@@ -37,7 +37,7 @@ CANDIDATES: Mapping[str, Mapping[str, Any]] = {
     "q=0.75": {"burst_quantile": 0.75},
     "q=0.95": {"burst_quantile": 0.95},
     "mean (q=1)": {"burst_quantile": 1.0},
-    "no weekly test": {"weekly": False},
+    "always pooled": {"weekly": False},
     "half-life 14d": {"half_life_days": 14.0},
     "half-life 28d": {"half_life_days": 28.0},
     "half-life 56d": {"half_life_days": 56.0},

@@ -8,7 +8,9 @@ clones, so the build needs no network beyond the clone:
     git clone https://github.com/alibaba/ServeGen /tmp/ServeGen
     git clone https://github.com/numenta/NAB /tmp/NAB
     git clone https://github.com/reconfigurable-ml-pipeline/web-service-datasets /tmp/web-service-datasets
-    python benchmarks/data/traces/build.py /tmp/ServeGen /tmp/NAB /tmp/web-service-datasets
+    git clone https://github.com/nimamahmoudi/worldcup98-dataset /tmp/worldcup98-dataset
+    python benchmarks/data/traces/build.py /tmp/ServeGen /tmp/NAB /tmp/web-service-datasets \
+        /tmp/worldcup98-dataset
 """
 
 from __future__ import annotations
@@ -107,26 +109,37 @@ NASA_BIN = 300
 NASA_OUTAGE = 600
 
 
-def nasa(repo: Path) -> None:
-    """Requests per 5 minutes from web-service-datasets' per-second counts of the NASA logs."""
+def _per_second(repo: Path, path: str) -> list[int]:
+    """web-service-datasets' ``workload.tbz2``: one request count per second, space-separated."""
     packed = subprocess.run(
-        ["git", "-C", str(repo), "show", "HEAD:dataset/nasa/workload.tbz2"], check=True, capture_output=True
+        ["git", "-C", str(repo), "show", f"HEAD:{path}"], check=True, capture_output=True
     ).stdout
     with tarfile.open(fileobj=io.BytesIO(packed), mode="r:bz2") as tar:
         member = next(m for m in tar.getmembers() if m.name.endswith("workload.txt"))
         handle = tar.extractfile(member)
         assert handle is not None
-        counts = [int(x) for x in handle.read().split()]
-    split = len(counts) - NASA_AUGUST_SECONDS
+        return [int(x) for x in handle.read().split()]
+
+
+def _silent_runs(counts: list[int], outage: int) -> set[int]:
+    """The seconds in runs of at least ``outage`` seconds without a single request."""
     down: set[int] = set()
     run = 0
     for i, c in enumerate([*counts, 1]):
         if c == 0:
             run += 1
             continue
-        if run >= NASA_OUTAGE:
+        if run >= outage:
             down.update(range(i - run, i))
         run = 0
+    return down
+
+
+def nasa(repo: Path) -> None:
+    """Requests per 5 minutes from web-service-datasets' per-second counts of the NASA logs."""
+    counts = _per_second(repo, "dataset/nasa/workload.tbz2")
+    split = len(counts) - NASA_AUGUST_SECONDS
+    down = _silent_runs(counts, NASA_OUTAGE)
     sums: dict[int, float] = defaultdict(float)
     seconds: dict[int, int] = defaultdict(int)
     dropped: set[int] = set()
@@ -143,8 +156,59 @@ def nasa(repo: Path) -> None:
     _write("nasa-http", kept, 0)
 
 
+#: The Twitter stream grab (Archive Team, August 2021) as counted by web-service-datasets: one
+#: number per second from the first second of the days it read. The days read are not recorded; the
+#: count starts on a UTC midnight and spans 21.98 days, taken as the month's first days.
+TWITTER_DAY0 = datetime(2021, 8, 1, tzinfo=ZoneInfo("UTC"))
+#: The stream carries about 50 events a second; a minute without any is the grab missing a file.
+TWITTER_OUTAGE = 60
+
+
+def twitter_stream(repo: Path) -> None:
+    """Events (tweets and deletions of the 1 % sample stream) per 5 minutes; bins that touch a
+    missing minute are left out (a gap is never quiet), as are partly covered bins."""
+    counts = _per_second(repo, "dataset/twitter_trace/workload.tbz2")
+    down = _silent_runs(counts, TWITTER_OUTAGE)
+    sums: dict[int, float] = defaultdict(float)
+    seconds: dict[int, int] = defaultdict(int)
+    dropped: set[int] = set()
+    day0 = int(TWITTER_DAY0.timestamp())
+    for i, c in enumerate(counts):
+        ts = (day0 + i) // NASA_BIN * NASA_BIN
+        seconds[ts] += 1
+        if i in down:
+            dropped.add(ts)
+        else:
+            sums[ts] += c
+    kept = {ts: v for ts, v in sums.items() if ts not in dropped and seconds[ts] >= NASA_BIN - 10}
+    _write("twitter-stream", kept, 0)
+
+
+#: nimamahmoudi/worldcup98-dataset's ``invocation_count.csv``: requests per minute (GMT, as the
+#: ITA tools print the logs' timestamps) to the 1998 World Cup web site, 1998-04-30 to 07-26.
+WORLDCUP_BIN = 300
+
+
+def worldcup(repo: Path) -> None:
+    """Requests per 5 minutes; a minute absent from the file (no request logged at all, where the
+    quietest minute still sees hundreds) leaves its bin out."""
+    minutes: dict[int, int] = {}
+    for line in _git_show(repo, "invocation_count.csv").splitlines()[1:]:
+        stamp, count = line.split(",")
+        minutes[int(datetime.fromisoformat(stamp).replace(tzinfo=ZoneInfo("UTC")).timestamp())] = int(count)
+    sums: dict[int, float] = defaultdict(float)
+    seen: dict[int, int] = defaultdict(int)
+    for ts, count in minutes.items():
+        sums[ts // WORLDCUP_BIN * WORLDCUP_BIN] += count
+        seen[ts // WORLDCUP_BIN * WORLDCUP_BIN] += 1
+    _write("worldcup98", {ts: v for ts, v in sums.items() if seen[ts] == WORLDCUP_BIN // 60}, 0)
+
+
 if __name__ == "__main__":
     servegen(Path(sys.argv[1]))
     nab(Path(sys.argv[2]))
     if len(sys.argv) > 3:
         nasa(Path(sys.argv[3]))
+        twitter_stream(Path(sys.argv[3]))
+    if len(sys.argv) > 4:
+        worldcup(Path(sys.argv[4]))

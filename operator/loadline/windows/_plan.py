@@ -46,7 +46,8 @@ class Tuning:
     steadiness_z: float = 1.0
     #: Keep the median profile's window unless another carries less load beyond the noise.
     anchor: bool = True
-    #: Learn weekdays and weekends apart when the weekly-effect test says so (False: always pool).
+    #: From two weeks of history on, learn weekdays and weekends apart, each shrunk towards all
+    #: days by how far its windows differ beyond the day-to-day noise (False: always pool).
     weekly: bool = True
     #: Share of a window's bins that must be observed on a day for that day to count for it.
     min_window_coverage: float = 0.9
@@ -280,8 +281,9 @@ def _reason(
     if method == "learned" and profile is not None:
         if profile.weekly:
             weekly = (
-                "weekdays and weekends learned apart (a weekly effect beyond the day-to-day noise "
-                f"over {profile.weeks} weeks)"
+                "weekdays and weekends learned apart, shrunk towards all days: "
+                f"{profile.weekly_share:.0%} of their own difference kept (the weekly effect against "
+                f"the day-to-day noise over {profile.weeks} weeks)"
             )
         elif profile.weeks >= 2:
             weekly = (

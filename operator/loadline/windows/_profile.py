@@ -3,16 +3,16 @@
 A restart disturbs the requests that arrive during the whole window, so each history day's load is
 integrated over the window itself (the mean of its bins, running past midnight into the next day's
 real bins), one value per local day and wall-clock start; a window is then judged by those per-day
-values, never by a point or by a profile of per-slot medians. Four rules, each from the noise between
+values, never by a point or by a profile of per-slot medians. Five rules, each from the noise between
 days rather than a fitted constant:
 
-* **Pool days unless a weekly effect shows.** Days are pooled (every day predicts every other) unless
-  weekdays (Mon–Fri) or weekends (Sat–Sun) choose a different window than the pooled days, and that
-  choice pays off on weeks it was not learned from by more than the week-to-week noise: for each week
-  of history, the group's own best window and the pooled best window are learned from the *other*
-  weeks, and the group's days of the left-out week say which carried less (residuals of the group
-  against the pooled choice). A one-sided t test over the left-out weeks (at least two weeks,
-  α = 0.05) decides; with one week of history days are always pooled.
+* **Weekdays and weekends, as far as the noise allows.** From two weeks of history on, weekdays
+  (Mon–Fri) and weekends (Sat–Sun) are learned apart, and each group's expected window loads are
+  shrunk towards all days' by empirical Bayes (``_shrunk``): a slot keeps ``τ² / (τ² + se²)`` of its
+  difference from the pooled estimate, where ``se²`` is that difference's sampling variance (the
+  group's day-to-day spread over its days) and ``τ²`` the variance of the real weekly effect across
+  slots (mean squared difference minus mean ``se²``). A weekly rhythm far above the noise is kept
+  whole, one weekend's luck is shrunk away, and no threshold decides. Under two weeks days are pooled.
 * **Bursts by their risk.** A window's expected load is its days' mean after clipping the highest
   (and lowest) days: at least ``1 - burst_quantile`` of the weight on each side is clipped to the
   next day's value. The mean, not the median, is what a restart meets, so a burst hour that recurs
@@ -47,23 +47,12 @@ from zoneinfo import ZoneInfo
 
 __all__ = ["Profile", "WindowStats", "build_profile", "paired_standard_error", "winsorized_mean"]
 
-#: One-sided 5 % critical values of Student's t by degrees of freedom (any statistics table), and
-#: the normal value beyond 30.
-_T_05 = (6.314, 2.920, 2.353, 2.132, 2.015, 1.943, 1.895, 1.860, 1.833, 1.812, 1.796, 1.782, 1.771,
-         1.761, 1.753, 1.746, 1.740, 1.734, 1.729, 1.725, 1.721, 1.717, 1.714, 1.711, 1.708, 1.706,
-         1.703, 1.701, 1.699, 1.697)  # fmt: skip
-_Z_05 = 1.645
-
-#: Weekday index (Monday = 0) -> group when a weekly effect is found: Mon–Fri and Sat–Sun.
+#: Weekday index (Monday = 0) -> group from two weeks of history on: Mon–Fri and Sat–Sun.
 _WEEK_GROUPS = (0, 0, 0, 0, 0, 1, 1)
 _POOLED = (0, 0, 0, 0, 0, 0, 0)
 
 
 _K = TypeVar("_K", int, float)
-
-
-def _t_critical(df: int) -> float:
-    return _T_05[df - 1] if 1 <= df <= len(_T_05) else _Z_05
 
 
 @dataclass(frozen=True)
@@ -95,8 +84,11 @@ class Profile:
     windows: Mapping[tuple[int, int], WindowStats]
     #: Weekday -> group: all 0 when days are pooled.
     group_of: tuple[int, ...]
-    #: A weekly effect beyond day-to-day noise was found (weekdays and weekends are learned apart).
+    #: Weekdays and weekends are learned apart and keep part of their own difference from all days.
     weekly: bool
+    #: The share of the groups' own difference from all days that is kept, on average over their
+    #: slots (empirical-Bayes shrinkage, ``_shrunk``): 0 pools, 1 keeps each group's own estimate.
+    weekly_share: float
     #: Distinct weeks of history behind the profile.
     weeks: int
     #: Local days with at least one known window.
@@ -106,6 +98,9 @@ class Profile:
     validated: bool
     #: How many of the newest weeks the learner was checked on (0: too little history before them).
     checked_weeks: int
+    #: The learner's mean extra load over the median profile's in those weeks, in the history's
+    #: units (negative: it carried less); None when nothing could be checked.
+    gain: float | None
     #: Group -> the most days behind any of its windows (a window known on far fewer days is not
     #: compared with it).
     most_days: Mapping[int, int]
@@ -271,50 +266,40 @@ def _expected(
     return out
 
 
-def _best(expected: Mapping[int, tuple[float, list[tuple[float, float]]]]) -> int | None:
-    return min(expected, key=lambda tod: (expected[tod][0], tod), default=None)
+def _shrunk(
+    pooled: Mapping[int, tuple[float, list[tuple[float, float]]]],
+    own: Mapping[int, tuple[float, list[tuple[float, float]]]],
+    quantile: float,
+) -> tuple[dict[int, float], float]:
+    """A group's expected window loads shrunk towards all days' (empirical Bayes), and the share of
+    the group's own difference kept on average.
 
-
-def _weekly_effect(history: _History, quantile: float) -> tuple[bool, int]:
-    """Whether weekdays or weekends, learned apart, choose windows that carry less load on weeks left
-    out of the learning, by more than the week-to-week noise (one-sided t test, α = 0.05, two weeks or
-    more); and how many whole weeks of history there are."""
-    newest = max(history.weekday, default=0)
-    week_of = {d: (newest - d) // 7 for d in history.weekday}
-    weeks = sorted(set(week_of.values()))
-    whole = len(history.weekday) // 7
-    if whole < 2:
-        return False, whole
-    pooled_best: dict[int, int | None] = {}
-    for group in (0, 1):
-        gains: list[float] = []
-        members = [d for d in week_of if _WEEK_GROUPS[history.weekday[d]] == group]
-        for week in weeks:
-            held = [d for d in members if week_of[d] == week]
-            if not held:
-                continue
-            if week not in pooled_best:
-                pooled_best[week] = _best(
-                    _expected(history, (d for d in week_of if week_of[d] != week), quantile)
-                )
-            own = _best(_expected(history, (d for d in members if week_of[d] != week), quantile))
-            pooled = pooled_best[week]
-            if own is None or pooled is None:
-                continue
-            diffs = [
-                (history.loads[own][d] - history.loads[pooled][d], history.weight[d])
-                for d in held
-                if d in history.loads[own] and d in history.loads[pooled]
-            ]
-            if diffs:
-                gains.append(sum(v * w for v, w in diffs) / sum(w for _, w in diffs))
-        if len(gains) < 2:
+    At each slot the group's estimate differs from the pooled one by its real weekly effect plus
+    sampling noise, whose variance is the group's day-to-day spread over its effective number of
+    days (``se²``). Across slots, the mean of ``difference² - se²`` estimates the variance of the real
+    effect (``τ²``, floored at 0), and each slot keeps ``τ² / (τ² + se²)`` of its difference: all of a
+    weekly rhythm that stands far above the noise, none of one that the noise explains (one weekend's
+    luck), and in between what the evidence supports. No threshold, no tuned constant."""
+    rows: dict[int, tuple[float, float, float]] = {}
+    for tod, (expected, pairs) in own.items():
+        if tod not in pooled:
             continue
-        mean = statistics.fmean(gains)
-        sd = statistics.stdev(gains)
-        if mean < 0 and (sd == 0 or mean / (sd / math.sqrt(len(gains))) < -_t_critical(len(gains) - 1)):
-            return True, whole
-    return False, whole
+        total = sum(w for _, w in pairs)
+        if len(pairs) < 2 or total <= 0:
+            se2 = math.inf
+        else:
+            n_eff = total**2 / sum(w * w for _, w in pairs)
+            se2 = _spread(winsorized(pairs, quantile)) ** 2 / max(1.0, n_eff - 1.0)
+        rows[tod] = (pooled[tod][0], expected - pooled[tod][0], se2)
+    finite = [(d, se2) for _, d, se2 in rows.values() if math.isfinite(se2)]
+    tau2 = max(0.0, statistics.fmean(d * d - se2 for d, se2 in finite)) if finite else 0.0
+    out: dict[int, float] = {}
+    kept: list[float] = []
+    for tod, (base, diff, se2) in rows.items():
+        share = tau2 / (tau2 + se2) if tau2 > 0 and math.isfinite(se2) else 0.0  # one day: no evidence
+        out[tod] = base + share * diff
+        kept.append(share)
+    return out, statistics.fmean(kept) if kept else 0.0
 
 
 def build_profile(
@@ -333,7 +318,8 @@ def build_profile(
 ) -> Profile:
     """The profile of windows of ``span`` bins from ``bins`` (bin index → load, bins of ``slot``
     seconds); see the module docstring for the rules. ``validate``: check the learner's choices
-    against the median profile's on left-out weeks (``Profile.validated``)."""
+    against the median profile's on left-out weeks (``Profile.validated``). ``weekly``: from two
+    weeks of history on, weekdays and weekends are learned apart, each shrunk towards all days."""
     settings = {
         "span": span,
         "burst_quantile": burst_quantile,
@@ -346,23 +332,24 @@ def build_profile(
     history = _history(slot, bins, tz, span, min_window_coverage, half_life_days)
     single = _day_loads(slot, bins, tz, 1, 1.0)[1] if span > 1 else history.loads
     per_day = max(1, 86400 // slot)
-    found, weeks = _weekly_effect(history, burst_quantile) if history.weekday else (False, 0)
-    weekly = weekly and found
-    group_of = _WEEK_GROUPS if weekly else _POOLED
+    weeks = len(history.weekday) // 7
+    group_of = _WEEK_GROUPS if weekly and weeks >= 2 else _POOLED
+    pooled = _expected(history, None, burst_quantile)
+    kept_share = 0.0
     windows: dict[tuple[int, int], WindowStats] = {}
+    # The anchor is the all-days median profile whatever the grouping: the choice that needs no
+    # evidence, and the one the learner is checked against (weekly groups must beat it too).
+    medians = {tod: statistics.median(by_day.values()) for tod, by_day in single.items() if by_day}
     for group in sorted(set(group_of)):
         members = [d for d, wd in history.weekday.items() if group_of[wd] == group]
-        chosen = set(members)
-        medians = {
-            tod: statistics.median(values)
-            for tod, by_day in single.items()
-            if (values := [v for d, v in by_day.items() if d in chosen])
-        }
-        for tod, (expected, pairs) in _expected(history, members, burst_quantile).items():
+        own = _expected(history, members, burst_quantile)
+        shrunk, share = _shrunk(pooled, own, burst_quantile) if group_of != _POOLED else ({}, 0.0)
+        kept_share = max(kept_share, share)
+        for tod, (expected, pairs) in own.items():
             by_day = history.loads[tod]
             known = [m for k in range(span) if (m := medians.get((tod + k) % per_day)) is not None]
             windows[(group, tod)] = WindowStats(
-                expected=expected,
+                expected=shrunk.get(tod, expected),
                 spread=_spread(winsorized(pairs, burst_quantile)),
                 days=tuple((d, by_day[d], history.weight[d]) for d in members if d in by_day),
                 typical=statistics.fmean(known) if len(known) >= min_window_coverage * span else None,
@@ -370,7 +357,7 @@ def build_profile(
     most: dict[int, int] = {}
     for (group, _tod), stats in windows.items():
         most[group] = max(most.get(group, 0), len(stats.days))
-    validated, checked = _validated(slot, bins, tz, history, settings) if validate else (False, 0)
+    gain, checked = _validated(slot, bins, tz, history, settings) if validate else (None, 0)
     return Profile(
         slot=slot,
         tz=tz,
@@ -378,11 +365,13 @@ def build_profile(
         level=history.level,
         windows=windows,
         group_of=group_of,
-        weekly=weekly,
+        weekly=kept_share > 0,
+        weekly_share=kept_share,
         weeks=weeks,
         days=len(history.weekday),
-        validated=validated,
+        validated=gain is not None and gain <= 0,
         checked_weeks=checked,
+        gain=gain,
         most_days=most,
     )
 
@@ -424,7 +413,7 @@ _VALIDATION_WEEKS = 4
 
 def _validated(
     slot: int, bins: Mapping[int, float], tz: ZoneInfo, history: _History, settings: Mapping[str, Any]
-) -> tuple[bool, int]:
+) -> tuple[float | None, int]:
     """Whether following the learner would have carried no more load than the median profile in the
     newest ``_VALIDATION_WEEKS`` weeks, each judged from the history before it only (rolling origin,
     as time runs: a drift is learned before it is checked). Both choose with every rule above from
@@ -435,7 +424,7 @@ def _validated(
     week_of = {d: (newest - d) // 7 for d in history.weekday}
     weeks = sorted(set(week_of.values()))
     if len(weeks) < 2:
-        return False, 0
+        return None, 0
     day_of = {i: datetime.fromtimestamp(i * slot, tz).date().toordinal() for i in bins}
     z, q = settings["steadiness_z"], settings["burst_quantile"]
     gains: list[tuple[float, float]] = []
@@ -463,7 +452,9 @@ def _validated(
         if diffs:
             total = sum(w for _, w in diffs)
             gains.append((sum(v * w for v, w in diffs) / total, total / len(diffs)))
-    return bool(gains) and sum(g * w for g, w in gains) <= 0, len(gains)
+    if not gains:
+        return None, 0
+    return sum(g * w for g, w in gains) / sum(w for _, w in gains), len(gains)
 
 
 def paired_standard_error(a: WindowStats, b: WindowStats, quantile: float) -> float:
