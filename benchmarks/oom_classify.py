@@ -59,7 +59,7 @@ def _line(label: str, s: Any) -> str:
 
 def _groups(cases: list[Any]) -> dict[str, list[Any]]:
     groups: dict[str, list[Any]] = {}
-    for split in ("tune", "heldout"):
+    for split in ("tune", "heldout", "blind"):
         on_split = [c for c in cases if c.split == split]
         groups[f"{split} (all)"] = on_split
         groups[f"{split} (real messages)"] = [c for c in on_split if c.origin == "real"]
@@ -93,7 +93,7 @@ def main() -> int:
     for name, s in results.items():
         if s.total:
             print(_line(name, s))
-    for split in ("tune", "heldout"):
+    for split in ("tune", "heldout", "blind"):
         s = score([c for c in cases if c.split == split], predict)
         print(f"\n{split}: expected -> got (count)")
         for (expected, got), n in sorted(s.confusion.items()):

@@ -44,7 +44,7 @@ def _raw(case: Case) -> dict[str, Any]:
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_split_is_the_hash_rule_not_a_choice(case: Case) -> None:
-    assert case.split == split_for(case.source)
+    assert case.split == split_for(case.source, case.collected)
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BLIND_COLLECTIONS",
     "CORPUS_KEYS",
     "HELDOUT_MODULUS",
     "Case",
@@ -40,12 +41,22 @@ HELDOUT_MODULUS = 3
 ORIGINS = ("real", "paraphrase", "synthetic")
 
 
-def split_for(source: str) -> str:
-    """``"heldout"`` or ``"tune"`` for a report, from its address alone (the first word of ``source``).
+#: Collections held out whole (split ``"blind"``): gathered, labelled and measured before any rule was
+#: changed after them, and never tuned on. A blind set is scored on its own, before and after.
+BLIND_COLLECTIONS = frozenset(
+    {"2026-11-28 blind set (issue 34; held out whole, measured before any rule change)"}
+)
 
-    Several incidents from one thread share the thread's address, so they always fall on the same side:
-    a report tuned on can never also score the held-out figure.
+
+def split_for(source: str, collected: str | None = None) -> str:
+    """``"blind"``, ``"heldout"`` or ``"tune"`` for a report.
+
+    A report of a blind collection is ``"blind"``; any other is split by its address alone (the first
+    word of ``source``). Several incidents from one thread share the thread's address, so they always
+    fall on the same side: a report tuned on can never also score the held-out figure.
     """
+    if collected in BLIND_COLLECTIONS:
+        return "blind"
     address = source.split()[0] if source.split() else source
     digest = hashlib.sha256(address.encode("utf-8")).hexdigest()
     return "heldout" if int(digest[:8], 16) % HELDOUT_MODULUS == 0 else "tune"
