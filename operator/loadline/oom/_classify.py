@@ -56,6 +56,14 @@ class _Facts:
     host_words: str | None = None
     #: The text ends inside vLLM's KV refusal (cut off before its figures).
     kv_cut: str | None = None
+    #: The KV refusal in other words: one max_model_len sequence does not fit the KV cache.
+    kv_words: str | None = None
+    #: A batch-sizing setting named outside the engine's standard advice sentences.
+    batch_setting: str | None = None
+    #: The report's own words for memory climbing until the out-of-memory.
+    climbing_words: str | None = None
+    #: "OOM" or "out of memory" anywhere in the text.
+    oom: bool = False
 
     @property
     def host_text(self) -> bool:
@@ -120,6 +128,11 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.graph_capture = bool(p["graph_capture"].search(text)) and not p["graph_capture_done"].search(text)
     f.profiling = bool(p["profiling"].search(text))
     oom_word = p["oom_word"].search(text)
+    f.oom = bool(oom_word)
+    # The engines' standard advice (vLLM's CUDA graph notice names max_num_seqs at every capture, SGLang's
+    # "Possible solutions" list, vLLM's KV refusal names max_model_len) is in the text whatever happened:
+    # a setting it names is no evidence, a setting named anywhere else is.
+    f.batch_setting = _found(p["batch_setting_named"], p["engine_advice"].sub(" ", text))
     f.host_kill = _found(p["oom_killer"], text)
     f.host_words = _found(p["host_words"], text)
     f.ray_worker_died = _found(p["ray_worker_died"], text)
@@ -128,7 +141,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.host_kill = m.group(0)
     # "OOM" without the GPU's own words is a GPU out-of-memory only when it came in a GPU-only step
     # (the profiling batch, CUDA graph capture, the sampler warm-up) and nothing speaks of the host.
-    gpu_step = f.profiling or f.graph_capture or f.sampler_warmup
+    gpu_step = f.profiling or f.graph_capture or f.sampler_warmup or f.batch_setting is not None
     f.gpu_oom = bool(p["gpu_oom"].search(text)) or bool(
         oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
     )
@@ -163,6 +176,9 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.host_alloc = _cut_inside(text, t, "host_alloc")
     if f.max_len is None:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
+        if f.kv_cut is None:
+            f.kv_words = _found(p["kv_fit_words"], text)
+    f.climbing_words = _found(p["memory_climbing_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
 
@@ -230,11 +246,15 @@ def _score_text(
         s.add("graph_capture_oom")
     elif f.gpu_oom and f.profiling and not runtime and not before_load_done and not pieces:
         s.add("profiling_oom")
+    elif f.gpu_oom and f.batch_setting and not runtime and not before_load_done and not pieces:
+        s.add("batch_setting_oom", what=f.batch_setting)
     if f.max_len is not None:
         capacity = f"{f.kv_capacity} tokens" if f.kv_capacity is not None else "less"
         s.add("max_len_exceeds_kv", max_len=f.max_len, capacity=capacity)
     elif f.kv_cut:
         s.add("max_len_exceeds_kv_cut", what=f.kv_cut)
+    elif f.kv_words:
+        s.add("kv_refusal_words", what=f.kv_words)
     if f.load_failed:
         s.add("load_failed")
     elif f.gpu_oom and before_load_done and not f.sampler_warmup:
@@ -243,6 +263,8 @@ def _score_text(
         s.add("no_cache_blocks")
     if f.gpu_oom and runtime:
         s.add("runtime_gpu_oom")
+    if runtime and f.climbing_words and f.oom and not host:
+        s.add("memory_climbing_text", what=f.climbing_words)
 
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
@@ -402,11 +424,22 @@ def _score_metrics(s: _Score, incident: Incident, runtime: bool, growing: tuple[
 
 
 def _score_allocator(
-    s: _Score, fig: AllocatorFigures | None, incident: Incident, runtime: bool, named_setting: bool = False
+    s: _Score,
+    fig: AllocatorFigures | None,
+    incident: Incident,
+    runtime: bool,
+    named_setting: bool = False,
+    in_capture: bool = False,
 ) -> None:
     """``named_setting``: vLLM's own message names the setting that sized the failed request (the sampler
     warm-up's max_num_seqs dummy requests); lowering it removes the request, so fragmentation figures beside
-    it do not make it a fragmentation case."""
+    it do not make it a fragmentation case.
+
+    ``in_capture``: the request came during CUDA graph capture. PyTorch serves a capture's allocations from
+    the graph's private memory pool (torch.cuda.graph, "Graph memory management" in PyTorch's CUDA notes),
+    and the out-of-memory path has already returned every whole cached block to the driver before it
+    raises; what stays reserved but unallocated is split blocks of the pools the capture cannot draw from.
+    So those figures say nothing of fragmentation for this request: free memory against the request does."""
     t = s.t
     if fig is None:
         return
@@ -422,7 +455,9 @@ def _score_allocator(
             "ratio": f"{ratio:.1f}×",
             "requested": _num(fig.requested_gib),
         }
-        if verdict == "reserved_large":
+        if verdict is not None and in_capture:
+            s.add("capture_private_pool", free=_num(fig.free_gib or 0.0), **values)
+        elif verdict == "reserved_large":
             s.add("reserved_large", **values)
         elif verdict == "reserved_covers":
             s.add("reserved_covers", **values)
@@ -580,6 +615,7 @@ def classify(incident: Incident) -> Diagnosis:
         or facts.no_cache_blocks
         or facts.max_len is not None
         or facts.kv_cut is not None
+        or facts.kv_words is not None
         or facts.load_failed
     )
     reason = incident.reason.strip().lower()
@@ -591,6 +627,9 @@ def classify(incident: Incident) -> Diagnosis:
     if not gpu_signal and not host_signal and runtime and _creeping(incident, t, growing[0]):
         # A crash with no message after serving: GPU memory creeping up under a load that did not grow
         # is the evidence (the allocator's cache, not the requests, grew).
+        gpu_signal = True
+    if not gpu_signal and not host_signal and runtime and facts.oom and facts.climbing_words:
+        # The same, said in the report's own words rather than measured.
         gpu_signal = True
 
     if not gpu_signal and not host_signal:
@@ -604,12 +643,14 @@ def classify(incident: Incident) -> Diagnosis:
             figures=figures,
         )
 
-    pieces = _pieces(figures, t) is not None and not facts.sampler_warmup
+    # During CUDA graph capture the figures cannot show pieces (see _score_allocator): the phase decides.
+    in_capture = facts.gpu_oom and facts.graph_capture and not runtime
+    pieces = _pieces(figures, t) is not None and not facts.sampler_warmup and not in_capture
     _score_text(s, facts, incident, runtime, before_load_done, gpu_signal, pieces=pieces)
     _score_plan(s, incident, gpu_signal)
     _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
-    _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup)
+    _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup, in_capture=in_capture)
     _score_config(s, incident, host_signal)
 
     host_only = reason == "oomkilled" or facts.host_text
