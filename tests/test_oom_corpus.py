@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from loadline.oom import OomClass, classify, parse_incident, propose_remediation
-from loadline.oom._corpus import Case, load_corpus, score, split_for
+from loadline.oom._corpus import Case, load_corpus, precision_by_class, score, split_for
 
 CORPUS = Path(__file__).parent / "corpus" / "oom"
 CASES = load_corpus(CORPUS)
@@ -114,3 +114,11 @@ def test_the_fresh_set_is_cited_real_and_covers_every_cause() -> None:
     assert {c.expected for c in fresh} == {c.value for c in OomClass} - {"unknown"}
     assert all(c.origin in {"real", "paraphrase"} for c in fresh)
     assert {c.split for c in fresh} == {"tune", "heldout"}
+
+
+def test_the_precision_loadline_reports_is_the_current_measurement() -> None:
+    # data/precision.json is what `loadline classify` reports as the corpus's confidence per class; a rule
+    # change that moves it must rewrite it (benchmarks/oom_classify.py --write-precision).
+    from loadline.oom._confidence import corpus_precision
+
+    assert dict(corpus_precision()["classes"]) == precision_by_class(CASES, _predict)

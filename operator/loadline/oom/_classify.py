@@ -79,6 +79,8 @@ class _Score:
     scores: dict[OomClass, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
     evidence: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
+    #: Each fired signal's sentence, by id (for naming the one that decided).
+    sentences: dict[str, str] = field(default_factory=dict)
 
     def add(self, sid: str, **values: object) -> None:
         signal = self.t.signals[sid]
@@ -86,7 +88,16 @@ class _Score:
             self.scores[cls] += weight
         self.fired.append(sid)
         if signal.evidence:
-            self.evidence.append(signal.evidence.format(**values))
+            sentence = signal.evidence.format(**values)
+            self.evidence.append(sentence)
+            self.sentences.setdefault(sid, sentence)
+
+    def strongest_for(self, cls: OomClass) -> tuple[str, str] | None:
+        """The fired signal that weighs most for ``cls``, with its sentence: the figure that decided."""
+        best = max(self.fired, key=lambda sid: self.t.signals[sid].weights.get(cls, 0.0), default=None)
+        if best is None or self.t.signals[best].weights.get(cls, 0.0) <= 0:
+            return None
+        return best, self.sentences.get(best, "")
 
 
 def _num(value: float) -> str:
@@ -503,12 +514,21 @@ def _score_config(s: _Score, incident: Incident, host: bool) -> None:
             )
 
 
-def _unknown(s: _Score, confidence: float, note: str) -> tuple[OomClass, float, list[str]]:
+@dataclass(frozen=True)
+class _Decision:
+    oom_class: OomClass
+    confidence: float
+    notes: list[str]
+    #: The timing row decided (the text alone was too thin).
+    by_timing: bool = False
+
+
+def _unknown(s: _Score, confidence: float, note: str) -> _Decision:
     low = round(min(s.t.threshold("unknown_max_confidence"), max(0.0, confidence)), 2)
-    return OomClass.UNKNOWN, low, [note]
+    return _Decision(OomClass.UNKNOWN, low, [note])
 
 
-def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[str]]:
+def _decide(s: _Score, timing: _Verdict | None) -> _Decision:
     """Rule order: strong text evidence; else the timing table; ``unknown`` when they disagree.
 
     The text's evidence (with plan, config, metrics and allocator figures) decides when it is strong and
@@ -532,7 +552,7 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     text_decides = s1 >= t.threshold("decide_min_score") and text_conf >= t.threshold("decide_min_confidence")
     if timing is None:
         if text_decides:
-            return top, round(text_conf, 2), []
+            return _Decision(top, round(text_conf, 2), [])
         if s1 <= 0:
             return _unknown(
                 s, text_conf, "None of the evidence points to a cause, and the timing does not say."
@@ -545,14 +565,16 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     cls = timing.row.oom_class
     if text_decides:
         if cls is top:
-            return top, round(min(cap, max(text_conf, timing.confidence)), 2), []
+            return _Decision(top, round(min(cap, max(text_conf, timing.confidence)), 2), [])
         if timing.confidence >= text_conf - margin:
             note = (
                 f"The text points to {top.value} ({text_conf:.2f}) but the timing to {cls.value} "
                 f"({timing.confidence:.2f}): they disagree with comparable strength."
             )
             return _unknown(s, min(text_conf, timing.confidence), note)
-        return top, round(text_conf, 2), [f"The text outweighs the timing, which points to {cls.value}."]
+        return _Decision(
+            top, round(text_conf, 2), [f"The text outweighs the timing, which points to {cls.value}."]
+        )
     own = min(1.0, s.scores[cls])
     against = max(0.0, max(min(1.0, s.scores[c]) for c in CAUSES if c is not cls))
     if own <= t.timing_threshold("ruled_out_score"):
@@ -572,7 +594,12 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     confidence = timing.confidence + share * max(0.0, own) - share * against
     if confidence < t.threshold("decide_min_confidence"):
         return _unknown(s, confidence, f"The timing points to {cls.value}, too weakly to decide.")
-    return cls, round(min(cap, confidence), 2), ["The message alone does not decide; the timing does."]
+    return _Decision(
+        cls,
+        round(min(cap, confidence), 2),
+        ["The message alone does not decide; the timing does."],
+        by_timing=True,
+    )
 
 
 def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None) -> str | None:
@@ -655,7 +682,15 @@ def classify(incident: Incident) -> Diagnosis:
 
     host_only = reason == "oomkilled" or facts.host_text
     timing = _timing_verdict(t, incident, facts, runtime, host_only, gpu_signal, growing[0], pieces)
-    oom_class, confidence, notes = _decide(s, timing)
+    decision = _decide(s, timing)
+    oom_class, confidence, notes = decision.oom_class, decision.confidence, decision.notes
+    decided_by: tuple[str, str] | None = None
+    if decision.by_timing and timing is not None:
+        decided_by = (timing.row.id, timing.sentence)
+    elif oom_class is not OomClass.UNKNOWN:
+        decided_by = s.strongest_for(oom_class)
+        if decided_by is None and timing is not None and timing.row.oom_class is oom_class:
+            decided_by = (timing.row.id, timing.sentence)
     evidence = [e for e in s.evidence if e]
     fired = list(s.fired)
     if timing is not None:
@@ -691,4 +726,5 @@ def classify(incident: Incident) -> Diagnosis:
         logged_max_model_len=facts.max_len,
         warmup_requests=facts.warmup,
         signals=tuple(fired),
+        decided_by=decided_by,
     )

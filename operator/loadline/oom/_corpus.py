@@ -20,9 +20,11 @@ __all__ = [
     "BLIND_COLLECTIONS",
     "CORPUS_KEYS",
     "HELDOUT_MODULUS",
+    "PRECISION_SPLITS",
     "Case",
     "Score",
     "load_corpus",
+    "precision_by_class",
     "score",
     "split_for",
 ]
@@ -128,3 +130,22 @@ def score(cases: Iterable[Case], predict: Callable[[Mapping[str, Any]], str]) ->
         else:
             result.misses.append((case.name, case.expected, got))
     return result
+
+
+#: The splits never tuned on, where a class's precision is an honest figure.
+PRECISION_SPLITS = ("heldout", "blind")
+
+
+def precision_by_class(
+    cases: Iterable[Case], predict: Callable[[Mapping[str, Any]], str]
+) -> dict[str, list[int]]:
+    """Per class the classifier answered on the untuned splits: ``[right, answered]`` (its precision)."""
+    counts: dict[str, list[int]] = {}
+    for case in cases:
+        if case.split not in PRECISION_SPLITS:
+            continue
+        got = predict(case.incident)
+        right_said = counts.setdefault(got, [0, 0])
+        right_said[0] += got == case.expected
+        right_said[1] += 1
+    return dict(sorted(counts.items()))
