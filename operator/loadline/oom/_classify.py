@@ -448,9 +448,10 @@ def _score_allocator(
 
     ``in_capture``: the request came during CUDA graph capture. PyTorch serves a capture's allocations from
     the graph's private memory pool (torch.cuda.graph, "Graph memory management" in PyTorch's CUDA notes),
-    and the out-of-memory path has already returned every whole cached block to the driver before it
-    raises; what stays reserved but unallocated is split blocks of the pools the capture cannot draw from.
-    So those figures say nothing of fragmentation for this request: free memory against the request does."""
+    and while a capture is underway the allocator's out-of-memory path does not return the cached blocks
+    to the driver (CUDACachingAllocator.cpp: ``captures_underway.empty() && release_cached_blocks``). So
+    reserved but unallocated then counts whole cached blocks of pools the capture cannot draw from: those
+    figures say nothing of fragmentation for this request; free memory against the request does."""
     t = s.t
     if fig is None:
         return
