@@ -5,7 +5,9 @@ The corpus is tests/corpus/oom; each case's ``split`` comes from a hash of its r
 ``tune`` only; ``heldout`` is the honest figure. Each split is printed for every case and for the
 cases whose text is quoted from the report (``real``), with a confusion summary and the misses.
 
-Run: `.venv/bin/python benchmarks/oom_classify.py [--json]`.
+Run: `.venv/bin/python benchmarks/oom_classify.py [--json] [--write-precision]`. ``--write-precision``
+rewrites operator/loadline/oom/data/precision.json, the per-class precision on the untuned splits that
+``loadline classify`` reports as the corpus's confidence (tests/test_oom_corpus.py checks it is current).
 To measure another classifier on the same split (main's, say), put its ``operator`` directory first on
 PYTHONPATH; it needs only ``parse_incident`` and ``classify``.
 """
@@ -41,6 +43,22 @@ def _corpus_module() -> ModuleType:
 
 _corpus = _corpus_module()
 Case, Score, load_corpus, score = _corpus.Case, _corpus.Score, _corpus.load_corpus, _corpus.score
+PRECISION = REPO / "operator" / "loadline" / "oom" / "data" / "precision.json"
+
+
+def write_precision(cases: list[Any]) -> None:
+    """Write the per-class precision on the untuned splits (data/precision.json)."""
+    counted = [c for c in cases if c.split in _corpus.PRECISION_SPLITS]
+    data = {
+        "_about": "Per class the OOM classifier answered on the corpus splits never tuned on "
+        f"({' and '.join(_corpus.PRECISION_SPLITS)}): [right, answered]. Its precision is what "
+        "`loadline classify` reports as the corpus's confidence when no outcomes are given.",
+        "measured_on": f"tests/corpus/oom, {len(counted)} cases of the splits "
+        + ", ".join(_corpus.PRECISION_SPLITS),
+        "command": ".venv/bin/python benchmarks/oom_classify.py --write-precision",
+        "classes": _corpus.precision_by_class(cases, predict),
+    }
+    PRECISION.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
 def predict(incident: Mapping[str, Any]) -> str:
@@ -59,7 +77,7 @@ def _line(label: str, s: Any) -> str:
 
 def _groups(cases: list[Any]) -> dict[str, list[Any]]:
     groups: dict[str, list[Any]] = {}
-    for split in ("tune", "heldout"):
+    for split in ("tune", "heldout", "blind"):
         on_split = [c for c in cases if c.split == split]
         groups[f"{split} (all)"] = on_split
         groups[f"{split} (real messages)"] = [c for c in on_split if c.origin == "real"]
@@ -78,8 +96,13 @@ def _groups(cases: list[Any]) -> dict[str, list[Any]]:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument(
+        "--write-precision", action="store_true", help="rewrite the per-class precision data file"
+    )
     args = parser.parse_args()
     cases = load_corpus(CORPUS)
+    if args.write_precision:
+        write_precision(cases)
     results = {name: score(group, predict) for name, group in _groups(cases).items()}
     if args.json:
         out = {
@@ -93,7 +116,7 @@ def main() -> int:
     for name, s in results.items():
         if s.total:
             print(_line(name, s))
-    for split in ("tune", "heldout"):
+    for split in ("tune", "heldout", "blind"):
         s = score([c for c in cases if c.split == split], predict)
         print(f"\n{split}: expected -> got (count)")
         for (expected, got), n in sorted(s.confusion.items()):

@@ -126,3 +126,106 @@ def test_installed_command_in_a_subprocess() -> None:
     assert out["remediation"]["changes"] == [
         {"field": "config.kv_offload_cpu_gib", "old": 200.0, "new": 100.0}
     ]
+
+
+# ---- which figure decided, and how far each class is trusted -------------------------------------------
+
+RUNPOD = CORPUS / "runpod_worker_vllm_40_graph_capture.json"
+
+
+def outcome(cls: str, action: str, result: str) -> dict[str, str]:
+    return {
+        "class": cls,
+        "action": action,
+        "result": result,
+        "appliedAt": "2026-11-27T10:00:00Z",
+        "judgedAt": "2026-11-28T10:00:00Z",
+    }
+
+
+def test_json_names_the_evidence_that_decided(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["classify", str(CORPUS / "qwen_295_max_seq_len_gt_kv.json"), "-o", "json"]) == 0
+    decided = json.loads(capsys.readouterr().out)["decided_by"]
+    assert decided["signal"] == "max_len_exceeds_kv"
+    assert "max_model_len 32768" in decided["evidence"]
+
+
+def test_timing_that_decides_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    # A bare CUDA error 5 s after Ready, nothing else: the first-batch timing row decides.
+    data = {
+        "reason": "Error",
+        "message": "CUDA error: out of memory",
+        "ever_ready": True,
+        "seconds_since_ready": 5,
+    }
+    assert main(["classify", str(write(tmp_path, data)), "-o", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["decided_by"] is not None and out["decided_by"]["signal"] == "first_batch"
+
+
+def test_unknown_says_nothing_decided(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["classify", str(CORPUS / "vllm_188_cuda_error_thin.json")]) == 0
+    assert "decided by:  nothing" in capsys.readouterr().out
+
+
+def test_confidence_per_class_comes_from_the_corpus_without_outcomes(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["classify", str(RUNPOD), "-o", "json"]) == 0
+    conf = json.loads(capsys.readouterr().out)["class_confidence"]
+    assert set(conf) == {
+        "model_exceeds_vram",
+        "batch_misconfiguration",
+        "kv_cache_overflow",
+        "fragmentation",
+        "host_memory",
+        "unknown",
+    }
+    assert all(c["basis"] == "corpus" and c["count"] > 0 for c in conf.values())
+
+
+def test_confidence_comes_from_outcomes_where_they_judged_the_class(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    outcomes = [
+        outcome("batch_misconfiguration", "lower_gpu_memory_utilization", "recurred"),
+        outcome("batch_misconfiguration", "lower_max_num_seqs", "worked"),
+        outcome("batch_misconfiguration", "lower_max_num_batched_tokens", "worked"),
+    ]
+    path = write(tmp_path, outcomes, "outcomes.json")
+    assert main(["classify", str(RUNPOD), "-o", "json", "--outcomes", str(path)]) == 0
+    conf = json.loads(capsys.readouterr().out)["class_confidence"]
+    assert conf["batch_misconfiguration"] == {"value": 0.67, "basis": "outcomes", "count": 3}
+    assert conf["host_memory"]["basis"] == "corpus"
+
+
+def test_a_status_remediation_object_is_read_for_its_outcomes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    status = {"trials": [], "outcomes": [outcome("host_memory", "raise_memory_limit", "recurred")]}
+    path = write(tmp_path, status, "remediation.json")
+    assert main(["classify", str(RUNPOD), "--outcomes", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "host_memory              0.00         (outcomes: 1 judged fixes on this model)" in out
+
+
+@pytest.mark.parametrize(
+    ("data", "field"),
+    [
+        ({"outcomes": 3}, "outcomes"),
+        ([outcome("oom", "restart", "worked")], "outcomes[0].class"),
+        ([outcome("host_memory", "restart", "maybe")], "outcomes[0].result"),
+        ([{"class": "host_memory", "action": "restart", "result": "worked"}], "outcomes[0].appliedAt"),
+        ("[1,", "--outcomes"),
+    ],
+    ids=["not-a-list", "bad-class", "bad-result", "missing-time", "not-json"],
+)
+def test_bad_outcomes_exit_2_in_one_line_naming_the_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], data: Any, field: str
+) -> None:
+    path = write(tmp_path, data, "outcomes.json")
+    assert main(["classify", str(RUNPOD), "--outcomes", str(path)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"loadline: {field}")

@@ -95,9 +95,27 @@ def test_memory_used_up_is_not_fragmentation() -> None:
     assert "in_pieces" not in d.signals
 
 
-def test_fragmentation_figures_decide_during_graph_capture() -> None:
+def test_cached_bytes_are_no_fragmentation_during_graph_capture() -> None:
+    # A capture allocates from the graph's private pool: the default pool's cached 2 GiB could not serve
+    # the 1 GiB asked, and only 100 MiB was free. The capture's budget ran out, not a fragmented cache.
     msg = new_format("1.00 GiB", "79.33 GiB", "100.00 MiB", "79.19 GiB", "76.00 GiB", "2.00 GiB")
     d = classify(make(message=msg + "\n  File x, in capture_model", ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert "capture_private_pool" in d.signals and "reserved_large" not in d.signals
+    assert any("private memory pool" in e for e in d.evidence)
+
+
+def test_vllm_v0_capture_notice_marks_the_capture() -> None:
+    # vLLM 0.3's model_runner logs "Capturing the model for CUDA graphs" before capture_model runs.
+    log = "INFO model_runner.py:625] Capturing the model for CUDA graphs. This may lead to unexpected consequences"
+    msg = new_format("112.00 MiB", "44.35 GiB", "53.38 MiB", "44.28 GiB", "37.38 GiB", "275.68 MiB")
+    d = classify(make(message=msg, log_tail=log, ever_ready=False))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+def test_the_same_figures_while_serving_are_fragmentation() -> None:
+    msg = new_format("1.00 GiB", "79.33 GiB", "100.00 MiB", "79.19 GiB", "76.00 GiB", "2.00 GiB")
+    d = classify(make(message=msg, ever_ready=True))
     assert d.oom_class is OomClass.FRAGMENTATION
 
 
@@ -253,3 +271,80 @@ def test_silent_crash_after_days_with_memory_creeping_is_fragmentation() -> None
 def test_silent_crash_without_metrics_stays_unknown() -> None:
     d = classify(make(reason="Error", exit_code=1, ever_ready=True, seconds_since_ready=3 * 24 * 3600))
     assert d.oom_class is OomClass.UNKNOWN
+
+
+# ---- the same causes in other words (each rule from the message's source, not from one report) -----------
+
+
+def test_rays_node_running_low_on_memory_in_any_count_is_host_memory() -> None:
+    # Ray's memory monitor, newer wording: a count of workers, and the kill reason line.
+    for msg in (
+        "3 worker(s) were killed due to the node running low on memory.",
+        "OOM kill reason: Memory usage 15032385536B exceeded threshold of 14495514624B (95.0% of limit)",
+    ):
+        d = classify(make(message=msg, ever_ready=True))
+        assert d.oom_class is OomClass.HOST_MEMORY, msg
+
+
+def test_the_kernels_oom_killer_in_any_phrasing_is_host_memory() -> None:
+    for msg in ("the pod was oom-killed twice", "cgroup OOMKilled the worker", "kernel oom_kill event"):
+        d = classify(make(message=msg, exit_code=137))
+        assert d.oom_class is OomClass.HOST_MEMORY, msg
+
+
+def test_vllms_cpu_backend_runs_out_of_host_memory() -> None:
+    # The CPU backend keeps weights and the KV cache (VLLM_CPU_KVCACHE_SPACE) in host RAM.
+    d = classify(make(message="vllm-cpu server restarts with OOM under load", ever_ready=True))
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_kv_refusal_in_other_words_is_kv_overflow() -> None:
+    for msg in (
+        "ValueError: the KV cache cannot hold a single request of max_model_len 131072 tokens",
+        "context length 32768 does not fit in the kv cache of this GPU",
+    ):
+        d = classify(make(message=msg, ever_ready=False))
+        assert d.oom_class is OomClass.KV_CACHE_OVERFLOW, msg
+        assert "kv_refusal_words" in d.signals
+
+
+def test_the_kv_refusals_advice_alone_is_no_kv_refusal() -> None:
+    msg = (
+        "Try increasing `gpu_memory_utilization` or decreasing `max_model_len` when initializing the engine."
+    )
+    assert "kv_refusal_words" not in classify(make(message=msg, ever_ready=False)).signals
+
+
+def test_start_up_oom_naming_a_batch_setting_is_batch_settings() -> None:
+    for msg in (
+        "server fails with out of memory at launch when --max-num-batched-tokens is 32768",
+        "OOM during start with cuda-graph-max-bs 512",
+    ):
+        d = classify(make(message=msg, ever_ready=False))
+        assert d.oom_class is OomClass.BATCH_MISCONFIGURATION, msg
+        assert "batch_setting_oom" in d.signals
+
+
+def test_the_engines_advice_naming_a_setting_is_no_evidence() -> None:
+    # vLLM prints this notice at every CUDA graph capture, crash or not.
+    notice = (
+        "CUDA graphs can take additional 1~3 GiB memory per GPU. If you are running out of memory, consider "
+        "decreasing `gpu_memory_utilization` or enforcing eager mode. You can also reduce the `max_num_seqs` "
+        "as needed to decrease memory usage."
+    )
+    d = classify(make(message="RuntimeError: OOM", log_tail=notice, ever_ready=False))
+    assert "batch_setting_oom" not in d.signals
+
+
+def test_memory_climbing_in_the_reports_words_while_serving_is_fragmentation() -> None:
+    msg = "After two days the GPU memory kept increasing slowly until an OOM error stopped the server."
+    d = classify(make(reason="Error", message=msg, ever_ready=True))
+    assert "memory_climbing_text" in d.signals
+    assert d.oom_class is OomClass.FRAGMENTATION
+
+
+def test_host_memory_climbing_is_not_fragmentation() -> None:
+    msg = "Ray OOM: the CPU memory keeps growing during rollouts until the worker is killed."
+    d = classify(make(message=msg, ever_ready=True))
+    assert d.oom_class is OomClass.HOST_MEMORY
+    assert "memory_climbing_text" not in d.signals

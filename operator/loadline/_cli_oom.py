@@ -17,7 +17,13 @@ __all__ = ["register"]
 
 
 def _text(result: dict[str, Any]) -> str:
-    lines = [f"class:       {result['class']} (confidence {result['confidence']:.2f})", "evidence:"]
+    lines = [f"class:       {result['class']} (confidence {result['confidence']:.2f})"]
+    decided = result.get("decided_by")
+    if decided:
+        lines.append(f"decided by:  {decided['signal']}: {decided['evidence']}")
+    else:
+        lines.append("decided by:  nothing (the evidence does not decide)")
+    lines.append("evidence:")
     lines += [f"  - {e}" for e in result["evidence"]]
     if result.get("caller_note"):
         lines += ["caller side:", f"  {result['caller_note']}"]
@@ -31,13 +37,25 @@ def _text(result: dict[str, Any]) -> str:
         lines.append(f"  look at: {item}")
     if rem["restart"]:
         lines.append("  (restarts the pod)")
+    lines.append("class confidence (share of right diagnoses per class; basis: outcomes or corpus):")
+    for cls, conf in result["class_confidence"].items():
+        value = "not measured" if conf["value"] is None else f"{conf['value']:.2f}"
+        what = "judged fixes on this model" if conf["basis"] == "outcomes" else "held-out corpus answers"
+        mark = "  <-" if cls == result["class"] else ""
+        lines.append(f"  {cls:<24} {value:<12} ({conf['basis']}: {conf['count']} {what}){mark}")
     return "\n".join(lines) + "\n"
 
 
 def _cmd_classify(args: argparse.Namespace) -> int:
-    from loadline.oom import diagnose, parse_incident
+    from loadline.oom import diagnose, parse_incident, parse_outcomes
 
-    result = diagnose(parse_incident(read_json(args.incident, "INCIDENT", "give a readable JSON file")))
+    incident = parse_incident(read_json(args.incident, "INCIDENT", "give a readable JSON file"))
+    outcomes = None
+    if args.outcomes is not None:
+        outcomes = parse_outcomes(
+            read_json(args.outcomes, "--outcomes", "give the JSON of status.remediation.outcomes")
+        )
+    result = diagnose(incident, outcomes)
     if args.output == "json":
         sys.stdout.write(json.dumps(result, indent=2) + "\n")
     else:
@@ -55,4 +73,10 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("incident", metavar="INCIDENT.json", help="the incident file, or - for standard input")
     p.add_argument("--output", "-o", choices=("text", "json"), default="text", help="output format")
+    p.add_argument(
+        "--outcomes",
+        metavar="OUTCOMES.json",
+        help="recorded remediation outcomes (status.remediation.outcomes): the per-class confidence is "
+        "measured on them where they judged a class, else on the corpus",
+    )
     p.set_defaults(func=_cmd_classify)

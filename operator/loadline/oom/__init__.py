@@ -11,9 +11,12 @@ structure from a file. Both then call :func:`classify` and :func:`propose_remedi
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from loadline.api import RemediationOutcome
 from loadline.oom._classify import classify, start_up_phase
+from loadline.oom._confidence import ClassConfidence, class_confidences, parse_outcomes
 from loadline.oom._crash import Crash, CrashDecision, CrashEvent, decide_crash, remediation_in_force
 from loadline.oom._model import (
     CAUSES,
@@ -37,6 +40,7 @@ __all__ = [
     "CAUSES",
     "AllocatorFigures",
     "Change",
+    "ClassConfidence",
     "Config",
     "Crash",
     "CrashDecision",
@@ -49,22 +53,29 @@ __all__ = [
     "Plan",
     "Remediation",
     "SeenCrashes",
+    "class_confidences",
     "classify",
     "decide_crash",
     "diagnose",
     "parse_incident",
     "parse_oom_text",
+    "parse_outcomes",
     "propose_remediation",
     "remediation_in_force",
     "start_up_phase",
 ]
 
 
-def diagnose(incident: Incident) -> dict[str, Any]:
-    """Classification and proposal in the JSON shape of ``loadline classify --output json``."""
+def diagnose(incident: Incident, outcomes: Iterable[RemediationOutcome] | None = None) -> dict[str, Any]:
+    """Classification and proposal in the JSON shape of ``loadline classify --output json``.
+
+    ``class_confidence`` gives, per class, the share of right diagnoses from ``outcomes`` (fixes judged
+    on this model) where they judged that class, else the corpus's measured precision, each saying which.
+    """
     diagnosis = classify(incident)
     result = diagnosis.to_dict()
     result["remediation"] = propose_remediation(diagnosis, incident).to_dict()
     if diagnosis.figures is not None:
         result["allocator"] = diagnosis.figures.to_dict()
+    result["class_confidence"] = {cls: conf.to_dict() for cls, conf in class_confidences(outcomes).items()}
     return result

@@ -56,6 +56,14 @@ class _Facts:
     host_words: str | None = None
     #: The text ends inside vLLM's KV refusal (cut off before its figures).
     kv_cut: str | None = None
+    #: The KV refusal in other words: one max_model_len sequence does not fit the KV cache.
+    kv_words: str | None = None
+    #: A batch-sizing setting named outside the engine's standard advice sentences.
+    batch_setting: str | None = None
+    #: The report's own words for memory climbing until the out-of-memory.
+    climbing_words: str | None = None
+    #: "OOM" or "out of memory" anywhere in the text.
+    oom: bool = False
 
     @property
     def host_text(self) -> bool:
@@ -71,6 +79,8 @@ class _Score:
     scores: dict[OomClass, float] = field(default_factory=lambda: dict.fromkeys(CAUSES, 0.0))
     evidence: list[str] = field(default_factory=list)
     fired: list[str] = field(default_factory=list)
+    #: Each fired signal's sentence, by id (for naming the one that decided).
+    sentences: dict[str, str] = field(default_factory=dict)
 
     def add(self, sid: str, **values: object) -> None:
         signal = self.t.signals[sid]
@@ -78,7 +88,16 @@ class _Score:
             self.scores[cls] += weight
         self.fired.append(sid)
         if signal.evidence:
-            self.evidence.append(signal.evidence.format(**values))
+            sentence = signal.evidence.format(**values)
+            self.evidence.append(sentence)
+            self.sentences.setdefault(sid, sentence)
+
+    def strongest_for(self, cls: OomClass) -> tuple[str, str] | None:
+        """The fired signal that weighs most for ``cls``, with its sentence: the figure that decided."""
+        best = max(self.fired, key=lambda sid: self.t.signals[sid].weights.get(cls, 0.0), default=None)
+        if best is None or self.t.signals[best].weights.get(cls, 0.0) <= 0:
+            return None
+        return best, self.sentences.get(best, "")
 
 
 def _num(value: float) -> str:
@@ -120,6 +139,11 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.graph_capture = bool(p["graph_capture"].search(text)) and not p["graph_capture_done"].search(text)
     f.profiling = bool(p["profiling"].search(text))
     oom_word = p["oom_word"].search(text)
+    f.oom = bool(oom_word)
+    # The engines' standard advice (vLLM's CUDA graph notice names max_num_seqs at every capture, SGLang's
+    # "Possible solutions" list, vLLM's KV refusal names max_model_len) is in the text whatever happened:
+    # a setting it names is no evidence, a setting named anywhere else is.
+    f.batch_setting = _found(p["batch_setting_named"], p["engine_advice"].sub(" ", text))
     f.host_kill = _found(p["oom_killer"], text)
     f.host_words = _found(p["host_words"], text)
     f.ray_worker_died = _found(p["ray_worker_died"], text)
@@ -128,7 +152,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.host_kill = m.group(0)
     # "OOM" without the GPU's own words is a GPU out-of-memory only when it came in a GPU-only step
     # (the profiling batch, CUDA graph capture, the sampler warm-up) and nothing speaks of the host.
-    gpu_step = f.profiling or f.graph_capture or f.sampler_warmup
+    gpu_step = f.profiling or f.graph_capture or f.sampler_warmup or f.batch_setting is not None
     f.gpu_oom = bool(p["gpu_oom"].search(text)) or bool(
         oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
     )
@@ -163,6 +187,9 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.host_alloc = _cut_inside(text, t, "host_alloc")
     if f.max_len is None:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
+        if f.kv_cut is None:
+            f.kv_words = _found(p["kv_fit_words"], text)
+    f.climbing_words = _found(p["memory_climbing_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
 
@@ -230,11 +257,15 @@ def _score_text(
         s.add("graph_capture_oom")
     elif f.gpu_oom and f.profiling and not runtime and not before_load_done and not pieces:
         s.add("profiling_oom")
+    elif f.gpu_oom and f.batch_setting and not runtime and not before_load_done and not pieces:
+        s.add("batch_setting_oom", what=f.batch_setting)
     if f.max_len is not None:
         capacity = f"{f.kv_capacity} tokens" if f.kv_capacity is not None else "less"
         s.add("max_len_exceeds_kv", max_len=f.max_len, capacity=capacity)
     elif f.kv_cut:
         s.add("max_len_exceeds_kv_cut", what=f.kv_cut)
+    elif f.kv_words:
+        s.add("kv_refusal_words", what=f.kv_words)
     if f.load_failed:
         s.add("load_failed")
     elif f.gpu_oom and before_load_done and not f.sampler_warmup:
@@ -243,6 +274,8 @@ def _score_text(
         s.add("no_cache_blocks")
     if f.gpu_oom and runtime:
         s.add("runtime_gpu_oom")
+    if runtime and f.climbing_words and f.oom and not host:
+        s.add("memory_climbing_text", what=f.climbing_words)
 
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
@@ -402,11 +435,23 @@ def _score_metrics(s: _Score, incident: Incident, runtime: bool, growing: tuple[
 
 
 def _score_allocator(
-    s: _Score, fig: AllocatorFigures | None, incident: Incident, runtime: bool, named_setting: bool = False
+    s: _Score,
+    fig: AllocatorFigures | None,
+    incident: Incident,
+    runtime: bool,
+    named_setting: bool = False,
+    in_capture: bool = False,
 ) -> None:
     """``named_setting``: vLLM's own message names the setting that sized the failed request (the sampler
     warm-up's max_num_seqs dummy requests); lowering it removes the request, so fragmentation figures beside
-    it do not make it a fragmentation case."""
+    it do not make it a fragmentation case.
+
+    ``in_capture``: the request came during CUDA graph capture. PyTorch serves a capture's allocations from
+    the graph's private memory pool (torch.cuda.graph, "Graph memory management" in PyTorch's CUDA notes),
+    and while a capture is underway the allocator's out-of-memory path does not return the cached blocks
+    to the driver (CUDACachingAllocator.cpp: ``captures_underway.empty() && release_cached_blocks``). So
+    reserved but unallocated then counts whole cached blocks of pools the capture cannot draw from: those
+    figures say nothing of fragmentation for this request; free memory against the request does."""
     t = s.t
     if fig is None:
         return
@@ -422,7 +467,9 @@ def _score_allocator(
             "ratio": f"{ratio:.1f}×",
             "requested": _num(fig.requested_gib),
         }
-        if verdict == "reserved_large":
+        if verdict is not None and in_capture:
+            s.add("capture_private_pool", free=_num(fig.free_gib or 0.0), **values)
+        elif verdict == "reserved_large":
             s.add("reserved_large", **values)
         elif verdict == "reserved_covers":
             s.add("reserved_covers", **values)
@@ -468,12 +515,21 @@ def _score_config(s: _Score, incident: Incident, host: bool) -> None:
             )
 
 
-def _unknown(s: _Score, confidence: float, note: str) -> tuple[OomClass, float, list[str]]:
+@dataclass(frozen=True)
+class _Decision:
+    oom_class: OomClass
+    confidence: float
+    notes: list[str]
+    #: The timing row decided (the text alone was too thin).
+    by_timing: bool = False
+
+
+def _unknown(s: _Score, confidence: float, note: str) -> _Decision:
     low = round(min(s.t.threshold("unknown_max_confidence"), max(0.0, confidence)), 2)
-    return OomClass.UNKNOWN, low, [note]
+    return _Decision(OomClass.UNKNOWN, low, [note])
 
 
-def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[str]]:
+def _decide(s: _Score, timing: _Verdict | None) -> _Decision:
     """Rule order: strong text evidence; else the timing table; ``unknown`` when they disagree.
 
     The text's evidence (with plan, config, metrics and allocator figures) decides when it is strong and
@@ -497,7 +553,7 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     text_decides = s1 >= t.threshold("decide_min_score") and text_conf >= t.threshold("decide_min_confidence")
     if timing is None:
         if text_decides:
-            return top, round(text_conf, 2), []
+            return _Decision(top, round(text_conf, 2), [])
         if s1 <= 0:
             return _unknown(
                 s, text_conf, "None of the evidence points to a cause, and the timing does not say."
@@ -510,14 +566,16 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     cls = timing.row.oom_class
     if text_decides:
         if cls is top:
-            return top, round(min(cap, max(text_conf, timing.confidence)), 2), []
+            return _Decision(top, round(min(cap, max(text_conf, timing.confidence)), 2), [])
         if timing.confidence >= text_conf - margin:
             note = (
                 f"The text points to {top.value} ({text_conf:.2f}) but the timing to {cls.value} "
                 f"({timing.confidence:.2f}): they disagree with comparable strength."
             )
             return _unknown(s, min(text_conf, timing.confidence), note)
-        return top, round(text_conf, 2), [f"The text outweighs the timing, which points to {cls.value}."]
+        return _Decision(
+            top, round(text_conf, 2), [f"The text outweighs the timing, which points to {cls.value}."]
+        )
     own = min(1.0, s.scores[cls])
     against = max(0.0, max(min(1.0, s.scores[c]) for c in CAUSES if c is not cls))
     if own <= t.timing_threshold("ruled_out_score"):
@@ -537,7 +595,12 @@ def _decide(s: _Score, timing: _Verdict | None) -> tuple[OomClass, float, list[s
     confidence = timing.confidence + share * max(0.0, own) - share * against
     if confidence < t.threshold("decide_min_confidence"):
         return _unknown(s, confidence, f"The timing points to {cls.value}, too weakly to decide.")
-    return cls, round(min(cap, confidence), 2), ["The message alone does not decide; the timing does."]
+    return _Decision(
+        cls,
+        round(min(cap, confidence), 2),
+        ["The message alone does not decide; the timing does."],
+        by_timing=True,
+    )
 
 
 def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None) -> str | None:
@@ -580,6 +643,7 @@ def classify(incident: Incident) -> Diagnosis:
         or facts.no_cache_blocks
         or facts.max_len is not None
         or facts.kv_cut is not None
+        or facts.kv_words is not None
         or facts.load_failed
     )
     reason = incident.reason.strip().lower()
@@ -591,6 +655,9 @@ def classify(incident: Incident) -> Diagnosis:
     if not gpu_signal and not host_signal and runtime and _creeping(incident, t, growing[0]):
         # A crash with no message after serving: GPU memory creeping up under a load that did not grow
         # is the evidence (the allocator's cache, not the requests, grew).
+        gpu_signal = True
+    if not gpu_signal and not host_signal and runtime and facts.oom and facts.climbing_words:
+        # The same, said in the report's own words rather than measured.
         gpu_signal = True
 
     if not gpu_signal and not host_signal:
@@ -604,17 +671,27 @@ def classify(incident: Incident) -> Diagnosis:
             figures=figures,
         )
 
-    pieces = _pieces(figures, t) is not None and not facts.sampler_warmup
+    # During CUDA graph capture the figures cannot show pieces (see _score_allocator): the phase decides.
+    in_capture = facts.gpu_oom and facts.graph_capture and not runtime
+    pieces = _pieces(figures, t) is not None and not facts.sampler_warmup and not in_capture
     _score_text(s, facts, incident, runtime, before_load_done, gpu_signal, pieces=pieces)
     _score_plan(s, incident, gpu_signal)
     _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
-    _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup)
+    _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup, in_capture=in_capture)
     _score_config(s, incident, host_signal)
 
     host_only = reason == "oomkilled" or facts.host_text
     timing = _timing_verdict(t, incident, facts, runtime, host_only, gpu_signal, growing[0], pieces)
-    oom_class, confidence, notes = _decide(s, timing)
+    decision = _decide(s, timing)
+    oom_class, confidence, notes = decision.oom_class, decision.confidence, decision.notes
+    decided_by: tuple[str, str] | None = None
+    if decision.by_timing and timing is not None:
+        decided_by = (timing.row.id, timing.sentence)
+    elif oom_class is not OomClass.UNKNOWN:
+        decided_by = s.strongest_for(oom_class)
+        if decided_by is None and timing is not None and timing.row.oom_class is oom_class:
+            decided_by = (timing.row.id, timing.sentence)
     evidence = [e for e in s.evidence if e]
     fired = list(s.fired)
     if timing is not None:
@@ -650,4 +727,5 @@ def classify(incident: Incident) -> Diagnosis:
         logged_max_model_len=facts.max_len,
         warmup_requests=facts.warmup,
         signals=tuple(fired),
+        decided_by=decided_by,
     )

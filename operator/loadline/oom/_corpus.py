@@ -17,11 +17,14 @@ from pathlib import Path
 from typing import Any
 
 __all__ = [
+    "BLIND_COLLECTIONS",
     "CORPUS_KEYS",
     "HELDOUT_MODULUS",
+    "PRECISION_SPLITS",
     "Case",
     "Score",
     "load_corpus",
+    "precision_by_class",
     "score",
     "split_for",
 ]
@@ -40,12 +43,25 @@ HELDOUT_MODULUS = 3
 ORIGINS = ("real", "paraphrase", "synthetic")
 
 
-def split_for(source: str) -> str:
-    """``"heldout"`` or ``"tune"`` for a report, from its address alone (the first word of ``source``).
+#: Collections held out whole (split ``"blind"``): gathered, labelled and measured before any rule was
+#: changed after them, and never tuned on. A blind set is scored on its own, before and after.
+BLIND_COLLECTIONS = frozenset(
+    {
+        "2026-11-28 blind set (issue 34; held out whole, measured before any rule change)",
+        "2026-11-28 blind set 2 (issue 34; gathered after the rules, measured once)",
+    }
+)
 
-    Several incidents from one thread share the thread's address, so they always fall on the same side:
-    a report tuned on can never also score the held-out figure.
+
+def split_for(source: str, collected: str | None = None) -> str:
+    """``"blind"``, ``"heldout"`` or ``"tune"`` for a report.
+
+    A report of a blind collection is ``"blind"``; any other is split by its address alone (the first
+    word of ``source``). Several incidents from one thread share the thread's address, so they always
+    fall on the same side: a report tuned on can never also score the held-out figure.
     """
+    if collected in BLIND_COLLECTIONS:
+        return "blind"
     address = source.split()[0] if source.split() else source
     digest = hashlib.sha256(address.encode("utf-8")).hexdigest()
     return "heldout" if int(digest[:8], 16) % HELDOUT_MODULUS == 0 else "tune"
@@ -117,3 +133,22 @@ def score(cases: Iterable[Case], predict: Callable[[Mapping[str, Any]], str]) ->
         else:
             result.misses.append((case.name, case.expected, got))
     return result
+
+
+#: The splits never tuned on, where a class's precision is an honest figure.
+PRECISION_SPLITS = ("heldout", "blind")
+
+
+def precision_by_class(
+    cases: Iterable[Case], predict: Callable[[Mapping[str, Any]], str]
+) -> dict[str, list[int]]:
+    """Per class the classifier answered on the untuned splits: ``[right, answered]`` (its precision)."""
+    counts: dict[str, list[int]] = {}
+    for case in cases:
+        if case.split not in PRECISION_SPLITS:
+            continue
+        got = predict(case.incident)
+        right_said = counts.setdefault(got, [0, 0])
+        right_said[0] += got == case.expected
+        right_said[1] += 1
+    return dict(sorted(counts.items()))

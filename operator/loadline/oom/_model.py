@@ -163,6 +163,9 @@ class Diagnosis:
     warmup_requests: int | None = None
     #: Signal ids that fired, for tests and for the operator's records.
     signals: tuple[str, ...] = ()
+    #: The evidence that decided: the signal (or timing row) weighing most for the class, and its
+    #: sentence. None for ``unknown``, where nothing decided.
+    decided_by: tuple[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON shape of ``loadline classify --output json`` (without the remediation)."""
@@ -174,6 +177,9 @@ class Diagnosis:
             "caller_note": self.caller_note,
             "scores": {c.value: s for c, s in self.scores},
             "signals": list(self.signals),
+            "decided_by": (
+                {"signal": self.decided_by[0], "evidence": self.decided_by[1]} if self.decided_by else None
+            ),
         }
 
 
