@@ -77,6 +77,7 @@ from loadline.api._v1alpha1 import (
     RemediationOutcome,
     RemediationState,
     RemediationTrial,
+    RenderState,
     Resources,
 )
 
@@ -135,6 +136,7 @@ __all__ = [
     "RemediationOutcome",
     "RemediationState",
     "RemediationTrial",
+    "RenderState",
     "Resources",
     "RestartPolicy",
     "RestartWindow",

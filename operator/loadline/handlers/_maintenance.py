@@ -31,7 +31,7 @@ from typing import Any, cast
 import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
-from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
+from loadline.handlers import _build, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
@@ -363,7 +363,7 @@ def _carry_out(
     api_version, kind, workload_name = workload_ref(name, multi_node)
     if record.action == "remediation":
         remediation = RemediationState.model_validate(status.get("remediation") or {})
-        if remediation.held_overrides is not None:
+        if remediation.held_overrides is not None or _upgrade.waiting(status):
             _roll_remediation(body, patch, settings, fleet, logger)
             return
         if _rollout_complete(api_version, kind, namespace, workload_name):

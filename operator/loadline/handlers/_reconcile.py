@@ -50,7 +50,7 @@ from loadline.errors import (
     ReferencedObjectError,
     SpecError,
 )
-from loadline.handlers import _build, _kube, _policies
+from loadline.handlers import _build, _kube, _policies, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
@@ -852,6 +852,10 @@ def _reconcile_unguarded(
         _fail(body, patch, reason="MissingAPI", message=message, phase="Pending")
         raise kopf.TemporaryError(message, delay=max(settings.retry_delay_seconds, 60))
 
+    gated = _upgrade.gate(body, patch, manifests, settings)
+    if gated is None:
+        return  # another loadline's pods run until their roll (docs/upgrades.md)
+    body, manifests = cast(kopf.Body, gated[0]), gated[1]
     # Children of another layout are left only by a re-plan across layouts: listing every child kind
     # of the model on each reconcile cost four requests per model at creation, resume and remediation.
     relaid = _build.layout_changed((body.get("status") or {}).get("plan"), plan.chosen.nodes)

@@ -50,15 +50,16 @@ def decide_roll(
     """Whether the model's new render is applied now. ``differs``: it would roll the pods;
     ``same_version``: the running pods were rendered by this very version; ``spec_changed``: the
     model's generation moved since they were rendered; ``restarting``: a restart or remediation of the
-    model is rolling its pods now; ``approve_hint``: the command that approves it, for the sentence."""
-    if not differs:
-        return RollDecision("apply", "the pods it runs are what this version renders")
-    if same_version:
-        return RollDecision("apply", "the running pods were rendered by this version")
+    model is rolling its pods now (either way the pods roll, so what runs need not be read: a caller may
+    pass ``differs=False`` then); ``approve_hint``: the command that approves it, for the sentence."""
     if spec_changed:
         return RollDecision("apply", "the spec changed: its roll carries this version's rendering")
     if restarting:
         return RollDecision("apply", "its restart is running: the roll carries this version's rendering")
+    if not differs:
+        return RollDecision("apply", "the pods it runs are what this version renders")
+    if same_version:
+        return RollDecision("apply", "the running pods were rendered by this version")
     if approved:
         return RollDecision("apply", "approved for this model: rolling now")
     if urgent:

@@ -30,8 +30,10 @@ ANNOTATION_RENDERED_BY = "loadline.dev/rendered-by"
 """On a workload: the loadline version that rendered it."""
 ANNOTATION_RENDER_FINGERPRINT = "loadline.dev/render-fingerprint"
 """On a workload: :func:`render_fingerprint` of what that version rendered."""
-ANNOTATION_APPROVE = "loadline.dev/approve-render"
-"""On an InferenceModel: the fingerprint of a pending render someone approved to roll now."""
+ANNOTATION_APPROVE = "upgrade.loadline.dev/approve"
+"""On an InferenceModel: the fingerprint of a waiting render someone approved to roll now. Outside the
+operator's ``loadline.dev/`` prefix on purpose: kopf leaves annotations of its own storage prefix out
+of the diff that starts a reconcile, and setting this one must start one."""
 
 #: Where each workload kind keeps the pod templates its controller rolls pods for.
 _TEMPLATE_PATHS: dict[str, tuple[tuple[str, ...], ...]] = {
