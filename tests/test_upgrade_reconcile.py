@@ -172,3 +172,30 @@ def test_pods_an_earlier_loadline_rendered_the_same_are_stamped_without_a_roll(f
     assert fake.objects[KEY]["spec"]["template"] == template
     assert read_stamp(fake.objects[KEY]).version == __version__
     assert "RenderOutdated" not in {c["type"] for c in status.get("conditions", [])}
+
+
+def test_the_maintenance_timer_rolls_a_waiting_render_when_its_restart_runs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The window came for a render that waited: the timer's running remediation reconciles the model
+    (which the gate then lets through); with nothing waiting it only asks whether the roll-out is done."""
+    from datetime import UTC, datetime
+
+    from loadline.handlers import _maintenance
+
+    reconciled: list[Any] = []
+    monkeypatch.setattr(_reconcile, "reconcile", lambda body, *a, **k: reconciled.append(body))
+    monkeypatch.setattr(_maintenance, "_rollout_complete", lambda *a: False)
+    started = datetime.now(UTC).isoformat().replace("+00:00", "Z")
+    running = {"action": "remediation", "state": "Running", "startedAt": started, "trigger": "policyWindow"}
+    model = body(
+        {"phase": "Ready", "plan": {"gpusPerReplica": 1, "nodesPerReplica": 1}, "maintenance": running}
+    )
+    model["status"]["render"] = {"pendingFingerprint": "0123456789abcdef", "changes": ["probe ..."]}
+    fleet = _maintenance.FleetView({}, [], [], [])
+    logger = logging.getLogger("t")
+    _maintenance.tend(kopf.Body(model), kopf.Patch(), {}, OperatorSettings(), fleet, logger)
+    assert len(reconciled) == 1
+    model["status"]["render"] = {"renderedBy": __version__, "fingerprint": "0123456789abcdef"}
+    _maintenance.tend(kopf.Body(model), kopf.Patch(), {}, OperatorSettings(), fleet, logger)
+    assert len(reconciled) == 1
