@@ -10,7 +10,7 @@ import kopf
 import pytest
 
 from loadline import __version__
-from loadline.handlers import _kube, _reconcile, _upgrade
+from loadline.handlers import _build, _kube, _reconcile, _upgrade
 from loadline.handlers._settings import OperatorSettings
 from loadline.upgrade import (
     ANNOTATION_APPROVE,
@@ -75,7 +75,7 @@ def applied(fake: FakeKube) -> list[str]:
 def test_a_new_model_is_stamped(fake: FakeKube) -> None:
     status = run(body())
     assert read_stamp(fake.objects[KEY]).version == __version__
-    assert status["render"] == {
+    assert _build.merged({}, status)["render"] == {
         "renderedBy": __version__,
         "fingerprint": read_stamp(fake.objects[KEY]).fingerprint,
         "changes": [],
@@ -88,7 +88,7 @@ def test_an_upgrade_keeps_the_pods_and_schedules_the_roll(fake: FakeKube, older:
     status = run(older)
     assert applied(fake) == []  # nothing of the model applied: its pods stay as they are
     assert container(fake.objects[KEY])["startupProbe"]["failureThreshold"] == 40
-    render = status["render"]
+    render = _build.merged(older["status"], status)["render"]
     assert "renderedBy" not in render  # before the stamp
     assert render["changes"] == [
         "flag --enforce-eager removed (was set): this version renders it so",
@@ -108,7 +108,7 @@ def test_the_roll_in_the_window_applies_and_clears_the_condition(
     fake: FakeKube, older: dict[str, Any]
 ) -> None:
     waiting = run(older)
-    model = body({**older["status"], **waiting})
+    model = body(_build.merged(older["status"], waiting))  # the status patch, as the API server merges it
     assert _upgrade.waiting(model["status"])
     model["status"]["maintenance"] = {
         **waiting["maintenance"],
@@ -119,7 +119,9 @@ def test_the_roll_in_the_window_applies_and_clears_the_condition(
     assert "Deployment" in applied(fake)
     assert container(fake.objects[KEY])["startupProbe"]["failureThreshold"] == 77
     assert read_stamp(fake.objects[KEY]).version == __version__
-    assert status["render"]["changes"] == [] and not _upgrade.waiting({**model["status"], **status})
+    stored = _build.merged(model["status"], status)
+    assert stored["render"]["changes"] == [] and not _upgrade.waiting(stored)
+    assert "pendingFingerprint" not in stored["render"]
     [condition] = [c for c in status["conditions"] if c["type"] == "RenderOutdated"]
     assert condition["status"] == "False"
 
@@ -131,7 +133,7 @@ def test_manual_waits_for_the_approval_of_this_render(fake: FakeKube, older: dic
         "waiting for approval (kubectl annotate inferencemodel -n team-a chat"
         in waiting["render"]["decision"]
     )
-    model = body({**older["status"], **waiting})
+    model = body(_build.merged(older["status"], waiting))
     model["metadata"]["annotations"] = {ANNOTATION_APPROVE: "not-this-one"}
     run(model, upgrade_roll="manual")
     assert applied(fake) == []

@@ -53,7 +53,14 @@ def waiting(status: Mapping[str, Any]) -> bool:
 
 
 def _wire(state: RenderState) -> dict[str, Any]:
-    return state.model_dump(by_alias=True, mode="json", exclude_none=True)
+    """``status.render`` as a merge patch: an unset field is null, so the patch removes what the
+    stored stanza has and this one no longer does (a ``pendingFingerprint`` once the render rolled)."""
+    return state.model_dump(by_alias=True, mode="json")
+
+
+def _stored(previous: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+    """Whether ``state`` (with nulls) is what is stored already (without them)."""
+    return dict(previous) == {k: v for k, v in state.items() if v is not None}
 
 
 def _with_condition(
@@ -128,7 +135,7 @@ def gate(
     if decision.kind == "apply":
         state = _wire(RenderState(rendered_by=__version__, fingerprint=fingerprint))
         changes: dict[str, Any] = {}
-        if previous != state:
+        if not _stored(previous, state):
             changes["render"] = state
         if waiting(status):
             _event(body, "RenderRolled", f"rolling the render of loadline {__version__}: {decision.reason}")
@@ -136,7 +143,7 @@ def gate(
         if conditions is not None:
             changes["conditions"] = conditions
         patch.status.update(changes)
-        return {**body, "status": {**status, **changes}}, out
+        return {**body, "status": _build.merged(status, changes)}, out
 
     state = _wire(
         RenderState(
@@ -148,7 +155,7 @@ def gate(
             decision=decision.reason,
         )
     )
-    if previous != state:
+    if not _stored(previous, state):
         patch.status["render"] = state
     source = f"loadline {stamp.version}" if stamp.version else "an earlier loadline"
     message = (
