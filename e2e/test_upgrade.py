@@ -118,28 +118,38 @@ def _lease_live(kubectl: Kubectl, name: str, namespace: str) -> bool:
 
 
 class WriteCounter:
-    """Every write of one object as its watch shows it (one resourceVersion each)."""
+    """Every write of one object as its watch shows it: one MODIFIED event per new resourceVersion
+    (``kubectl get --watch --output-watch-events -o json``, one JSON event after another)."""
 
     def __init__(self, kubectl: Kubectl, namespace: str, name: str) -> None:
-        cmd = [str(kubectl.binary or kubectl_binary()), "--kubeconfig", str(KUBECONFIG), "get", "inferencemodel", name, "-n",
-               namespace, "--watch", "--output-watch-events", "-o",
-               "custom-columns=TYPE:.type,RV:.object.metadata.resourceVersion", "--no-headers"]  # fmt: skip
+        cmd = [str(kubectl.binary or kubectl_binary()), "--kubeconfig", str(KUBECONFIG), "get", "inferencemodel",
+               name, "-n", namespace, "--watch", "--output-watch-events", "-o", "json"]  # fmt: skip
         self.process = subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True)
-        self.lines: list[list[str]] = []
+        #: (event type, resourceVersion) in the order the watch gave them.
+        self.events: list[tuple[str, str]] = []
         self.thread = threading.Thread(target=self._read, daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
         assert self.process.stdout is not None
+        decoder, buffer = json.JSONDecoder(), ""
         for line in self.process.stdout:
-            self.lines.append(line.split())
+            buffer += line
+            while buffer.strip():
+                try:
+                    event, end = decoder.raw_decode(buffer.lstrip())
+                except json.JSONDecodeError:
+                    break  # the event is not complete yet
+                buffer = buffer.lstrip()[end:]
+                meta = (event.get("object") or {}).get("metadata") or {}
+                self.events.append((str(event.get("type")), str(meta.get("resourceVersion"))))
 
     def mark(self) -> int:
-        return len(self.lines)
+        return len(self.events)
 
     def writes(self, since: int, until: int | None = None) -> int:
-        """MODIFIED events between two marks (the first line is the watch's initial ADDED)."""
-        return sum(1 for fields in self.lines[since:until] if fields and fields[0] == "MODIFIED")
+        """MODIFIED events between two marks (the watch opens with the object as ADDED)."""
+        return sum(1 for kind, _ in self.events[since:until] if kind == "MODIFIED")
 
     def stop(self) -> None:
         self.process.terminate()
@@ -216,7 +226,7 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
         old_holder = earlier.holder()
         counter = WriteCounter(kubectl, namespace, "alpha")
         watching = counter
-        wait_for(lambda: watching.lines or None, timeout=30, what="the watch of alpha")
+        wait_for(lambda: watching.events or None, timeout=30, what="the watch of alpha")
         upgrade_mark = counter.mark()
 
         # --- the upgrade: HEAD's CRDs, helm upgrade, the replicas replaced by HEAD's
@@ -240,7 +250,11 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
             return found
 
         outdated = wait_for(marked, timeout=90, what="every model marked RenderOutdated")
-        marked_mark = counter.mark()
+        marked_mark = wait_for(
+            lambda: watching.writes(upgrade_mark) and watching.mark(),
+            timeout=10,
+            what="alpha's marking in its watch",
+        )
         time.sleep(5)  # anything the new operator would still do to the pods, it has started by now
         assert _uids(kubectl, namespace) == pods, "a pod restarted at the upgrade"
         assert {_startup_threshold(kubectl, namespace, m) for m in MODELS} == {63}
@@ -261,6 +275,7 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
 
         # --- the window opens: the changes roll, one model at a time
         start = datetime.fromtimestamp((int(time.time()) + 90) // 60 * 60, UTC)
+        window_mark = counter.mark()
         kubectl.apply(_policy(policy_name, namespace, start, 12))
         most = 0
         deadline = start.timestamp() + 12 * 60
@@ -316,8 +331,9 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
         assert "Traceback" not in logs and "ValidationError" not in logs, logs[-3000:]
         print(
             f"\nalpha's writes: upgrade to marked {counter.writes(upgrade_mark, marked_mark)}, "
-            f"marked to rolled {counter.writes(marked_mark, rolled_back_mark)}, "
-            f"rollback {counter.writes(rolled_back_mark)}"
+            f"marked to the window {counter.writes(marked_mark, window_mark)}, "
+            f"the window's roll {counter.writes(window_mark, rolled_back_mark)}, "
+            f"rollback until Ready {counter.writes(rolled_back_mark)}"
         )
     finally:
         if counter is not None:
