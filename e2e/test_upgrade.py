@@ -224,13 +224,15 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
         pods = _uids(kubectl, namespace)
         assert {_startup_threshold(kubectl, namespace, m) for m in MODELS} == {63}  # the earlier render
         old_holder = earlier.holder()
+        # --- the upgrade: HEAD's CRDs, helm upgrade, the replicas replaced by HEAD's
+        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(head_crds))
+        # Watched from here: a CRD's update restarts its storage, which closes the watches on its objects.
+        kubectl("wait", "--for=condition=Established", "crd/inferencemodels.loadline.dev", "--timeout=60s")
+        time.sleep(3)
         counter = WriteCounter(kubectl, namespace, "alpha")
         watching = counter
         wait_for(lambda: watching.events or None, timeout=30, what="the watch of alpha")
         upgrade_mark = counter.mark()
-
-        # --- the upgrade: HEAD's CRDs, helm upgrade, the replicas replaced by HEAD's
-        kubectl("apply", "--server-side", "--force-conflicts", "-f", str(head_crds))
         _helm("upgrade", RELEASE, str(REPO / "charts/loadline"), "-n", release_ns, "-f", str(values_file))
         for replica in list(earlier.replicas):
             if replica.alive():
@@ -329,6 +331,7 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
         assert kubectl.json("get", "fleetpolicy", policy_name)["spec"]["restarts"]["maxConcurrent"] == 1
         logs = again.log_text()
         assert "Traceback" not in logs and "ValidationError" not in logs, logs[-3000:]
+        assert counter.process.poll() is None, "the watch of alpha closed: writes would be missed"
         print(
             f"\nalpha's writes: upgrade to marked {counter.writes(upgrade_mark, marked_mark)}, "
             f"marked to the window {counter.writes(marked_mark, window_mark)}, "
