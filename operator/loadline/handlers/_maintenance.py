@@ -363,8 +363,12 @@ def _carry_out(
     api_version, kind, workload_name = workload_ref(name, multi_node)
     if record.action == "remediation":
         remediation = RemediationState.model_validate(status.get("remediation") or {})
-        if remediation.held_overrides is not None or _upgrade.waiting(status):
+        if remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
+            return
+        if _upgrade.waiting(status):  # a newer loadline's render waited for this window: reconcile applies it
+            view = (fleet.nodes, fleet.pods)
+            _reconcile.reconcile(body, patch, logger, settings, view, fleet.policies)
             return
         if _rollout_complete(api_version, kind, namespace, workload_name):
             _finish(body, patch, record, now, logger, fleet, settings)
