@@ -24,6 +24,12 @@ from kube import E2E_DIR, KUBECONFIG, STATE_DIR, Kubectl, KubectlError, wait_for
 CLUSTER_UP_TIMEOUT = float(os.environ.get("LOADLINE_CLUSTER_UP_TIMEOUT", "3600"))
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """test_upgrade first: it installs an earlier loadline, which must be the only operator that sees
+    its models, and the session's operator (started by the first test that needs it) watches all."""
+    items.sort(key=lambda item: item.path.name != "test_upgrade.py")
+
+
 def _bring_cluster_up() -> None:
     STATE_DIR.mkdir(exist_ok=True)
     log = STATE_DIR / "cluster-up.log"

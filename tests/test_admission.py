@@ -300,7 +300,7 @@ def test_reconcile_refuses_what_admission_would_for_a_model_stored_without_the_w
     from tests.test_reconcile_requests import L4_VIEW, FakeKube, body
 
     fake = FakeKube()
-    for name in ("apply", "list_objects", "has_kind"):
+    for name in ("apply", "get", "list_objects", "has_kind"):
         monkeypatch.setattr(_kube, name, getattr(fake, name))
     monkeypatch.setattr(_events, "event", lambda *a, **k: None)
     model = body()

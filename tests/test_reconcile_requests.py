@@ -27,12 +27,19 @@ REPO_EXAMPLE = "examples/chat-llama-8b.yaml"
 class FakeKube:
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
+        #: What was applied, by (kind, namespace, name): what a GET answers.
+        self.objects: dict[tuple[str, str, str], dict[str, Any]] = {}
 
     def apply(
         self, manifest: dict[str, Any], field_manager: str, versions: Any
     ) -> tuple[dict[str, Any], bool]:
         self.calls.append(("apply", manifest["kind"]))
+        meta = manifest["metadata"]
+        self.objects[manifest["kind"], meta.get("namespace", ""), meta["name"]] = copy.deepcopy(manifest)
         return {**manifest, "status": {}}, True
+
+    def get(self, api_version: str, kind: str, namespace: str | None, name: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.objects.get((kind, namespace or "", name)))
 
     def list_objects(self, api_version: str, kind: str, namespace: str | None = None, **_: str) -> list[Any]:
         self.calls.append(("list", kind))
@@ -45,7 +52,7 @@ class FakeKube:
 @pytest.fixture
 def fake(monkeypatch: pytest.MonkeyPatch) -> FakeKube:
     fake = FakeKube()
-    for name in ("apply", "list_objects", "has_kind"):
+    for name in ("apply", "get", "list_objects", "has_kind"):
         monkeypatch.setattr(_kube, name, getattr(fake, name))
     monkeypatch.setattr(_events, "event", lambda *a, **k: None)
     return fake

@@ -86,6 +86,7 @@ from loadline.api._v1alpha1 import (
     RemediationOutcome,
     RemediationState,
     RemediationTrial,
+    RenderState,
     Resources,
 )
 
@@ -151,6 +152,7 @@ __all__ = [
     "RemediationOutcome",
     "RemediationState",
     "RemediationTrial",
+    "RenderState",
     "Resources",
     "RestartPolicy",
     "RestartWindow",

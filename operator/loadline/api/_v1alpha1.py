@@ -973,6 +973,34 @@ class OOMRisk(_Model):
     time: datetime | None = Field(default=None, description="When the estimate was made.")
 
 
+class RenderState(_Model):
+    """Which loadline version rendered the running children, and what this version would change in
+    their pods if that differs (docs/upgrades.md). A change waits for the model's restart window, or an
+    approval, unless it is urgent; the RenderOutdated condition says the same in a sentence."""
+
+    rendered_by: str | None = Field(
+        default=None,
+        description="The loadline version that rendered the running workload (its "
+        "loadline.dev/rendered-by annotation); unset: a loadline from before the stamp.",
+    )
+    fingerprint: str | None = Field(
+        default=None, description="Fingerprint of the running pod templates, as that version rendered them."
+    )
+    pending_fingerprint: str | None = Field(
+        default=None,
+        description="Fingerprint of what this version renders, while it waits; approve it with "
+        "kubectl annotate inferencemodel NAME upgrade.loadline.dev/approve=<this>.",
+    )
+    changes: list[str] = Field(
+        default_factory=list,
+        max_length=50,
+        description="What rolling would change in the pods, and why, one sentence each; empty: nothing "
+        "waits.",
+    )
+    urgent: bool = Field(default=False, description="A waiting change fixes an out-of-memory class.")
+    decision: str = Field(default="", description="When it rolls, in a sentence.")
+
+
 class InferenceModelStatus(_Model):
     """What loadline observed and decided. Written by the operator only."""
 
@@ -992,7 +1020,7 @@ class InferenceModelStatus(_Model):
     )
     conditions: list[Condition] = Field(
         default_factory=list,
-        description="Planned, Deployed, Ready, PolicyCompliant, OOMRisk, KVCapacity.",
+        description="Planned, Deployed, Ready, PolicyCompliant, OOMRisk, KVCapacity, RenderOutdated.",
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
     )
     plan: PlanSummary | None = Field(default=None, description="The current plan.")
@@ -1026,6 +1054,11 @@ class InferenceModelStatus(_Model):
         default=None,
         description="What vLLM reported at start-up (weights, KV cache, max concurrency) beside the plan "
         "(docs/observe.md); absent until the running engine's log says it.",
+    )
+    render: RenderState | None = Field(
+        default=None,
+        description="The loadline version that rendered the running children and what a newer one would "
+        "change (docs/upgrades.md).",
     )
     last_handled_configuration: str | None = Field(
         default=None,

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import kopf
 
 from loadline.api import FleetPolicy, OOMRisk, RemediationState
-from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots
+from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
@@ -381,6 +381,10 @@ def _carry_out(
         remediation = RemediationState.model_validate(status.get("remediation") or {})
         if remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
+            return
+        if _upgrade.waiting(status):  # a newer loadline's render waited for this window: reconcile applies it
+            view = (fleet.nodes, fleet.pods)
+            _reconcile.reconcile(fleet.state, body, patch, logger, settings, view, fleet.policies)
             return
         if _rollout_complete(fleet, api_version, kind, namespace, workload_name):
             _finish(body, patch, record, now, logger, fleet, settings)

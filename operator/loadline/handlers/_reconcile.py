@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -30,7 +30,7 @@ from loadline.errors import (
     NotAllowedError,
     SpecError,
 )
-from loadline.handlers import _apply, _events, _kube, _plan, _policies
+from loadline.handlers import _apply, _events, _kube, _plan, _policies, _upgrade
 from loadline.handlers._inputs import ModelInputs
 from loadline.handlers._settings import OperatorSettings
 from loadline.policy import select_policies, spec_problems
@@ -66,6 +66,10 @@ def reconcile(
         policies = policies or []
         inputs, plan, manifests = _plan_or_fail(state, body, patch, settings, view, policies)
         _require_apis(body, patch, manifests, settings)
+        gated = _upgrade.gate(body, patch, manifests, settings)
+        if gated is None:
+            return  # another loadline's pods run until their roll (docs/upgrades.md)
+        body, manifests = cast(kopf.Body, gated[0]), gated[1]
         changed = _apply_or_fail(state, body, patch, logger, plan, manifests, settings)
         state.capacity.note_planned(f"{meta['namespace']}/{meta['name']}", plan, inputs.obj.spec.replicas)
         _write_deployed(body, patch, logger, inputs, plan, changed, manifests, policies)

@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from loadline.errors import SpecError
 from loadline.policy import Guard
+from loadline.upgrade import RollMode
 
 SERVICE_ACCOUNT_NAMESPACE_FILE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
 _PROCESS_SUFFIX = secrets.token_hex(3)  # drawn once: the identity must not change while we hold a Lease
@@ -175,6 +176,12 @@ class OperatorSettings(BaseSettings):
         default="",
         description="Comma-separated environment names (NAME or PREFIX*) refused in spec.engine.env "
         "beside the built-in list.",
+    )
+    upgrade_roll: RollMode = Field(
+        default="window",
+        description="When pods a new loadline version renders differently roll (docs/upgrades.md): window "
+        "(in each model's restart window, under FleetPolicy maxConcurrent), immediate (at once), manual "
+        "(only once approved by the upgrade.loadline.dev/approve annotation). Urgent fixes roll at once.",
     )
     remediation_mode: str = Field(
         default="auto", pattern="^(auto|recommend|off)$", description="Default OOM remediation mode."
