@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from loadline import __version__
 from loadline.api import FleetPolicy
 from loadline.errors import LoadlineError
 from loadline.handlers import _events, _kube, _plan, _policies
@@ -24,6 +25,7 @@ from loadline.handlers._apply import WORKLOAD_KINDS, fingerprint
 from loadline.handlers._settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan
 from loadline.status import build as _build
+from loadline.upgrade import stamped
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState
@@ -103,7 +105,9 @@ def plan_remediation(
     for manifest in manifests:
         child = _build.with_owner(manifest, owner, meta["namespace"])
         if child["kind"] in WORKLOAD_KINDS:
-            workload = child
+            # Stamped as reconcile stamps it (docs/upgrades.md): an apply without the stamp would take
+            # it off (server-side apply drops what the manager no longer sends).
+            workload = stamped(child, __version__)
         elif not state.applied.already(meta, child, fingerprint(child)):
             return None
     if workload is None:
