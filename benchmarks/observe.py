@@ -27,7 +27,7 @@ from pathlib import Path
 
 from loadline.api._observed import ObservationRecord
 from loadline.observe import CorrectionStore, minor_of
-from loadline.sizing._budget import MemoryBudget, model_terms
+from loadline.sizing._budget import MemoryBudget, compute_budget
 from loadline.sizing._calibration import CalibrationRow, calibrate
 
 ROOT = Path(__file__).resolve().parent
@@ -59,24 +59,8 @@ def _corrected(row: CalibrationRow, gpu: str, store: CorrectionStore) -> MemoryB
     assert s is not None and arch is not None
     found = store.reserves(arch.model_type, s.quantization, row.vllm_version)
     reserves = tuple((g, gib) for g, gib, _ in found if g == gpu)
-    terms = model_terms(
-        arch,
-        row.exact_parameters,
-        s.dtype,
-        s.quantization,
-        s.kv_cache_dtype,
-        s.cuda_graph_in_kv_budget,
-        s.block_size,
-        s.weight_bits,
-        s.weights_gib_total,
-        s.engine,
-        reserves=reserves,
-    )
-    fixed = terms.layout(
-        row.total_gpu_memory_gib, s.tensor_parallel_size, s.pipeline_parallel_size, s.interconnect, gpu
-    )
-    return fixed.budget(
-        s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.gpu_memory_utilization, s.enforce_eager
+    return compute_budget(
+        arch, s, row.total_gpu_memory_gib, exact_parameters=row.exact_parameters, reserves=reserves, gpu=gpu
     )
 
 

@@ -301,27 +301,36 @@ def compute_budget(
     gpu_memory_gib: float,
     *,
     exact_parameters: int | None = None,
+    reserves: tuple[tuple[str, float], ...] = (),
+    gpu: str = "",
 ) -> MemoryBudget:
     """The per-GPU budget of one engine configuration on GPUs of ``gpu_memory_gib``, and whether it starts.
+    ``reserves`` and ``gpu``: learned corrections by GPU type, and the type this budget is for
+    (:func:`model_terms`).
 
     Memoised: a pure function of its (hashable, frozen) arguments and the coefficients table, and the
     planner asks for the same (model, GPU, layout, settings) again and again (the tuning ladder's rungs,
     refusal fixes, every reconcile of an unchanged model)."""
     coef = coefficients(settings.engine)
     return _BUDGETS.get(
-        (arch, settings, gpu_memory_gib, exact_parameters),
+        (arch, settings, gpu_memory_gib, exact_parameters, reserves, gpu),
         coef,
-        lambda: _compute_budget(arch, settings, gpu_memory_gib, exact_parameters),
+        lambda: _compute_budget(arch, settings, gpu_memory_gib, exact_parameters, reserves, gpu),
     )
 
 
-_BUDGETS: GuardedMemo[tuple[Architecture, EngineSettings, float, int | None], MemoryBudget] = GuardedMemo(
-    65536
-)
+_BUDGETS: GuardedMemo[
+    tuple[Architecture, EngineSettings, float, int | None, tuple[tuple[str, float], ...], str], MemoryBudget
+] = GuardedMemo(65536)
 
 
 def _compute_budget(
-    arch: Architecture, settings: EngineSettings, gpu_memory_gib: float, exact_parameters: int | None
+    arch: Architecture,
+    settings: EngineSettings,
+    gpu_memory_gib: float,
+    exact_parameters: int | None,
+    reserves: tuple[tuple[str, float], ...],
+    gpu: str,
 ) -> MemoryBudget:
     s = settings
     model = model_terms(
@@ -335,8 +344,11 @@ def _compute_budget(
         s.weight_bits,
         s.weights_gib_total,
         s.engine,
+        reserves=reserves,
     )
-    fixed = model.layout(gpu_memory_gib, s.tensor_parallel_size, s.pipeline_parallel_size, s.interconnect)
+    fixed = model.layout(
+        gpu_memory_gib, s.tensor_parallel_size, s.pipeline_parallel_size, s.interconnect, gpu
+    )
     return fixed.budget(
         s.max_model_len, s.max_num_seqs, s.max_num_batched_tokens, s.gpu_memory_utilization, s.enforce_eager
     )
