@@ -12,7 +12,7 @@ import re
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,40 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """test_upgrade first: it installs an earlier loadline, which must be the only operator that sees
     its models, and the session's operator (started by the first test that needs it) watches all."""
     items.sort(key=lambda item: item.path.name != "test_upgrade.py")
+
+
+OPERATOR_LOG_LINES = 80
+"""How many of the operator's log lines about a failed test's namespace its report shows."""
+OPERATOR_TAIL_LINES = 15
+"""How many last lines of a replica's log it shows when none is about the test's namespace."""
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(
+    item: pytest.Item, call: pytest.CallInfo[None]
+) -> Generator[None, pytest.TestReport, pytest.TestReport]:
+    """A failed test's report shows what the operator's replicas logged about its namespace: CI keeps
+    the report, not the replicas' log files."""
+    report: pytest.TestReport = yield
+    if report.when != "call" or not report.failed:
+        return report
+    funcargs = getattr(item, "funcargs", {})
+    namespace = funcargs.get("namespace")
+    for value in funcargs.values():
+        if not isinstance(value, ChartOperator):
+            continue
+        for replica, text in value.logs():
+            lines = text.splitlines()
+            about = [line for line in lines if namespace and namespace in line]
+            if about:
+                report.sections.append(
+                    (f"{replica.pod_name} log, its namespace", "\n".join(about[-OPERATOR_LOG_LINES:]))
+                )
+            elif lines:
+                report.sections.append(
+                    (f"{replica.pod_name} log, its end", "\n".join(lines[-OPERATOR_TAIL_LINES:]))
+                )
+    return report
 
 
 def _bring_cluster_up() -> None:

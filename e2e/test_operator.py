@@ -19,7 +19,7 @@ from tests.conftest import LLAMA_8B
 from tests.hubserver import TOKEN, HubServer
 
 from chart import ChartOperator
-from kube import REPO, Kubectl, wait_for
+from kube import REPO, Kubectl, KubectlError, wait_for
 from loadline.sizing._shapes import parse_quantity
 from operator_helpers import (
     EXAMPLES,
@@ -298,3 +298,53 @@ def test_a_pod_no_node_can_take_is_replanned_and_pending_in_the_schedulers_words
     for name in fillers:  # room is made: the pod the scheduler refused is placed
         kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
     wait_phase(kubectl, namespace, "chat", "Ready", timeout=180)
+
+
+def test_a_model_written_under_a_newer_crd_is_reconciled_and_keeps_what_this_version_lacks(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    """After `helm rollback` the CRD stays the newer release's (Helm never downgrades CRDs), so the
+    operator reads models with fields it does not know: here a newer CRD (this one plus a spec and a
+    status field) stands in for it. The model is admitted, planned and Ready, a spec change re-plans it,
+    and both fields are still there after the operator's own writes."""
+    crd_name = "inferencemodels.loadline.dev"
+    original = kubectl.json("get", "crd", crd_name)
+    newer = copy.deepcopy(original)
+    schema = newer["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]
+    schema["spec"]["properties"]["gpu"]["properties"]["migProfile"] = {"type": "string"}
+    schema["status"]["properties"]["costCenter"] = {"type": "string"}
+    kubectl("replace", "-f", "-", input=json.dumps(newer))
+    try:
+        doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+        doc["spec"]["gpu"]["migProfile"] = "1g.10gb"
+
+        def stored_with_the_newer_field() -> dict[str, Any] | None:
+            # The API server takes a moment to serve the replaced schema; until then it refuses the field.
+            try:
+                kubectl.apply(doc, namespace)
+            except KubectlError:
+                return None
+            obj = model(kubectl, namespace, "chat")
+            return obj if obj["spec"]["gpu"].get("migProfile") == "1g.10gb" else None
+
+        wait_for(stored_with_the_newer_field, timeout=30, what="the newer CRD's field to be stored")
+        wait_phase(kubectl, namespace, "chat", "Ready")
+        kubectl("patch", "inferencemodel", "chat", "-n", namespace, "--subresource=status", "--type=merge",
+                "-p", json.dumps({"status": {"costCenter": "ml-platform"}}))  # fmt: skip
+        kubectl("patch", "inferencemodel", "chat", "-n", namespace, "--type=merge",
+                "-p", json.dumps({"spec": {"concurrency": 16}}))  # fmt: skip
+
+        def replanned() -> dict[str, Any] | None:
+            obj = model(kubectl, namespace, "chat")
+            status = obj.get("status") or {}
+            current = status.get("observedGeneration") == obj["metadata"]["generation"]
+            return obj if current and status.get("phase") == "Ready" else None
+
+        after = wait_for(replanned, timeout=60, what="the re-plan after the spec change")
+        assert after["status"]["plan"]["maxConcurrency"] >= 16
+        assert after["spec"]["gpu"]["migProfile"] == "1g.10gb"
+        assert after["status"]["costCenter"] == "ml-platform"
+    finally:
+        current = kubectl.json("get", "crd", crd_name)
+        current["spec"] = original["spec"]
+        kubectl("replace", "-f", "-", input=json.dumps(current))

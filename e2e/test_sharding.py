@@ -52,10 +52,19 @@ def _restart_replicas(operator: ChartOperator, values: dict[str, Any]) -> None:
     )
 
 
+def split(operator: ChartOperator) -> dict[int, str] | None:
+    """Shard index → holder once each live replica holds one shard Lease (None before)."""
+    held = shard_holders(operator)
+    return held if all(held.values()) and len(set(held.values())) == SHARDS else None
+
+
 @pytest.fixture
 def sharded(operator: ChartOperator) -> Iterator[ChartOperator]:
+    """Two replicas, each holding one shard. Started together, one may claim both shards before the
+    other asks for its share; the tests begin after that hand-over, not in the middle of it."""
     _restart_replicas(operator, {"sharding": {"shards": SHARDS}})
     try:
+        wait_for(lambda: split(operator), timeout=60, what="each replica to hold one shard Lease")
         yield operator
     finally:
         _restart_replicas(operator, {"sharding": {"shards": 1}})
@@ -117,11 +126,7 @@ def test_a_sharded_pair_reconciles_every_model_once_and_survives_a_replica_death
     operator = sharded
 
     # Each replica claims its share: one shard each, within a few retry periods.
-    def split() -> dict[int, str] | None:
-        held = shard_holders(operator)
-        return held if all(held.values()) and len(set(held.values())) == SHARDS else None
-
-    holders = wait_for(split, timeout=60, what="each replica to hold one shard Lease")
+    holders = wait_for(lambda: split(operator), timeout=60, what="each replica to hold one shard Lease")
     by_identity = {r.identity(): r for r in operator.replicas if r.alive()}
     assert set(holders.values()) == set(by_identity)
 

@@ -17,6 +17,7 @@ from loadline.api._load import (
     parse_inference_model,
     parse_spec,
     spec_error_from_validation,
+    validate_known,
 )
 from loadline.api._observed import (
     OBSERVATIONS_CONFIGMAP,
@@ -168,5 +169,6 @@ __all__ = [
     "parse_spec",
     "render_crds_yaml",
     "spec_error_from_validation",
+    "validate_known",
     "write_crds",
 ]

@@ -6,14 +6,15 @@ pydantic stays at this boundary: callers get either a valid model or a :class:`S
 
 from __future__ import annotations
 
+import copy
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, TypeVar
 
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from loadline.api._policy import POLICY_KIND, FleetPolicy
 from loadline.api._v1alpha1 import API_VERSION, KIND, InferenceModel, InferenceModelSpec
@@ -27,7 +28,52 @@ __all__ = [
     "parse_inference_model",
     "parse_spec",
     "spec_error_from_validation",
+    "validate_known",
 ]
+
+ModelT = TypeVar("ModelT", bound=BaseModel)
+
+Unknown = Literal["refuse", "ignore"]
+"""What parsing does with a field the API models do not know. ``refuse``: files and offline use, where
+an unknown field is a typo to name. ``ignore``: objects read from the cluster. There the CRD's schema
+has already pruned every field it does not know, so a field the models lack was written under a newer
+loadline's CRD (kept after a ``helm rollback``): this operator works on, and never writes it away."""
+
+_KNOWN_FIELD_PASSES = 8
+"""How many times :func:`validate_known` drops unknown fields and validates again: pydantic reports
+every unknown field of a pass, so a second pass only comes from an unknown field inside a union."""
+
+
+def _drop(data: Any, loc: Sequence[int | str]) -> bool:
+    """Remove the field at ``loc`` from nested dicts and lists; False when it is not there."""
+    *path, last = loc
+    node = data
+    for key in path:
+        found = (isinstance(node, dict) and key in node) or (
+            isinstance(node, list) and isinstance(key, int) and 0 <= key < len(node)
+        )
+        if not found:
+            return False
+        node = node[key]
+    if isinstance(node, dict) and last in node:
+        del node[last]
+        return True
+    return False
+
+
+def validate_known(model: type[ModelT], data: Mapping[str, Any]) -> ModelT:
+    """``model`` from ``data`` as read from the cluster, ignoring the fields ``model`` does not know
+    (see :data:`Unknown`); every other error is raised as pydantic raises it. ``data`` is not changed:
+    a caller that writes a stored object back merges its own fields over the stored ones."""
+    payload: dict[str, Any] = copy.deepcopy(dict(data))
+    for _ in range(_KNOWN_FIELD_PASSES):
+        try:
+            return model.model_validate(payload)
+        except ValidationError as exc:
+            unknown = [e["loc"] for e in exc.errors(include_url=False) if e["type"] == "extra_forbidden"]
+            if not any([_drop(payload, loc) for loc in unknown]):
+                raise
+    return model.model_validate(payload)
 
 
 def _dotted(prefix: str, loc: tuple[int | str, ...]) -> str:
@@ -108,11 +154,13 @@ def _object_name(data: Mapping[str, Any], kind: str) -> str:
     return f"{kind} {where}{name}" if isinstance(name, str) and name else f"{kind} (unnamed)"
 
 
-def parse_inference_model(data: Mapping[str, Any], source: str = "") -> InferenceModel:
+def parse_inference_model(
+    data: Mapping[str, Any], source: str = "", *, unknown: Unknown = "refuse"
+) -> InferenceModel:
     """Validate one InferenceModel object (a dict as read from YAML or the API).
 
     Errors start with ``source`` (the file) and the object's kind, namespace and name, so one line tells a
-    user of a multi-document file which object is wrong."""
+    user of a multi-document file which object is wrong. ``unknown``: see :data:`Unknown`."""
     if not isinstance(data, Mapping):
         raise SpecError(source or "document", "is not a mapping", "write an InferenceModel object")
     where = ": ".join(filter(None, (source, _object_name(data, KIND))))
@@ -123,6 +171,8 @@ def parse_inference_model(data: Mapping[str, Any], source: str = "") -> Inferenc
             f"set apiVersion: {API_VERSION} and kind: {KIND}",
         )
     try:
+        if unknown == "ignore":
+            return validate_known(InferenceModel, data)
         return InferenceModel.model_validate(dict(data))
     except ValidationError as exc:
         raise spec_error_from_validation(exc).at(where if source else "") from None
@@ -137,8 +187,11 @@ def load_inference_models(path: str | Path) -> list[InferenceModel]:
     return [parse_inference_model(doc, source=name) for doc in docs]
 
 
-def parse_fleet_policy(data: Mapping[str, Any], source: str = "") -> FleetPolicy:
-    """Validate one FleetPolicy object; it must be named, since every refusal quotes its name."""
+def parse_fleet_policy(
+    data: Mapping[str, Any], source: str = "", *, unknown: Unknown = "refuse"
+) -> FleetPolicy:
+    """Validate one FleetPolicy object; it must be named, since every refusal quotes its name.
+    ``unknown``: see :data:`Unknown`."""
     where = f"{source}: " if source else ""
     if not isinstance(data, Mapping):
         raise SpecError(source or "document", "is not a mapping", "write a FleetPolicy object")
@@ -149,7 +202,8 @@ def parse_fleet_policy(data: Mapping[str, Any], source: str = "") -> FleetPolicy
             f"set apiVersion: {API_VERSION} and kind: {POLICY_KIND}",
         )
     try:
-        policy = FleetPolicy.model_validate(dict(data))
+        ignoring = unknown == "ignore"
+        policy = validate_known(FleetPolicy, data) if ignoring else FleetPolicy.model_validate(dict(data))
     except ValidationError as exc:
         located = f"{source}: {_object_name(data, POLICY_KIND)}" if source else ""
         raise spec_error_from_validation(exc).at(located) from None

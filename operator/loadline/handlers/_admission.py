@@ -145,7 +145,7 @@ def validate_model(
         if spec_unchanged(operation, body, old):
             return
         try:
-            obj = parse_inference_model(_object(body))
+            obj = parse_inference_model(_object(body), unknown="ignore")
         except SpecError as exc:
             raise kopf.AdmissionError(str(exc), code=DENIED) from None
         governing = _governing(body, policies)
@@ -180,6 +180,8 @@ def validate_policy(body: Mapping[str, Any]) -> None:
     schema cannot check), naming the field and the fix."""
     with _reviewed("validate-fleetpolicy"):
         try:
-            parse_fleet_policy(body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}")
+            parse_fleet_policy(
+                body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}", unknown="ignore"
+            )
         except LoadlineError as exc:
             raise kopf.AdmissionError(str(exc), code=DENIED) from None

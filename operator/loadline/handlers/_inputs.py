@@ -113,7 +113,7 @@ def model_inputs(body: Mapping[str, Any], settings: OperatorSettings, hub: Confi
     ``hub``: the process's cache of config.json files fetched from the hub."""
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
     state = remediation_in_force(body.get("status") or {}, body["metadata"].get("generation"))
-    obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])})
+    obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])}, unknown="ignore")
     # Overrides waiting for the restart window are not rendered yet: the pods keep the held ones.
     running = state.held_overrides if state.held_overrides is not None else state.overrides
     obj = obj.model_copy(update={"spec": apply_overrides(obj.spec, running)})

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
-from loadline.api import FleetPolicy, OOMRisk, RemediationState
+from loadline.api import FleetPolicy, OOMRisk, RemediationState, validate_known
 from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
@@ -148,7 +148,7 @@ def risk_from_status(status: Mapping[str, Any]) -> OOMRiskEstimate | None:
     raw = status.get("oomRisk")
     if not raw:
         return None
-    risk = OOMRisk.model_validate(raw)
+    risk = validate_known(OOMRisk, raw)
     if risk.predicted_at is None:
         return None
     as_of = risk.time or datetime.now(UTC)
@@ -378,7 +378,7 @@ def _carry_out(
     multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
     api_version, kind, workload_name = workload_ref(name, multi_node)
     if record.action == "remediation":
-        remediation = RemediationState.model_validate(status.get("remediation") or {})
+        remediation = validate_known(RemediationState, status.get("remediation") or {})
         if remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
             return

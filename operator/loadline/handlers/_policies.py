@@ -37,7 +37,9 @@ def parse_policies(bodies: Iterable[Mapping[str, Any]]) -> list[FleetPolicy]:
     policies = []
     for body in bodies:
         try:
-            policies.append(parse_fleet_policy(body, source=f"FleetPolicy {body['metadata']['name']}"))
+            policies.append(
+                parse_fleet_policy(body, source=f"FleetPolicy {body['metadata']['name']}", unknown="ignore")
+            )
         except LoadlineError as exc:
             log.warning("ignoring %s", exc)
     return policies

@@ -84,7 +84,7 @@ def _refuse_unsafe(body: Mapping[str, Any], settings: OperatorSettings, policies
     labels = _policies.namespace_labels(namespace, policies)
     governing = select_policies(policies, namespace, labels, meta.get("labels") or {})
     spec = parse_inference_model(
-        {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
+        {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}, unknown="ignore"
     ).spec
     problems = spec_problems(spec, settings.guard(), governing)
     if problems:

@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from loadline.api import Maintenance
+from loadline.api import Maintenance, validate_known
 from loadline.maintenance._model import MaintenanceRecord
 
 __all__ = ["record_from_status", "record_to_status"]
@@ -24,7 +24,7 @@ def record_from_status(maintenance: Maintenance | Mapping[str, Any] | None) -> M
     the schema fails here with pydantic's error, not later."""
     if maintenance is None:
         return None
-    model = maintenance if isinstance(maintenance, Maintenance) else Maintenance.model_validate(maintenance)
+    model = maintenance if isinstance(maintenance, Maintenance) else validate_known(Maintenance, maintenance)
     return MaintenanceRecord(
         action=model.action,
         state=model.state,

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from loadline.api._load import validate_known
 from loadline.api._observed import (
     MAX_RECORDS,
     OBSERVATIONS_KEY,
@@ -213,7 +214,7 @@ def load_store(text: str, source: str) -> CorrectionStore:
     if doc == {}:
         return CorrectionStore()
     try:
-        store = ObservationStore.model_validate(doc)
+        store = validate_known(ObservationStore, doc)
     except ValidationError as exc:
         error = exc.errors()[0]
         where = ".".join(str(p) for p in error["loc"])

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from loadline.api import RemediationState
+from loadline.api import RemediationState, validate_known
 from loadline.maintenance import (
     MaintenanceRecord,
     crash_urgency,
@@ -81,7 +81,7 @@ def remediation_in_force(status: Mapping[str, Any], generation: int | None) -> R
     so a person's spec change starts from the spec again (what was learnt, the crashes handled and the
     write revision carry over)."""
     raw = status.get("remediation")
-    state = RemediationState.model_validate(raw) if raw else RemediationState()
+    state = validate_known(RemediationState, raw) if raw else RemediationState()
     if state.observed_generation != generation:
         return RemediationState(day=state.day, actions_today=state.actions_today, history=state.history,
                                 handled_crashes=state.handled_crashes, revision=state.revision)  # fmt: skip

@@ -21,6 +21,7 @@ from loadline.api import (
     Phase,
     PlanSummary,
     RemediationState,
+    validate_known,
 )
 from loadline.maintenance import MaintenanceRecord, PodState, record_to_status
 
@@ -556,7 +557,7 @@ def merge_incident(
             **last, "count": int(last.get("count", 1)) + 1, "lastSeen": now, "pod": pod, "action": action,
             "result": result, "confidence": round(confidence, 2), "evidence": list(evidence),
         }  # fmt: skip
-        incidents[-1] = _wire(Incident.model_validate(counted))
+        incidents[-1] = {**last, **_wire(validate_known(Incident, counted))}  # keeps a newer version's fields
     else:
         incident = Incident.model_validate(
             {
