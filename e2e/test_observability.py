@@ -21,8 +21,9 @@ from typing import Any
 import pytest
 
 from chart import ChartOperator, render
+from crash import crash_container
 from kube import REPO, STATE_DIR, Kubectl, lib_var, wait_for
-from operator_helpers import example, pods_of, wait_phase
+from operator_helpers import example, model, pods_of, wait_phase
 
 ALL_ON = {
     "agent": {"enabled": True},
@@ -116,16 +117,17 @@ class Exporter:
 _THRESHOLD = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*[0-9.e+]+\s*$")
 _ABSENT = re.compile(r"^absent\((.*)\)$")
 
-#: Series the operator exports only once something happened to a model (an out-of-memory crash and its
-#: remediation, a restart in a window, a predicted crash, a failed admission answer): their queries
-#: must run in the real Prometheus (a valid query on real series names), but this test makes none of
-#: those events, so they may answer nothing here; tests/test_observability.py fires each with promtool.
+#: Series the operator exports only once something happened that this test does not make happen (a
+#: restart in a window, a predicted crash, a remediation judged later, a remediation that needs a
+#: person, an admission answer that failed): their queries must run in the real Prometheus (a valid
+#: query on real series names), and tests/test_observability.py fires each alert with promtool. The
+#: out-of-memory crash and its remediation decision do happen here (the test crashes the model's pod),
+#: so the incident and remediation queries must answer.
 EVENT_SERIES = (
-    "loadline_oom_incidents_total",
-    "loadline_remediations_total",
-    "loadline_remediation_outcomes_total",
     "loadline_restarts_total",
     "loadline_oom_risk_predicted_crash_timestamp_seconds",
+    "loadline_remediation_outcomes_total",
+    'outcome="needs_person"',
     'result="error"',
 )
 
@@ -155,6 +157,13 @@ def test_every_dashboard_query_and_alert_answers_in_the_real_prometheus(
     kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
     wait_phase(kubectl, namespace, "chat", "Ready")
     pod = pods_of(kubectl, namespace, "chat")[0]["metadata"]["name"]
+    # An out-of-memory crash: the operator counts the incident and its remediation decision.
+    crash_container(kubectl, pod, namespace, "cuda-oom")
+    wait_for(
+        lambda: (model(kubectl, namespace, "chat").get("status") or {}).get("incidents"),
+        timeout=60,
+        what="the crash's incident in status",
+    )
     exporter = Exporter(namespace, pod)
     targets = STATE_DIR / "prometheus" / "targets" / "observability.json"
     job = f"{operator.namespace}/{operator.release}-loadline"  # the operator PodMonitor's job
