@@ -318,16 +318,22 @@ def test_a_model_written_under_a_newer_crd_is_reconciled_and_keeps_what_this_ver
         doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
         doc["spec"]["gpu"]["migProfile"] = "1g.10gb"
 
+        refusals: list[str] = []
+
         def stored_with_the_newer_field() -> dict[str, Any] | None:
             # The API server takes a moment to serve the replaced schema; until then it refuses the field.
             try:
                 kubectl.apply(doc, namespace)
-            except KubectlError:
+            except KubectlError as refused:
+                refusals.append(str(refused))
                 return None
             obj = model(kubectl, namespace, "chat")
             return obj if obj["spec"]["gpu"].get("migProfile") == "1g.10gb" else None
 
-        wait_for(stored_with_the_newer_field, timeout=30, what="the newer CRD's field to be stored")
+        try:
+            wait_for(stored_with_the_newer_field, timeout=30, what="the newer CRD's field to be stored")
+        except TimeoutError:
+            raise AssertionError(f"the model was not stored: {refusals[-1:]}") from None
         wait_phase(kubectl, namespace, "chat", "Ready")
         kubectl("patch", "inferencemodel", "chat", "-n", namespace, "--subresource=status", "--type=merge",
                 "-p", json.dumps({"status": {"costCenter": "ml-platform"}}))  # fmt: skip
