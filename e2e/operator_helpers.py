@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import json
 import sys
+import urllib.request
+from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from kube import REPO, Kubectl, wait_for
 
@@ -48,3 +52,25 @@ def pods_of(kubectl: Kubectl, namespace: str, name: str) -> list[dict[str, Any]]
 def node_products(kubectl: Kubectl) -> dict[str, str]:
     nodes = kubectl.json("get", "nodes")["items"]
     return {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product", "") for n in nodes}
+
+
+def api_reads(replicas: Iterable[Any]) -> Counter[str]:
+    """The operator's own reads of the API server so far (``loadline_api_requests_total``, verbs get and
+    list) by resource, summed over the live replicas; Leases left out (the election renews them at rest)."""
+    reads: Counter[str] = Counter()
+    for replica in replicas:
+        if not replica.alive():
+            continue
+        url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            text = answer.read().decode()
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                labels = sample.labels
+                if (
+                    sample.name == "loadline_api_requests_total"
+                    and labels.get("verb") in {"get", "list"}
+                    and labels.get("resource") != "leases"
+                ):
+                    reads[labels["resource"]] += int(sample.value)
+    return reads

@@ -23,12 +23,18 @@ from kube import REPO, Kubectl, KubectlError, wait_for
 from loadline.sizing._shapes import parse_quantity
 from operator_helpers import (
     EXAMPLES,
+    api_reads,
     example,
     model,
     node_products,
     pods_of,
     wait_phase,
 )
+
+STUCK_SECONDS = 150.0
+"""How long the stuck model of the scheduler test is watched for the operator's reads."""
+STUCK_READS_PER_MINUTE = 2
+"""The operator's reads a stuck model may cost a minute (its pods' list and its workload's get)."""
 
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
@@ -294,6 +300,15 @@ def test_a_pod_no_node_can_take_is_replanned_and_pending_in_the_schedulers_words
     ]
     assert any(e["reason"] == "Unschedulable" and e["type"] == "Warning" for e in events)
     assert any(e["reason"] == "NoCapacity" and e["type"] == "Warning" for e in events)
+
+    # Stuck while no room is made, the model costs the API server a read or two a minute, not one per
+    # timer tick (the readiness back-off: 5, 10, 20, 40 s, then each minute).
+    before = api_reads(operator.replicas)
+    time.sleep(STUCK_SECONDS)
+    spent = api_reads(operator.replicas) - before
+    print(f"\nstuck {STUCK_SECONDS:.0f}s: the operator read {dict(spent)}")
+    assert sum(spent.values()) <= STUCK_READS_PER_MINUTE * STUCK_SECONDS / 60 + 1, dict(spent)
+    assert model(kubectl, namespace, "chat")["status"]["phase"] == "Pending"
 
     for name in fillers:  # room is made: the pod the scheduler refused is placed
         kubectl("delete", "pod", name, "-n", namespace, "--wait=false")
