@@ -21,6 +21,7 @@ import pytest
 
 from chart import ChartOperator
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
+from loadline.render import workload_ref
 from operator_helpers import example, pods_of, wait_phase
 
 
@@ -77,6 +78,35 @@ def test_kubectl_scale_moves_a_model_1_3_1_and_rolls_nothing(
         assert _replica_sets(kubectl, namespace) == sets
         assert kubectl.json("get", "deployment", "chat", "-n", namespace)["spec"]["template"] == template
         wait_phase(kubectl, namespace, "chat", "Ready")
+
+
+def test_kubectl_scale_moves_a_multi_node_model_and_its_group_count_follows(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    """A model whose replica spans two nodes runs as a LeaderWorkerSet: `kubectl scale` moves its groups
+    1 → 2 → 1 and status.replicas (what KEDA and an HPA read) follows the LeaderWorkerSet's count."""
+    doc = example(REPO / "examples" / "llama-405b-multinode.yaml", namespace)
+    name = doc["metadata"]["name"]
+    kubectl.apply(doc, namespace)
+    wait_phase(kubectl, namespace, name, "Ready", timeout=120)
+    _, _, workload = workload_ref(name, multi_node=True)
+
+    def groups(count: int) -> dict[str, Any] | None:
+        scale = kubectl.json("get", "inferencemodel", name, "-n", namespace, "--subresource=scale")
+        lws = kubectl.json("get", "leaderworkerset", workload, "-n", namespace)
+        at = (
+            scale["spec"].get("replicas"),
+            scale["status"].get("replicas"),
+            lws["status"].get("readyReplicas"),
+        )
+        return scale if at == (count, count, count) else None
+
+    assert wait_for(lambda: groups(1), timeout=60, what="status.replicas 1")["status"]["selector"]
+    for count in (2, 1):
+        kubectl("scale", "inferencemodel", name, "-n", namespace, f"--replicas={count}")
+        wait_for(functools.partial(groups, count), timeout=120, what=f"{count} group(s) in status.replicas")
+        assert len(pods_of(kubectl, namespace, name)) == 2 * count  # a leader and a worker per group
+        wait_phase(kubectl, namespace, name, "Ready", timeout=120)
 
 
 def test_a_scale_beyond_a_fleet_policy_is_refused_naming_the_field(

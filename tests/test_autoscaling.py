@@ -11,10 +11,11 @@ import pytest
 from loadline.api import parse_fleet_policy, parse_inference_model, parse_spec
 from loadline.errors import RenderError, SpecError
 from loadline.handlers import _metrics
-from loadline.handlers._scale import model_gauges, scale_status
+from loadline.handlers._scale import model_gauges
 from loadline.policy import combine, evaluate
 from loadline.render import render_scaled_object
 from loadline.sizing import plan_inference_model
+from loadline.status.build import build_scale_status as scale_status
 from tests.conftest import LLAMA_8B, inference_model
 
 PROMETHEUS = "http://prometheus.monitoring:9090"

@@ -479,6 +479,36 @@ def test_the_workload_changing_is_listed_again_and_ready_comes_from_its_events(
     assert looks.calls == [("list", "Pod"), ("list", "Pod")]
 
 
+def test_a_leaderworkerset_models_group_count_reaches_its_scale_subresource_at_each_look(
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
+) -> None:
+    """A LeaderWorkerSet is not watched: the look that reads it writes its group count to
+    status.replicas (what `kubectl scale` and KEDA read), once, when it moved."""
+    model = deploying(state)
+    model["status"]["plan"]["nodesPerReplica"] = 2
+    lws = {
+        "apiVersion": "leaderworkerset.x-k8s.io/v1",
+        "kind": "LeaderWorkerSet",
+        "metadata": {"name": "chat", "namespace": "team-a", "generation": 2, "resourceVersion": "5"},
+        "spec": {"replicas": 2},
+        "status": {"observedGeneration": 2, "replicas": 2, "readyReplicas": 1, "updatedReplicas": 2},
+    }
+    looks.workload = lws
+    memo: dict[str, Any] = {}
+    first = looks.look(model, memo, 0)
+    assert looks.calls == [("get", "LeaderWorkerSet")]
+    assert (
+        first["replicas"] == 2
+        and first["selector"] == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
+    )
+    assert first.get("phase") != "Ready"
+    model["status"].update(first)
+    lws["status"].update(readyReplicas=2, availableReplicas=2)
+    lws["metadata"]["resourceVersion"] = "6"
+    ready = looks.look(model, memo, 5)
+    assert ready["phase"] == "Ready" and "replicas" not in ready  # the count did not move: not written
+
+
 def test_a_pod_still_waiting_for_the_scheduler_is_looked_at_again_at_each_look(
     state: OperatorState, fake: FakeKube, looks: ReadinessKube
 ) -> None:

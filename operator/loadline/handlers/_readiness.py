@@ -205,6 +205,13 @@ def read_readiness(
     changes = _build.build_readiness_status(
         status, ready=ready, message=message, now=_build.now_iso(), stuck=bool(unschedulable)
     )
+    if multi_node and workload is not None:
+        # A LeaderWorkerSet is not watched: its group count reaches the scale subresource at each look
+        # (a Deployment's comes from its watch events, loadline.handlers._scale).
+        scale = _build.build_scale_status(meta["name"], workload)
+        moved = {key: value for key, value in scale.items() if status.get(key) != value}
+        if moved:
+            patch.status.update(moved)
     if changes:
         patch.status.update(changes)
         if changes.get("phase") == "Ready":

@@ -21,19 +21,12 @@ from loadline.api import API_VERSION, KIND, InferenceModel
 from loadline.handlers import _admission, _kube, _metrics
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache
-from loadline.render import SCALEDOBJECT, pod_selector, render_scaled_object
+from loadline.render import SCALEDOBJECT, render_scaled_object
+from loadline.status.build import build_scale_status
 
-__all__ = ["autoscaling_children", "model_gauges", "scale_status", "sync_scale_status", "validate_scale"]
+__all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
 
 GIB = 1024**3
-
-
-def scale_status(model: str, workload: Mapping[str, Any]) -> dict[str, Any]:
-    """``status.replicas`` (the workload's pods, as its own scale subresource counts them) and
-    ``status.selector`` (the pods' labels as a selector string) of model ``model``."""
-    replicas = int((workload.get("status") or {}).get("replicas", 0) or 0)
-    selector = ",".join(f"{key}={value}" for key, value in sorted(pod_selector(model).items()))
-    return {"replicas": replicas, "selector": selector}
 
 
 def sync_scale_status(
@@ -47,7 +40,7 @@ def sync_scale_status(
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None or known is None:
         return
-    changes = scale_status(str(owner["name"]), workload)
+    changes = build_scale_status(str(owner["name"]), workload)
     status = known.get("status") or {}
     if all(status.get(key) == value for key, value in changes.items()):
         return

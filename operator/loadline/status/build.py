@@ -24,6 +24,7 @@ from loadline.api import (
     validate_known,
 )
 from loadline.maintenance import MaintenanceRecord, PodState, record_to_status
+from loadline.render import pod_selector
 
 Status = dict[str, Any]
 
@@ -106,6 +107,15 @@ def with_owner(manifest: Mapping[str, Any], owner: Mapping[str, Any], namespace:
     meta["namespace"] = namespace
     child["metadata"] = meta
     return child
+
+
+def build_scale_status(model: str, workload: Mapping[str, Any]) -> Status:
+    """``status.replicas`` and ``status.selector`` of model ``model``: what ``kubectl scale``, an HPA and
+    KEDA read through its scale subresource. The replicas are the workload's own count (a Deployment's
+    pods, a LeaderWorkerSet's groups), the selector the pods' labels as a selector string."""
+    replicas = int((workload.get("status") or {}).get("replicas", 0) or 0)
+    selector = ",".join(f"{key}={value}" for key, value in sorted(pod_selector(model).items()))
+    return _status_patch(replicas=replicas, selector=selector)
 
 
 def readiness_from_workload(workload: Mapping[str, Any] | None) -> tuple[bool, str]:
