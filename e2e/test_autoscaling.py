@@ -11,6 +11,7 @@ import functools
 import json
 import subprocess
 import threading
+import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
@@ -107,6 +108,36 @@ def test_kubectl_scale_moves_a_multi_node_model_and_its_group_count_follows(
         wait_for(functools.partial(groups, count), timeout=120, what=f"{count} group(s) in status.replicas")
         assert len(pods_of(kubectl, namespace, name)) == 2 * count  # a leader and a worker per group
         wait_phase(kubectl, namespace, name, "Ready", timeout=120)
+
+
+def test_a_scale_beyond_the_free_gpus_is_reported_with_the_fix_and_nothing_is_applied(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    """The cluster has fewer free L4 GPUs than a scale asks for: the model says so with the fix, its
+    workload keeps the replicas it had (nothing half-applied: no pod waits for a GPU it cannot get, the
+    serving pod is left alone), and a scale back within the free GPUs makes it Ready again."""
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["spec"]["gpu"] = {"types": ["L4"]}
+    kubectl.apply(doc, namespace)
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    [serving] = wait_for(lambda: _running(kubectl, namespace, 1), timeout=60, what="the first pod")
+    nodes = kubectl.json("get", "nodes", "-l", "nvidia.com/gpu.product=NVIDIA-L4")["items"]
+    beyond = sum(int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes) + 1
+    kubectl("scale", "inferencemodel", "chat", "-n", namespace, f"--replicas={beyond}")
+    obj = wait_phase(kubectl, namespace, "chat", "Pending")
+    message = obj["status"]["message"]
+    assert "no free GPUs" in message and "lower replicas" in message, message
+    planned = next(c for c in obj["status"]["conditions"] if c["type"] == "Planned")
+    assert (planned["status"], planned["reason"]) == ("False", "NoCapacity"), planned
+    time.sleep(10)  # what a half-applied scale would have started by now
+    assert kubectl.json("get", "deployment", "chat", "-n", namespace)["spec"]["replicas"] == 1
+    assert [p["metadata"]["name"] for p in pods_of(kubectl, namespace, "chat")] == [
+        serving["metadata"]["name"]
+    ]
+    kubectl("scale", "inferencemodel", "chat", "-n", namespace, "--replicas=2")
+    wait_for(lambda: _at(kubectl, namespace, 2), timeout=90, what="the model at 2 replicas")
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    assert serving["metadata"]["name"] in {p["metadata"]["name"] for p in pods_of(kubectl, namespace, "chat")}
 
 
 def test_a_scale_beyond_a_fleet_policy_is_refused_naming_the_field(
