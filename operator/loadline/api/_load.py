@@ -64,7 +64,13 @@ def _drop(data: Any, loc: Sequence[int | str]) -> bool:
 def validate_known(model: type[ModelT], data: Mapping[str, Any]) -> ModelT:
     """``model`` from ``data`` as read from the cluster, ignoring the fields ``model`` does not know
     (see :data:`Unknown`); every other error is raised as pydantic raises it. ``data`` is not changed:
-    a caller that writes a stored object back merges its own fields over the stored ones."""
+    a caller that writes a stored object back merges its own fields over the stored ones. Copied only
+    when it does hold such a field (the common case, a model this version wrote, costs no copy)."""
+    try:
+        return model.model_validate(dict(data))
+    except ValidationError as exc:
+        if not any(e["type"] == "extra_forbidden" for e in exc.errors(include_url=False)):
+            raise
     payload: dict[str, Any] = copy.deepcopy(dict(data))
     for _ in range(_KNOWN_FIELD_PASSES):
         try:
