@@ -54,23 +54,27 @@ def node_products(kubectl: Kubectl) -> dict[str, str]:
     return {n["metadata"]["name"]: n["metadata"]["labels"].get("nvidia.com/gpu.product", "") for n in nodes}
 
 
+def api_requests(replica: Any) -> Counter[tuple[str, str]]:
+    """One live replica's own requests to the API server so far (``loadline_api_requests_total``),
+    by (verb, resource)."""
+    url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    counts: Counter[tuple[str, str]] = Counter()
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "loadline_api_requests_total":
+                counts[sample.labels["verb"], sample.labels["resource"]] += int(sample.value)
+    return counts
+
+
 def api_reads(replicas: Iterable[Any]) -> Counter[str]:
-    """The operator's own reads of the API server so far (``loadline_api_requests_total``, verbs get and
-    list) by resource, summed over the live replicas; Leases left out (the election renews them at rest)."""
+    """The operator's own reads of the API server so far (verbs get and list) by resource, summed over
+    the live replicas; Leases left out (the election renews them at rest)."""
     reads: Counter[str] = Counter()
     for replica in replicas:
-        if not replica.alive():
-            continue
-        url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            text = answer.read().decode()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                labels = sample.labels
-                if (
-                    sample.name == "loadline_api_requests_total"
-                    and labels.get("verb") in {"get", "list"}
-                    and labels.get("resource") != "leases"
-                ):
-                    reads[labels["resource"]] += int(sample.value)
+        if replica.alive():
+            for (verb, resource), count in api_requests(replica).items():
+                if verb in {"get", "list"} and resource != "leases":
+                    reads[resource] += count
     return reads

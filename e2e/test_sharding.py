@@ -13,18 +13,16 @@ import json
 import re
 import signal
 import time
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
 from chart import ChartOperator
 from kube import REPO, Kubectl, wait_for
 from loadline import sharding
-from operator_helpers import example, model, wait_phase
+from operator_helpers import api_requests, example, model, wait_phase
 from test_restarts import deploy, hold_restarts_one_at_a_time
 
 SHARDS = 2
@@ -87,17 +85,11 @@ def lease_requests(operator: ChartOperator) -> dict[str, Counter[str]]:
     """Each live replica's own requests on Leases so far, by verb (its ``loadline_api_requests_total``)."""
     found: dict[str, Counter[str]] = {}
     for replica in operator.replicas:
-        if not replica.alive():
-            continue
-        url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as answer:
-            text = answer.read().decode()
-        counts: Counter[str] = Counter()
-        for family in text_string_to_metric_families(text):
-            for sample in family.samples:
-                if sample.name == "loadline_api_requests_total" and sample.labels.get("resource") == "leases":
-                    counts[sample.labels["verb"]] += int(sample.value)
-        found[replica.pod_name] = counts
+        if replica.alive():
+            requests = api_requests(replica)
+            found[replica.pod_name] = Counter(
+                {verb: count for (verb, resource), count in requests.items() if resource == "leases"}
+            )
     return found
 
 
