@@ -3,8 +3,10 @@
 The Prometheus Operator's CRDs (from its Go module, e2e/install-tools.sh promcrds) are applied, and the
 chart's PodMonitors, PrometheusRule and dashboard ConfigMap are accepted by the API server (a malformed
 one is refused). Then the session's Prometheus scrapes the running operator's replicas and a loopback
-exporter standing in for a model's vLLM pods and the GPU agent, and every dashboard query and the series
-part of every alert answers with a non-empty result (docs/observability.md)."""
+exporter standing in for a model's vLLM pods and the GPU agent, while one model crashes until a person
+is needed and another's GPU memory climbs toward its limit: every dashboard query answers with a
+non-empty result, the alerts on those events fire (their whole expression answers), and the series part
+of every other alert answers (docs/observability.md)."""
 
 from __future__ import annotations
 
@@ -12,6 +14,7 @@ import functools
 import json
 import re
 import threading
+import time
 import urllib.parse
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -24,6 +27,9 @@ from chart import ChartOperator, render
 from crash import crash_container
 from kube import REPO, STATE_DIR, Kubectl, lib_var, wait_for
 from operator_helpers import example, model, pods_of, wait_phase
+from test_oom import climbing_gpu_memory, handled, rolled_out
+from test_prometheus import STEP, openmetrics
+from test_restarts import backfill
 
 ALL_ON = {
     "agent": {"enabled": True},
@@ -117,18 +123,15 @@ class Exporter:
 _THRESHOLD = re.compile(r"\s*(>=|<=|==|!=|>|<)\s*[0-9.e+]+\s*$")
 _ABSENT = re.compile(r"^absent\((.*)\)$")
 
-#: Series the operator exports only once something happened that this test does not make happen (a
-#: restart in a window, a predicted crash, a remediation judged later, a remediation that needs a
-#: person, an admission answer that failed): their queries must run in the real Prometheus (a valid
-#: query on real series names), and tests/test_observability.py fires each alert with promtool. The
-#: out-of-memory crash and its remediation decision do happen here (the test crashes the model's pod),
-#: so the incident and remediation queries must answer.
-EVENT_SERIES = (
-    "loadline_restarts_total",
-    "loadline_oom_risk_predicted_crash_timestamp_seconds",
-    "loadline_remediation_outcomes_total",
-    'outcome="needs_person"',
-    'result="error"',
+#: The alerts whose cause this test makes happen: their whole expression, threshold and all, must
+#: answer (the alert fires in the real Prometheus): three OOMKilled crashes of one model (the first
+#: fix, raising the memory limit, recurs; no rung is left: a person is told), and a model whose GPU
+#: memory climbs toward its GPU's limit.
+FIRING = (
+    "LoadlineCrashLoop",
+    "LoadlineRemediationNeedsPerson",
+    "LoadlineRemediationFailed",
+    "LoadlineOOMRiskAhead",
 )
 
 
@@ -147,6 +150,22 @@ def _answers(url: str, expr: str) -> list[dict[str, Any]] | None:
     return result or None
 
 
+def _deploy(kubectl: Kubectl, namespace: str, name: str) -> str:
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["metadata"]["name"] = name
+    doc["spec"].update(gpu={"types": ["L4"]})
+    kubectl.apply(doc, namespace)
+    wait_phase(kubectl, namespace, name, "Ready")
+    [pod] = pods_of(kubectl, namespace, name)
+    return str(pod["metadata"]["name"])
+
+
+def _crash(kubectl: Kubectl, namespace: str, pod: str, count: int) -> dict[str, Any]:
+    """The model ``chat`` once its ``count``-th OOMKilled crash (of ``pod``) is decided."""
+    crash_container(kubectl, pod, namespace, "oomkilled")
+    return handled(kubectl, namespace, count)
+
+
 def test_every_dashboard_query_and_alert_answers_in_the_real_prometheus(
     prometheus_operator_crds: None,
     operator: ChartOperator,
@@ -154,16 +173,12 @@ def test_every_dashboard_query_and_alert_answers_in_the_real_prometheus(
     namespace: str,
     prometheus_url: str,
 ) -> None:
-    kubectl.apply(example(REPO / "examples" / "chat-llama-8b.yaml", namespace), namespace)
-    wait_phase(kubectl, namespace, "chat", "Ready")
-    pod = pods_of(kubectl, namespace, "chat")[0]["metadata"]["name"]
-    # An out-of-memory crash: the operator counts the incident and its remediation decision.
-    crash_container(kubectl, pod, namespace, "cuda-oom")
-    wait_for(
-        lambda: (model(kubectl, namespace, "chat").get("status") or {}).get("incidents"),
-        timeout=60,
-        what="the crash's incident in status",
-    )
+    pod = _deploy(kubectl, namespace, "chat")
+    risky = _deploy(kubectl, namespace, "risky")
+    # Two hours of GPU memory climbing toward the L4's limit for the second model (the backfill
+    # restarts Prometheus, so it comes before the scraping starts).
+    end = (int(time.time()) - 60) // STEP * STEP
+    backfill("observability-risk", openmetrics([climbing_gpu_memory(namespace, risky)], end), prometheus_url)
     exporter = Exporter(namespace, pod)
     targets = STATE_DIR / "prometheus" / "targets" / "observability.json"
     job = f"{operator.namespace}/{operator.release}-loadline"  # the operator PodMonitor's job
@@ -173,6 +188,25 @@ def test_every_dashboard_query_and_alert_answers_in_the_real_prometheus(
         {"targets": [f"127.0.0.1:{exporter.port}"], "labels": {"job": f"{operator.namespace}/obs-models"}},
     ]))  # fmt: skip
     try:
+        # Scraped before any crash: the model's incident series at 0 (what increase() counts from).
+        chat = f'loadline_oom_incidents_total{{namespace="{namespace}",inferencemodel="chat"}}'
+        wait_for(functools.partial(_answers, prometheus_url, chat), timeout=40, what="chat's series at 0")
+        # OOMKilled: the memory limit is raised and rolled out at once; the pod running the raised
+        # limit is OOMKilled again (the fix recurred, no rung left: a person is told), and once more.
+        _crash(kubectl, namespace, pod, 1)
+        pod = rolled_out(kubectl, namespace, pod)["metadata"]["name"]
+        time.sleep(4)  # two scrapes of the judging series at 0
+        assert model(kubectl, namespace, "chat")["status"]["phase"] != "Degraded"
+        _crash(kubectl, namespace, pod, 2)
+        assert _crash(kubectl, namespace, pod, 3)["status"]["phase"] == "Degraded"
+        wait_for(
+            lambda: (
+                (model(kubectl, namespace, "risky").get("status") or {}).get("oomRisk", {}).get("predictedAt")
+            ),
+            timeout=90,
+            what="an OOM-risk prediction for risky",
+        )
+
         docs = render(operator.release, operator.namespace, ALL_ON, include_crds=False)
         [rule] = [d for d in docs if d["kind"] == "PrometheusRule"]
         [dashboard] = [
@@ -180,13 +214,11 @@ def test_every_dashboard_query_and_alert_answers_in_the_real_prometheus(
         ]
         panels = json.loads(next(iter(dashboard["data"].values())))["panels"]
         queries = {p["title"]: t["expr"] for p in panels for t in p["targets"]}
-        alerts = {r["alert"]: _series_part(r["expr"]) for g in rule["spec"]["groups"] for r in g["rules"]}
-        assert len(alerts) == 9 and len(queries) == 11
+        rules = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+        alerts = {name: expr if name in FIRING else _series_part(expr) for name, expr in rules.items()}
+        assert len(alerts) == 9 and len(queries) == 11 and set(FIRING) <= set(alerts)
         empty: dict[str, str] = {}
         for name, expr in {**queries, **alerts}.items():
-            if any(series in expr for series in EVENT_SERIES):
-                _answers(prometheus_url, expr)  # runs; answers once the event happened
-                continue
             try:
                 wait_for(functools.partial(_answers, prometheus_url, expr), timeout=40, what=name)
             except TimeoutError:

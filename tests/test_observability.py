@@ -8,6 +8,7 @@ built or unpacked here the same way, as e2e/chart.py does for Helm.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import subprocess
@@ -15,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from loadline.agent._metrics import METRIC_NAMES as AGENT_METRICS
@@ -131,6 +133,29 @@ _SERIES = re.compile(r"(?:loadline_|vllm:)[\w:]+|\bup(?=\{)")
 
 def _series_in(expr: str) -> set[str]:
     return set(_SERIES.findall(expr))
+
+
+def test_every_webhook_answer_is_a_series_at_zero_before_the_first(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The AdmissionFailing alert's rate() sees the first error only if a scrape saw its series at 0
+    before: the process serving /metrics exports every webhook's every result from the start."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for webhook in _metrics.WEBHOOKS:
+        for result in _metrics.ADMISSION_RESULTS:
+            with contextlib.suppress(KeyError):
+                _metrics.ADMISSIONS.remove(webhook, result)
+    monkeypatch.setattr(_metrics, "_started", False)
+    _metrics.serve(port)
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    for webhook in ("mutate-inferencemodel", "validate-inferencemodel", "validate-fleetpolicy"):
+        assert f'loadline_admission_reviews_total{{result="error",webhook="{webhook}"}} 0.0' in text
 
 
 def test_every_alert_and_panel_asks_for_series_that_exist(tmp_path: Path) -> None:

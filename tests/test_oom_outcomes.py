@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
@@ -149,6 +150,15 @@ def test_a_fix_that_held_is_recorded_as_worked_and_may_be_used_again() -> None:
 # ---- the handler's glue: status, Event and metric --------------------------------------------------------
 
 
+def series_of(metric: Any, values: tuple[str, ...]) -> bool:
+    """Whether the metric exports the series with these label values (without creating it)."""
+    return any(
+        tuple(sample.labels[name] for name in metric._labelnames) == values
+        for family in metric.collect()
+        for sample in family.samples
+    )
+
+
 @pytest.fixture
 def model(monkeypatch: pytest.MonkeyPatch) -> FakeParent:
     """The Ready model on a stand-in API server (as tests/test_crash_requests.py sets it up)."""
@@ -169,13 +179,21 @@ def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
     monkeypatch.setattr(
         _events, "event", lambda obj, *, warning, reason, message: events.append((reason, message))
     )
-    before = _metrics.REMEDIATION_OUTCOMES.labels(
-        "host_memory", "raise_memory_limit", "recurred"
-    )._value.get()
+    meta = parent.model["metadata"]
+    labels = (meta["namespace"], meta["name"])
+    judged = ("host_memory", "raise_memory_limit", "recurred")
+    _metrics.forget(*labels)  # this process's earlier tests' series of the model
+    if series_of(_metrics.REMEDIATION_OUTCOMES, judged):
+        _metrics.REMEDIATION_OUTCOMES.remove(*judged)
     known = _index.model_entry(parent.model)
     _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     remediation = parent.model["status"]["remediation"]
     assert [t["action"] for t in remediation["trials"]] == ["raise_memory_limit"]
+    # The fix rolls now (the crash recurs at every start): a roll-out started, counted by its trigger.
+    assert _metrics.RESTARTS.labels(*labels, "remediation", "crashLoop")._value.get() == 1
+    # The series that judge the fix exist at 0 before it is judged: the first recurrence is an increase.
+    assert series_of(_metrics.REMEDIATION_OUTCOMES, judged)
+    assert series_of(_metrics.REMEDIATIONS, (*labels, "raise_memory_limit", "needs_person"))
 
     # The pod restarted with the raised limit and was OOMKilled again: that instance ran the fix.
     again = crashed_pod()
@@ -195,5 +213,4 @@ def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
     assert "raise_memory_limit" in remediation["needsPerson"]
     assert parent.model["status"]["phase"] == "Degraded"
     assert any(reason == "RemediationOutcome" and "recurred" in message for reason, message in events)
-    after = _metrics.REMEDIATION_OUTCOMES.labels("host_memory", "raise_memory_limit", "recurred")._value.get()
-    assert after == before + 1
+    assert _metrics.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 1

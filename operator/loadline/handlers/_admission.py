@@ -95,7 +95,7 @@ def mutate_model(
     hub: ConfigCache,
 ) -> None:
     """Fill the spec's unset fields with the enforcing policies' defaults (highest priority first)."""
-    with _reviewed("mutate-inferencemodel"):
+    with _reviewed(_metrics.MUTATE_MODEL):
         if spec_unchanged(operation, body, old) or not policies:
             return
         try:
@@ -141,7 +141,7 @@ def validate_model(
     """Refuse a spec loadline cannot read or never run, one the operator's safe defaults refuse, or one
     a deny policy forbids, one line per problem; warn for what depends on other objects, warn and
     dryrun policies."""
-    with _reviewed("validate-inferencemodel", warnings):
+    with _reviewed(_metrics.VALIDATE_MODEL, warnings):
         if spec_unchanged(operation, body, old):
             return
         try:
@@ -178,7 +178,7 @@ def validate_model(
 def validate_policy(body: Mapping[str, Any]) -> None:
     """Refuse a FleetPolicy the operator could not apply (a version range, a timezone, a window the
     schema cannot check), naming the field and the fix."""
-    with _reviewed("validate-fleetpolicy"):
+    with _reviewed(_metrics.VALIDATE_POLICY):
         try:
             parse_fleet_policy(
                 body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}", unknown="ignore"

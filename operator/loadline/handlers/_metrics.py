@@ -80,6 +80,19 @@ MODEL_GPU_MEMORY = Gauge(
 
 _started = False
 
+#: The values of the finite labels, so their series exist at 0 before the first event: ``increase()``
+#: and ``rate()`` see a counter's first increment only if a scrape saw it before (Prometheus'
+#: instrumentation practices, "avoid missing metrics"), and the alerts on these counters would
+#: otherwise stay silent on the first crash loop, the first failed fix and the first admission error.
+MUTATE_MODEL, VALIDATE_MODEL, VALIDATE_POLICY = (
+    "mutate-inferencemodel",
+    "validate-inferencemodel",
+    "validate-fleetpolicy",
+)
+WEBHOOKS = (MUTATE_MODEL, VALIDATE_MODEL, VALIDATE_POLICY)
+ADMISSION_RESULTS = ("allowed", "warned", "refused", "error")
+OUTCOME_RESULTS = ("worked", "recurred")
+
 APPLY_PATCH = "application/apply-patch+yaml"
 
 
@@ -171,8 +184,32 @@ def record_oom_risk(namespace: str, name: str, signal: str | None, predicted_at:
         OOM_RISK_PREDICTED.labels(namespace, name, signal or "").set(predicted_at)
 
 
+def zero_admissions() -> None:
+    """Every webhook's every answer at 0 (the AdmissionFailing alert sees the first error)."""
+    for webhook in WEBHOOKS:
+        for result in ADMISSION_RESULTS:
+            ADMISSIONS.labels(webhook, result)
+
+
+def zero_model(namespace: str, name: str, classes: tuple[str, ...]) -> None:
+    """The model's incident series at 0 for every class, so that its first crash loop counts every
+    crash in it (the crash-loop alert's ``increase()``); once per model, with its gauges."""
+    for oom_class in classes:
+        OOM_INCIDENTS.labels(namespace, name, oom_class)
+
+
+def zero_trial(namespace: str, name: str, oom_class: str, action: str) -> None:
+    """When a fix is applied: the series that judge it (worked, recurred) and the one saying that it
+    left the model to a person, at 0, so that the first recurrence and the first hand-over fire
+    their alerts."""
+    for result in OUTCOME_RESULTS:
+        REMEDIATION_OUTCOMES.labels(oom_class, action, result)
+    REMEDIATIONS.labels(namespace, name, action, "needs_person")
+
+
 def serve(port: int) -> None:
     global _started
     if port and not _started:
+        zero_admissions()
         start_http_server(port, addr="0.0.0.0")
         _started = True

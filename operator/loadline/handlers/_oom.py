@@ -385,6 +385,11 @@ def _report(parent: Mapping[str, Any], decided: CrashDecision, term: Mapping[str
     _metrics.OOM_INCIDENTS.labels(*labels, diagnosis.oom_class.value).inc()
     outcome = "applied" if decision.apply else ("needs_person" if decision.needs_person else "recommended")
     _metrics.REMEDIATIONS.labels(*labels, decision.action, outcome).inc()
+    if decision.apply:
+        _metrics.zero_trial(*labels, diagnosis.oom_class.value, decision.action)
+    if decision.apply and decided.urgent is not None:
+        # The fix rolls now, from this decision (not from the maintenance timer, which counts the rest).
+        _metrics.RESTARTS.labels(*labels, "remediation", "crashLoop").inc()
     for judged in decision.outcomes:
         _metrics.REMEDIATION_OUTCOMES.labels(judged.oom_class, judged.action, judged.result).inc()
     for said in decided.events:

@@ -21,6 +21,7 @@ from loadline.api import API_VERSION, KIND, InferenceModel
 from loadline.handlers import _admission, _kube, _metrics
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache
+from loadline.oom import OomClass
 from loadline.render import SCALEDOBJECT, render_scaled_object
 from loadline.status.build import build_scale_status
 
@@ -56,6 +57,9 @@ def sync_scale_status(
                     meta.get("namespace"), owner["name"], exc.status)  # fmt: skip
 
 
+OOM_CLASSES = tuple(c.value for c in OomClass)
+
+
 def model_gauges(body: Mapping[str, Any]) -> None:
     """The model's replica and GPU-memory gauges from its spec and status (no I/O)."""
     meta = body.get("metadata") or {}
@@ -63,6 +67,7 @@ def model_gauges(body: Mapping[str, Any]) -> None:
     spec, status = body.get("spec") or {}, body.get("status") or {}
     _metrics.MODEL_REPLICAS.labels(namespace, name, "desired").set(int(spec.get("replicas", 1) or 0))
     _metrics.MODEL_REPLICAS.labels(namespace, name, "ready").set(int(status.get("replicas", 0) or 0))
+    _metrics.zero_model(namespace, name, OOM_CLASSES)
     measured = status.get("measuredGpuMemory") or {}
     budget = ((status.get("plan") or {}).get("memory")) or {}
     parts = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
