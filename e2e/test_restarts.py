@@ -3,7 +3,7 @@
 A fragmentation crash asks for a restart of the model's pods; loadline learns the model's quiet window
 from its request history (backfilled: six days of `vllm:num_requests_running` with a four-minute lull at
 the same time each day, a few minutes from now), schedules the restart into it, and restarts the pods
-one at a time inside it. A predicted out-of-memory crash before the window moves the restart earlier;
+one at a time inside it, a surge pod first so that every replica serves throughout. A predicted out-of-memory crash before the window moves the restart earlier;
 FleetPolicy restart windows and `maxConcurrent` hold restarts of several models.
 
 The session installs the chart with 4-minute windows, 6 days of history and a 2-second maintenance
@@ -113,6 +113,7 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
     backfill("restart-window", only_traffic(traffic(namespace, "chat", quiet, now - 60)), prometheus_url)
     pods = deploy(kubectl, namespace, replicas=2)
     before = sorted(p["metadata"]["name"] for p in pods)
+    template = kubectl.json("get", "deployment", "chat", "-n", namespace)["spec"]["template"]
     fragment(kubectl, namespace, "chat", pods[0])
     plan = decided(kubectl, namespace, "chat")
     assert time.time() < quiet - 10, "the set-up took too long to see the window from before it"
@@ -127,8 +128,9 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
         assert sorted(p["metadata"]["name"] for p in pods_of(kubectl, namespace, "chat")) == before
         time.sleep(2)
 
-    # Inside it, the pods restart one at a time: at every look at least one pod of two serves.
-    fewest_ready = 2
+    # Inside it, the pods restart one at a time, a third pod surged first (the cluster has free L4s):
+    # at every look both replicas serve.
+    fewest_ready, most_pods = 2, 2
     deadline = quiet + WINDOW + 60
     while time.time() < deadline:
         current = pods_of(kubectl, namespace, "chat")
@@ -136,13 +138,14 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
             p for p in current
             if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
         ]  # fmt: skip
-        fewest_ready = min(fewest_ready, len(ready))
+        fewest_ready, most_pods = min(fewest_ready, len(ready)), max(most_pods, len(current))
         if maintenance(kubectl, namespace, "chat").get("state") == "Done":
             break
         time.sleep(0.5)
     done = maintenance(kubectl, namespace, "chat")
     assert done.get("state") == "Done", done
-    assert fewest_ready >= 1, "both pods were down at once"
+    assert fewest_ready == 2, "a replica was down during the restart"
+    assert most_pods == 3, "no surge pod"
     started = at(done["startedAt"]).timestamp()
     assert quiet <= started < quiet + WINDOW, done
     assert at(done["lastRestartAt"]).timestamp() <= quiet + WINDOW, done
@@ -152,7 +155,9 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
         assert quiet <= at(pod["metadata"]["creationTimestamp"]).timestamp() < quiet + WINDOW
     said = reasons(kubectl, namespace, "chat")
     assert said.count("Restarting") >= 2 and "RestartStarted" in said and "RestartDone" in said
-    assert kubectl.json("get", "deployment", "chat", "-n", namespace)["metadata"]["generation"] == 1
+    after_deployment = kubectl.json("get", "deployment", "chat", "-n", namespace)
+    assert after_deployment["spec"]["replicas"] == 2, "the surge pod stays"
+    assert after_deployment["spec"]["template"] == template, "the restart changed what runs"
 
 
 def test_a_predicted_oom_moves_the_restart_before_the_window(

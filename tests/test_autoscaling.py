@@ -183,6 +183,10 @@ def test_scale_status_is_the_workloads_pods_and_the_pods_selector() -> None:
         "selector": "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm",
     }
     assert scale_status("chat", {"spec": {"replicas": 0}})["replicas"] == 0
+    # A restart's surge pod is the operator's: an HPA reading the scale subresource does not count it.
+    surging = {"spec": {"replicas": 3}, "status": {"replicas": 3}}
+    assert scale_status("chat", surging, 2)["replicas"] == 2
+    assert scale_status("chat", surging, 4)["replicas"] == 3  # scaling up: the pods are not there yet
 
 
 def test_model_gauges_follow_spec_and_status_and_go_with_the_model() -> None:

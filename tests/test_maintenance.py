@@ -524,23 +524,51 @@ def pod(name: str, minutes: int, ready: bool = True, terminating: bool = False) 
     return PodState(name, T0 + timedelta(minutes=minutes), ready, terminating)
 
 
-def test_three_replicas_restart_oldest_first_one_at_a_time() -> None:
+def test_three_replicas_without_room_restart_oldest_first_one_at_a_time() -> None:
     # Names deliberately out of age order: the oldest pod goes first, whatever it is called.
     pods = [pod("a", -30), pod("c", -90), pod("b", -60)]
-    step = plan_rollout(pods, T0, replicas=3, room_for_surge=True)
+    step = plan_rollout(pods, T0, replicas=3, room_for_surge=False)
     assert (step.action, step.pod, step.order) == ("evict", "c", ("c", "b", "a"))
     # c is going and its replacement is not Ready: nothing else is touched.
     pods = [pod("c", -90, terminating=True), pod("b", -60), pod("a", -30), pod("d", 1, ready=False)]
-    assert plan_rollout(pods, T0, replicas=3, room_for_surge=True).action == "wait"
+    assert plan_rollout(pods, T0, replicas=3, room_for_surge=False).action == "wait"
     pods = [pod("b", -60), pod("a", -30), pod("d", 1, ready=False)]
-    assert plan_rollout(pods, T0, replicas=3, room_for_surge=True).action == "wait"
+    assert plan_rollout(pods, T0, replicas=3, room_for_surge=False).action == "wait"
     pods = [pod("b", -60), pod("a", -30), pod("d", 1)]
-    step = plan_rollout(pods, T0, replicas=3, room_for_surge=True)
+    step = plan_rollout(pods, T0, replicas=3, room_for_surge=False)
     assert (step.action, step.pod, step.remaining) == ("evict", "b", 2)
     assert (
         plan_rollout([pod("d", 1), pod("e", 5), pod("f", 9)], T0, replicas=3, room_for_surge=False).action
         == "done"
     )
+
+
+def test_three_replicas_with_room_serve_with_all_three_throughout() -> None:
+    """An autoscaler sized three replicas for the load: with free GPUs for one more, the restart
+    surges a fourth pod first and never has fewer than three Ready pods."""
+    step = plan_rollout([pod("a", -30), pod("c", -90), pod("b", -60)], T0, replicas=3, room_for_surge=True)
+    assert (step.action, step.scale_to, step.order) == ("surge", 4, ("c", "b", "a"))
+    # The fourth pod took the room; it starts: nothing goes yet.
+    pods = [pod("a", -30), pod("c", -90), pod("b", -60), pod("d", 1, ready=False)]
+    assert plan_rollout(pods, T0, replicas=3, room_for_surge=False).action == "wait"
+    pods[-1] = pod("d", 1)
+    step = plan_rollout(pods, T0, replicas=3, room_for_surge=False)
+    assert (step.action, step.pod, step.scale_to) == ("evict", "c", None)  # the workload stays at 4
+    # c is evicted and its replacement not created yet: the workload's own count says the restart
+    # surges, so b does not go while only three pods serve.
+    pods = [pod("a", -30), pod("b", -60), pod("d", 1)]
+    step = plan_rollout(pods, T0, replicas=3, room_for_surge=True, workload_replicas=4)
+    assert step.action == "wait" and "replacement" in step.reason
+    pods.append(pod("e", 2, ready=False))
+    assert plan_rollout(pods, T0, replicas=3, room_for_surge=False, workload_replicas=4).action == "wait"
+    pods[-1] = pod("e", 2)
+    step = plan_rollout(pods, T0, replicas=3, room_for_surge=False, workload_replicas=4)
+    assert (step.action, step.pod, step.scale_to) == ("evict", "b", None)
+    # The last old pod goes with the workload back at three.
+    pods = [pod("a", -30), pod("d", 1), pod("e", 2), pod("f", 3)]
+    step = plan_rollout(pods, T0, replicas=3, room_for_surge=False, workload_replicas=4)
+    assert (step.action, step.pod, step.scale_to) == ("evict", "a", 3)
+    assert "returning to 3 replicas" in step.reason
 
 
 def test_one_replica_surges_first_when_there_is_room() -> None:

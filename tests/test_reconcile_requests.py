@@ -486,6 +486,7 @@ def test_a_leaderworkerset_models_group_count_reaches_its_scale_subresource_at_e
     status.replicas (what `kubectl scale` and KEDA read), once, when it moved."""
     model = deploying(state)
     model["status"]["plan"]["nodesPerReplica"] = 2
+    model["spec"]["replicas"] = 2  # scaled to two groups
     lws = {
         "apiVersion": "leaderworkerset.x-k8s.io/v1",
         "kind": "LeaderWorkerSet",

@@ -392,11 +392,13 @@ def _carry_out(
     if multi_node:  # a group restarts with its leader (the LeaderWorkerSet recreates the group)
         pods = [p for p in pods if (p["metadata"].get("labels") or {}).get(LWS_WORKER_INDEX, "0") == "0"]
     replicas = int((body.get("spec") or {}).get("replicas", 1))
+    seen = fleet.state.workloads.get(namespace, workload_name) if kind == "Deployment" else None
     step = plan_rollout(
         _build.pod_states(pods),
         record.started_at,
         replicas=replicas,
         room_for_surge=not multi_node and _room_for_one_more(plan, fleet),
+        workload_replicas=int((seen.get("spec") or {}).get("replicas") or 0) if seen else None,
     )
     if step.action == "done":
         _finish(body, patch, record, now, logger, fleet, settings)

@@ -41,7 +41,8 @@ def sync_scale_status(
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None or known is None:
         return
-    changes = build_scale_status(str(owner["name"]), workload)
+    desired = int((known.get("spec") or {}).get("replicas", 1))
+    changes = build_scale_status(str(owner["name"]), workload, desired)
     status = known.get("status") or {}
     if all(status.get(key) == value for key, value in changes.items()):
         return

@@ -66,14 +66,21 @@ def _utc(moment: datetime, name: str) -> datetime:
 
 
 def plan_rollout(
-    pods: Sequence[PodState], started_at: datetime, *, replicas: int, room_for_surge: bool
+    pods: Sequence[PodState],
+    started_at: datetime,
+    *,
+    replicas: int,
+    room_for_surge: bool,
+    workload_replicas: int | None = None,
 ) -> RolloutStep:
     """The next step of restarting the pods created before ``started_at`` (``status.maintenance
     .startedAt``), oldest first, one at a time.
 
     ``replicas``: the model's desired replicas. ``room_for_surge``: whether the cluster has free GPUs
     for one more pod of the plan (asked only while no surge pod exists: once the surge pod runs, it
-    holds that room itself).
+    holds that room itself). With room, every model surges one pod first; a restart that surged goes
+    on surging (more pods alive than ``replicas``, or ``workload_replicas``, the workload's own count,
+    above it while an evicted pod's replacement is being created) whatever the room says later.
     """
     # creationTimestamp has whole seconds: a pod created in the restart's own second is a new one (the
     # surge pod is created within milliseconds of the start), so the start is compared at that precision.
@@ -100,33 +107,17 @@ def plan_rollout(
         )
 
     victim = old[0]
+    surging = max(len(alive), workload_replicas or 0) > replicas >= 1
+    if surging or (room_for_surge and replicas >= 1 and not new):
+        return _surge_step(victim, old, alive, replicas, order, surged=(workload_replicas or 0) > replicas)
     if replicas == 1:
-        if not new:
-            if room_for_surge:
-                return RolloutStep(
-                    "surge",
-                    f"one replica: starting a second pod before {victim.name} goes, so the model keeps "
-                    "serving",
-                    scale_to=2,
-                    order=order,
-                )
-            return RolloutStep(
-                "evict",
-                f"one replica and no free GPU capacity for a surge pod: evicting {victim.name}; the model "
-                "serves nothing until its replacement is Ready",
-                pod=victim.name,
-                order=order,
-                downtime=True,
-            )
-        starting = sorted(p.name for p in new if not p.ready)
-        if starting:
-            return RolloutStep("wait", f"surge pod {', '.join(starting)} is not Ready yet", order=order)
         return RolloutStep(
             "evict",
-            f"surge pod {new[0].name} is Ready: evicting {victim.name} and returning to 1 replica",
+            f"one replica and no free GPU capacity for a surge pod: evicting {victim.name}; the model "
+            "serves nothing until its replacement is Ready",
             pod=victim.name,
-            scale_to=1,
             order=order,
+            downtime=True,
         )
 
     unready = sorted(p.name for p in alive if p is not victim and not p.ready)
@@ -136,5 +127,43 @@ def plan_rollout(
         "evict",
         f"evicting {victim.name}, the oldest of {len(old)} pod{'s' if len(old) != 1 else ''} to restart",
         pod=victim.name,
+        order=order,
+    )
+
+
+def _surge_step(
+    victim: PodState,
+    old: Sequence[PodState],
+    alive: Sequence[PodState],
+    replicas: int,
+    order: tuple[str, ...],
+    *,
+    surged: bool,
+) -> RolloutStep:
+    """The restart with one pod more than the model's replicas: the model serves with all its replicas
+    throughout. First the extra pod; then, each time every other pod is Ready, the oldest old pod goes
+    (the workload replaces it, keeping the extra one); the last old pod goes with the workload back at
+    ``replicas``. ``surged``: the workload already asks for the extra pod."""
+    plural = "s" if replicas != 1 else ""
+    if len(alive) <= replicas and surged:
+        return RolloutStep("wait", "the workload is creating the evicted pod's replacement", order=order)
+    if len(alive) <= replicas:
+        return RolloutStep(
+            "surge",
+            f"{replicas} replica{plural} and free GPUs for one more: starting pod {replicas + 1} before "
+            f"{victim.name} goes, so the model keeps serving with all {replicas}",
+            scale_to=replicas + 1,
+            order=order,
+        )
+    starting = sorted(p.name for p in alive if p is not victim and not p.ready)
+    if starting:
+        return RolloutStep("wait", f"{', '.join(starting)} not Ready yet; one pod at a time", order=order)
+    last = len(old) == 1
+    return RolloutStep(
+        "evict",
+        f"every other pod is Ready: evicting {victim.name}"
+        + (f" and returning to {replicas} replica{plural}" if last else f", {len(old) - 1} more to go"),
+        pod=victim.name,
+        scale_to=replicas if last else None,
         order=order,
     )

@@ -109,11 +109,15 @@ def with_owner(manifest: Mapping[str, Any], owner: Mapping[str, Any], namespace:
     return child
 
 
-def build_scale_status(model: str, workload: Mapping[str, Any]) -> Status:
+def build_scale_status(model: str, workload: Mapping[str, Any], desired: int | None = None) -> Status:
     """``status.replicas`` and ``status.selector`` of model ``model``: what ``kubectl scale``, an HPA and
     KEDA read through its scale subresource. The replicas are the workload's own count (a Deployment's
-    pods, a LeaderWorkerSet's groups), the selector the pods' labels as a selector string."""
+    pods, a LeaderWorkerSet's groups), at most the model's ``desired`` replicas: the extra pod of a
+    restart's surge is the operator's, and an HPA that counted it would scale the model up by one for
+    good. The selector is the pods' labels as a selector string."""
     replicas = int((workload.get("status") or {}).get("replicas", 0) or 0)
+    if desired is not None:
+        replicas = min(replicas, desired)
     selector = ",".join(f"{key}={value}" for key, value in sorted(pod_selector(model).items()))
     return _status_patch(replicas=replicas, selector=selector)
 
