@@ -70,7 +70,8 @@ async def _through_kopf(events: list[tuple[str, dict[str, Any]]]) -> dict[str, A
     resource = Resource(
         GROUP, VERSION, PLURAL, kind=KIND, namespaced=True, subresources=frozenset({"status"})
     )
-    memory = await memories.recall(events[0][1])
+    memobase = Memo(state=OperatorState())  # as the operator's start-up handler leaves it
+    memory = await memories.recall(events[0][1], memobase=memobase)
     for event_type, raw in events:
         # Handled before (its diff-base stored), so no create or update handler runs: the timers only.
         body = kopf.Body(raw)
@@ -80,7 +81,7 @@ async def _through_kopf(events: list[tuple[str, dict[str, Any]]]) -> dict[str, A
         raw["metadata"].setdefault("annotations", {}).update(stored["metadata"]["annotations"])
         await process_resource_event(
             lifecycle=kopf.lifecycles.all_at_once, indexers=indexers, registry=registry, settings=settings,
-            memories=memories, memobase=Memo(), resource=resource, raw_event={"type": event_type, "object": raw},
+            memories=memories, memobase=memobase, resource=resource, raw_event={"type": event_type, "object": raw},
             event_queue=asyncio.Queue(), no_throttling=True,
         )  # fmt: skip
     return memory.daemons_memory.running_daemons  # type: ignore[no-any-return]

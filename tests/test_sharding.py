@@ -372,19 +372,36 @@ def test_which_shards_are_handed_over() -> None:
 
 def test_handlers_own_only_their_shards_models() -> None:
     uids = [str(uuid.UUID(int=i * 104729 + 3, version=4)) for i in range(200)]
-    try:
-        _shards.configure(2, frozenset({0}))
-        mine = [u for u in uids if _shards.owns_uid(u)]
-        _shards.configure(2, frozenset({1}))
-        theirs = [u for u in uids if _shards.owns_uid(u)]
-        assert sorted(mine + theirs) == sorted(uids) and not set(mine) & set(theirs)
-        assert not _shards.owns_uid(None)  # a child without an InferenceModel owner is nobody's
-        child = {"metadata": {"ownerReferences": [{"kind": "InferenceModel", "uid": theirs[0]}]}}
-        assert _shards.owns_uid(_shards.owner_uid(child))
-        assert not _shards.owns_key("ns/other", {"ns/mine": True})
-    finally:
-        _shards.configure(1, frozenset())
-    assert _shards.owns_uid(None) and _shards.owns_key("ns/other", {}) and _shards.watch_selector() == ""
+    first, second = sharding.ShardAssignment(2, frozenset({0})), sharding.ShardAssignment(2, frozenset({1}))
+    mine = [u for u in uids if first.owns_uid(u)]
+    theirs = [u for u in uids if second.owns_uid(u)]
+    assert sorted(mine + theirs) == sorted(uids) and not set(mine) & set(theirs)
+    assert not second.owns_uid(None)  # a child without an InferenceModel owner is nobody's
+    child = {"metadata": {"ownerReferences": [{"kind": "InferenceModel", "uid": theirs[0]}]}}
+    assert second.owns_uid(_shards.owner_uid(child))
+    assert not second.owns_key("ns/other", {"ns/mine": True})
+    assert first.watch_selector() != second.watch_selector() and first.watch_selector().startswith(
+        "shardRange("
+    )
+    whole = sharding.ShardAssignment()  # not sharded: every model
+    assert whole.owns_uid(None) and whole.owns_key("ns/other", {}) and whole.watch_selector() == ""
+
+
+def test_a_kopf_run_reads_its_shards_from_its_memo() -> None:
+    """The shards ``loadline run`` hands kopf reach the handlers' state, and the watch's selector."""
+    import kopf
+
+    from loadline.handlers import _registry
+
+    settings, memo = kopf.OperatorSettings(), kopf.Memo(shards=sharding.ShardAssignment(2, frozenset({1})))
+    _registry.configure(settings=settings, memo=memo)
+    assert _registry.state_of(memo).shards.owned == frozenset({1})
+    from loadline.api import GROUP, PLURAL, VERSION
+
+    selector = settings.watching.shard_selectors[GROUP, VERSION, PLURAL]
+    assert selector == sharding.ShardAssignment(2, frozenset({1})).watch_selector()
+    meta = {"uid": str(uuid.UUID(int=7, version=4))}
+    assert _registry._owned(meta, memo=memo) == sharding.owns(meta["uid"], {1}, 2)
 
 
 class _Server:

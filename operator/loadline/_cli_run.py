@@ -32,6 +32,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import TYPE_CHECKING, Any, TypeVarTuple, Unpack
 
+from loadline.sharding import ShardAssignment
+
 if TYPE_CHECKING:
     from loadline.handlers._settings import OperatorSettings
 
@@ -265,9 +267,11 @@ def _run_kopf(
     stop_flag: threading.Event,
     liveness: str | None,
     signals: _Signals,
+    shards: ShardAssignment | None = None,
 ) -> None:
     """Run the reconciling kopf until ``stop_flag`` (a signal sets ``stop``, and the caller relays it to
-    ``stop_flag``), then wait for its handler threads: nothing may still write once this returns."""
+    ``stop_flag``), then wait for its handler threads: nothing may still write once this returns.
+    ``shards``: the models this run reconciles (all, when None), handed to its handlers in kopf's memo."""
     import kopf
 
     kopf_settings = kopf.OperatorSettings()
@@ -285,6 +289,7 @@ def _run_kopf(
             standalone=True,
             stop_flag=stop_flag,
             liveness_endpoint=liveness,
+            memo=kopf.Memo(shards=shards or ShardAssignment()),
         )
     finally:
         stop_flag.set()
@@ -380,11 +385,10 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
             changed.clear()
             while surplus:  # kopf is stopped: nothing of these shards is being reconciled now
                 keeper.hand_over(surplus.pop())
-            held = keeper.held
-            _shards.configure(settings.shards, held)
+            shards = ShardAssignment(settings.shards, keeper.held)
             log.info(
                 "reconciling shards %s of %d: %s",
-                ",".join(str(i) for i in sorted(held)), settings.shards, _shards.watch_selector(),
+                ",".join(str(i) for i in sorted(shards.owned)), settings.shards, shards.watch_selector(),
             )  # fmt: skip
             # kopf's stop flag for this run: set on a signal, a loss, more shards held or some to hand over.
             run_stop = threading.Event()
@@ -397,7 +401,7 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
             relay_thread = threading.Thread(target=relay, name="shard-relay", daemon=True)
             relay_thread.start()
             try:
-                _run_kopf(settings, stop, run_stop, liveness, signals)
+                _run_kopf(settings, stop, run_stop, liveness, signals, shards)
             finally:
                 run_stop.set()
                 relay_thread.join()

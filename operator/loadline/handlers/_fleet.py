@@ -13,16 +13,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.errors import LoadlineError
-from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile, _shards
+from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile
 from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache
+from loadline.sharding import ShardAssignment
+
+if TYPE_CHECKING:  # _state holds this module's CountRefresher
+    from loadline.handlers._state import OperatorState
 from loadline.status import build as _build
 
 log = logging.getLogger("loadline.policies")
@@ -35,14 +39,15 @@ def list_models(settings: OperatorSettings) -> list[dict[str, Any]]:
 
 
 def judge_models(
-    policies: list[FleetPolicy], settings: OperatorSettings, hub: ConfigCache
+    policies: list[FleetPolicy], settings: OperatorSettings, hub: ConfigCache, shards: ShardAssignment
 ) -> list[dict[str, Any]]:
     """Write each model's compliance where it changed; returns the models with their new status.
-    ``hub``: the process's cache of config.json files fetched from the hub."""
+    ``hub``: the process's cache of config.json files fetched from the hub; ``shards``: the models this
+    process judges (the others are its peers')."""
     judged = []
     for model in list_models(settings):
         model = {**model, "apiVersion": API_VERSION, "kind": KIND}
-        if not _shards.owns_uid((model.get("metadata") or {}).get("uid")):
+        if not shards.owns_uid((model.get("metadata") or {}).get("uid")):
             judged.append(model)  # another replica's shard: it judges the model (counts read its status)
             continue
         previous = dict(model.get("status") or {})
@@ -89,10 +94,10 @@ def count(
 
 
 def on_policies_changed(
-    bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSettings, hub: ConfigCache
+    bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSettings, state: OperatorState
 ) -> None:
     policies = _policies.parse_policies(bodies.values())
-    models = judge_models(policies, settings, hub)
+    models = judge_models(policies, settings, state.hub, state.shards)
     count(policies, bodies, models)
 
 

@@ -39,6 +39,7 @@ from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
+from loadline.sharding import ShardAssignment
 
 SETTINGS = OperatorSettings()
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
@@ -71,7 +72,9 @@ def state_of(memo: kopf.Memo) -> OperatorState:
 
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
-    memo["state"] = OperatorState()  # one per kopf run: a new leadership term starts afresh
+    # One per kopf run: a new leadership term starts afresh. The run's shards come in kopf's memo
+    # (loadline run builds them before it starts kopf).
+    memo["state"] = state = OperatorState(shards=memo.get("shards") or ShardAssignment())
     # Before any watch starts: kopf's index gate woke every waiting object at each new object.
     if not _toggles.install():
         logging.getLogger(__name__).info("kopf's ToggleSet is not the one expected; kept as it is")
@@ -84,8 +87,8 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
     select_watches(settings)
-    if _shards.sharded():  # only this replica's shards of the models (loadline.handlers._shards)
-        settings.watching.shard_selectors[GROUP, VERSION, PLURAL] = _shards.watch_selector()
+    if state.shards.sharded:  # only this replica's shards of the models (loadline.handlers._shards)
+        settings.watching.shard_selectors[GROUP, VERSION, PLURAL] = state.shards.watch_selector()
     # No kopf peering: one replica runs kopf at a time, elected on a Lease (loadline.handlers._election).
     settings.peering.standalone = True
     settings.peering.mandatory = False
@@ -132,9 +135,9 @@ def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
     return _index.pod_entry(body)
 
 
-def _owned(meta: kopf.Meta, **_: Any) -> bool:
+def _owned(meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> bool:
     """This replica's model (always, unless sharded): checked here too, not only by the watch."""
-    return _shards.owns_uid(meta.get("uid"))
+    return state_of(memo).shards.owns_uid(meta.get("uid"))
 
 
 @kopf.on.resume(GROUP, VERSION, PLURAL, when=_owned)
@@ -189,7 +192,7 @@ def policy_event(body: kopf.Body, type: str, memo: kopf.Memo, **kwargs: Any) -> 
     bodies = _policy_bodies(kwargs["fleet_policies"])
     if type == "DELETED":
         bodies.pop(body["metadata"]["name"], None)
-    _fleet.on_policies_changed(bodies, SETTINGS, state_of(memo).hub)
+    _fleet.on_policies_changed(bodies, SETTINGS, state_of(memo))
 
 
 def _present(meta: kopf.Meta, indexes: dict[str, Any]) -> bool:
@@ -198,7 +201,7 @@ def _present(meta: kopf.Meta, indexes: dict[str, Any]) -> bool:
     (no finalizer, so no deletion timestamp). Every timer's filter asks this, so kopf stops a deleted
     model's timers instead of leaving them to tick on, orphaned, for the life of the process."""
     key = f"{meta.get('namespace')}/{meta.get('name')}"
-    return _shards.owns_uid(meta.get("uid")) and key in indexes["owned_models"]
+    return state_of(indexes["memo"]).shards.owns_uid(meta.get("uid")) and key in indexes["owned_models"]
 
 
 def _deploying(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
@@ -273,22 +276,22 @@ def maintenance(
     state = state_of(memo)
     nodes, pods = state.views.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
     restarting_now = {key: entry for key, store in kwargs["restarting"].items() for entry in store}
-    if _shards.sharded():  # the slots are the cluster's: other shards' restarts hold them too
+    if state.shards.sharded:  # the slots are the cluster's: other shards' restarts hold them too
         restarting_now = {**_fleet.restarting_everywhere(SETTINGS, state.restarting), **restarting_now}
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     fleet = _maintenance.FleetView(
-        restarting_now, nodes, pods, policies, shared_slots=_shards.sharded(), state=state
+        restarting_now, nodes, pods, policies, shared_slots=state.shards.sharded, state=state
     )
     _maintenance.tend(body, patch, memo, SETTINGS, fleet, logger)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
 def owned_models(
-    body: kopf.Body, namespace: str | None, name: str, meta: kopf.Meta, **_: Any
+    body: kopf.Body, namespace: str | None, name: str, meta: kopf.Meta, memo: kopf.Memo, **_: Any
 ) -> dict[str, dict[str, Any]] | None:
     """This replica's models as last seen (:func:`_index.model_entry`): its pods' events are handled
     here and no one else's, and a child's event or a crash is judged without reading the model."""
-    if not _shards.owns_uid(meta.get("uid")):
+    if not state_of(memo).shards.owns_uid(meta.get("uid")):
         return None
     return {f"{namespace}/{name}": _index.model_entry(body)}
 
@@ -303,7 +306,7 @@ def workload_event(
     if type == "DELETED":
         state.workloads.note(body, deleted=True)
         return
-    if not _shards.owns_uid(_shards.owner_uid(body)):
+    if not state.shards.owns_uid(_shards.owner_uid(body)):
         return
     state.workloads.note(body)  # the readiness timer reads it here, not from the API server
     refs = body["metadata"].get("ownerReferences") or []
@@ -320,7 +323,7 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwa
     if kwargs.get("type") == "DELETED" or not _oom.has_new_crash(state, body):
         return
     model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
-    if not _shards.owns_key(model, kwargs["owned_models"]):
+    if not state.shards.owns_key(model, kwargs["owned_models"]):
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     known = next(iter(kwargs["owned_models"].get(model, ())), None)

@@ -2,10 +2,10 @@
 watch's ``shardSelector``), the API server check, and the keeper that claims and renews shard Leases.
 
 Ownership is checked twice: the API server sends only the owned models (``shardSelector``, set in
-``_registry.configure`` from :func:`watch_selector`), and every handler of a model, its children's
-events and its pods' events asks :func:`owns_uid` / :func:`owns_key` too, so that no model is handled
-by two replicas even if a watch were unfiltered. With one shard (the default) every model is owned and
-nothing here runs.
+``_registry.configure`` from the run's :class:`loadline.sharding.ShardAssignment`), and every handler of
+a model, its children's events and its pods' events asks the assignment too (``state.shards``), so that
+no model is handled by two replicas even if a watch were unfiltered. With one shard (the default) every
+model is owned and nothing here runs.
 """
 
 from __future__ import annotations
@@ -31,41 +31,6 @@ from loadline.handlers._settings import OperatorSettings
 
 log = logging.getLogger("loadline.shards")
 
-_lock = threading.Lock()
-_count = 1
-_owned: frozenset[int] = frozenset()
-
-
-def configure(count: int, owned: frozenset[int]) -> None:
-    """Set how many shards there are and which this replica owns (before kopf starts watching)."""
-    global _count, _owned
-    with _lock:
-        _count, _owned = count, frozenset(owned)
-
-
-def count() -> int:
-    return _count
-
-
-def owned() -> frozenset[int]:
-    return _owned
-
-
-def sharded() -> bool:
-    return _count > 1
-
-
-def watch_selector() -> str:
-    """The ``shardSelector`` of this replica's InferenceModel watch ('' when not sharded)."""
-    return sharding.selector(_owned, _count) if sharded() else ""
-
-
-def owns_uid(uid: str | None) -> bool:
-    """Whether this replica handles the InferenceModel with this uid (always, when not sharded)."""
-    if not sharded():
-        return True
-    return bool(uid) and sharding.owns(str(uid), _owned, _count)
-
 
 def owner_uid(body: Mapping[str, Any]) -> str | None:
     """The uid of the InferenceModel that owns a child (a Deployment, a LeaderWorkerSet)."""
@@ -73,11 +38,6 @@ def owner_uid(body: Mapping[str, Any]) -> str | None:
         if ref.get("kind") == KIND:
             return str(ref.get("uid") or "") or None
     return None
-
-
-def owns_key(key: str, owned_models: Mapping[str, Any]) -> bool:
-    """Whether ``namespace/name`` is one of this replica's models, by the index of owned models."""
-    return not sharded() or key in owned_models
 
 
 #: A selector every API server that shards must refuse (its range is empty): an error when the feature

@@ -30,6 +30,7 @@ from loadline.handlers._kube import AppliedVersions, RecentReads
 from loadline.handlers._observe import Observations
 from loadline.hub import ConfigCache
 from loadline.oom import SeenCrashes
+from loadline.sharding import ShardAssignment
 from loadline.sizing import CapacityBook
 
 #: How many Deployments :class:`SeenWorkloads` keeps: an LRU, as Deployments deleted with their model by
@@ -228,6 +229,8 @@ class OperatorState:
     claims: RestartClaims = field(default_factory=RestartClaims)
     #: The FleetPolicies' counts, refreshed off the reconcile path.
     counts: CountRefresher = field(default_factory=CountRefresher)
+    #: The shards of the models this run reconciles (every model, unless sharded).
+    shards: ShardAssignment = field(default_factory=ShardAssignment)
     #: The fleet's observation store as this process last read or wrote it (docs/observe.md).
     observations: Observations = field(default_factory=Observations)
 

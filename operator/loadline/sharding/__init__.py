@@ -9,6 +9,7 @@ uid is ours, which free shards to claim, which to ask back or hand over when a r
 :mod:`loadline.handlers._shards` does the I/O. It imports neither kopf nor the Kubernetes client.
 """
 
+from loadline.sharding._assignment import ShardAssignment
 from loadline.sharding._ranges import (
     HASH_SPACE,
     SHARD_LEASE_LABEL,
@@ -36,6 +37,7 @@ __all__ = [
     "SHARD_LEASE_LABEL",
     "WANTED_AT_ANNOTATION",
     "WANTED_BY_ANNOTATION",
+    "ShardAssignment",
     "ShardClaim",
     "ShardRequest",
     "fair_share",
