@@ -16,7 +16,7 @@ import kopf
 import pytest
 
 from loadline.api import FleetPolicy, parse_fleet_policy
-from loadline.handlers import _kube, _maintenance, _restart_slots
+from loadline.handlers import _kube, _maintenance, _restart_slots, _state
 from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.maintenance import (
@@ -71,7 +71,7 @@ TABLE = f"{NS}/loadline-restart-slots"
 @pytest.fixture
 def leases(monkeypatch: pytest.MonkeyPatch) -> FakeLeases:
     api = FakeLeases()
-    monkeypatch.setattr(_restart_slots, "_coordination", lambda: api)
+    monkeypatch.setattr(_state, "coordination_api", lambda: api)  # the Lease client each state makes
     # Two pods from yesterday: a started restart evicts one, and is not done at once.
     old = datetime.now(UTC) - timedelta(days=1)
     monkeypatch.setattr(_kube, "list_objects", lambda *a, **k: [pod("p-1", old), pod("p-2", old)])

@@ -47,7 +47,11 @@ def gate_run(objects: int, waiters: int) -> tuple[int, list[bool]]:
 
 
 def test_waiters_pass_once_every_object_is_indexed_and_are_not_woken_before() -> None:
+    from kopf._cogs.aiokits.aiotoggles import ToggleSet
+
     assert _toggles.install()
+    installed = ToggleSet.make_toggle
+    assert _toggles.install() and ToggleSet.make_toggle is installed  # each kopf run calls it: once
     checks, done = gate_run(objects=300, waiters=300)
     assert all(done)
     # Each add and drop checks the set twice; each waiter checks it when it starts and when woken at the

@@ -321,8 +321,9 @@ def _decide_restart(
     # Claims only add holders, so what is not due without the table is not due with it: the table is
     # read only for a start (not at every tick of every model waiting for its window).
     shared = _restart_slots.take(
-        due.key, limited, functools.partial(due.decide, fleet), fleet.restarting.keys(), due.now, settings
-    )
+        due.key, limited, functools.partial(due.decide, fleet), fleet.restarting.keys(), due.now, settings,
+        fleet.state.leases.api(),
+    )  # fmt: skip
     if shared is None:
         _release(fleet, due.key)
     return shared
@@ -481,5 +482,5 @@ def _finish(
     _write(body, patch, done)
     _release(fleet, key)
     if fleet.shared_slots:
-        _restart_slots.give_back(key, fleet.restarting.keys(), now, settings)
+        _restart_slots.give_back(key, fleet.restarting.keys(), now, settings, fleet.state.leases.api())
     logger.info("restart of %s/%s done", meta["namespace"], meta["name"])

@@ -16,7 +16,6 @@ what the cluster's tools show as a lock. No new permission beyond its name in th
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Collection, Mapping
 from datetime import datetime
 
@@ -24,7 +23,6 @@ import urllib3
 from kubernetes.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
-from loadline.handlers._election import coordination_api
 from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
     SLOT_CLAIM_GRACE,
@@ -46,21 +44,10 @@ SLOTS_ANNOTATION = "loadline.dev/restart-slots"
 CONFLICT_RETRIES = 3
 """Reads and decisions again after a 409; more means other replicas keep winning: the next tick tries."""
 
-_api: CoordinationV1Api | None = None
-_api_lock = threading.Lock()
-
 
 def lease_name(settings: OperatorSettings) -> str:
     """The slots Lease's name, beside the election's and the shards' Leases."""
     return f"{settings.lease_name}-restart-slots"
-
-
-def _coordination() -> CoordinationV1Api:
-    global _api
-    with _api_lock:
-        if _api is None:
-            _api = coordination_api()
-        return _api
 
 
 def _read(api: CoordinationV1Api, namespace: str, name: str) -> V1Lease | None:
@@ -105,7 +92,7 @@ def take(
     restarting: Collection[str],
     now: datetime,
     settings: OperatorSettings,
-    api: CoordinationV1Api | None = None,
+    api: CoordinationV1Api,
 ) -> MaintenanceDecision | None:
     """Decide on ``model``'s due restart with every standing claim of another model counted as a
     holder of its policies' slots (``decide`` gets policy → claiming models), and when the decision is
@@ -114,7 +101,6 @@ def take(
     ``restarting``: the models whose status says Running, over every shard. None: the table changed
     under this replica :data:`CONFLICT_RETRIES` times in a row; nothing is started, the next tick
     decides again."""
-    api = api if api is not None else _coordination()
     namespace, name = settings.resolved_lease_namespace(), lease_name(settings)
     for _ in range(CONFLICT_RETRIES):
         lease = _read(api, namespace, name)
@@ -138,14 +124,13 @@ def give_back(
     restarting: Collection[str],
     now: datetime,
     settings: OperatorSettings,
-    api: CoordinationV1Api | None = None,
+    api: CoordinationV1Api,
 ) -> None:
     """Drop ``model``'s claim (its restart is over), and the claims that stand no more with it.
 
     Best effort: a claim left behind frees its slots by itself once :data:`SLOT_CLAIM_GRACE` has
     passed and its model is no longer Running, so a failure here must not hold up the restart's end."""
     try:
-        api = api if api is not None else _coordination()
         namespace, name = settings.resolved_lease_namespace(), lease_name(settings)
         for _ in range(CONFLICT_RETRIES):
             lease = _read(api, namespace, name)

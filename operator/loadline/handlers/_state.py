@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cachetools import LRUCache
+from kubernetes.client import CoordinationV1Api
 
+from loadline.handlers._election import coordination_api
 from loadline.handlers._fleet import CountRefresher
 from loadline.handlers._index import INSTANCE_LABEL, Views
 from loadline.handlers._kube import AppliedVersions, RecentReads
@@ -195,6 +197,22 @@ class RestartClaims:
             return frozenset(self.live(time.time()))
 
 
+class LeaseClient:
+    """The Lease client of the restart slots' table, made on first use (the state is built before the
+    client configuration is loaded, and a process that never shares slots never needs one)."""
+
+    def __init__(self, make: Callable[[], CoordinationV1Api] | None = None) -> None:
+        self._make = make
+        self._api: CoordinationV1Api | None = None
+        self._lock = threading.Lock()
+
+    def api(self) -> CoordinationV1Api:
+        with self._lock:
+            if self._api is None:
+                self._api = (self._make or coordination_api)()
+            return self._api
+
+
 @dataclass(frozen=True)
 class OperatorState:
     """Everything one operator process keeps between handler calls (see the module docstring)."""
@@ -229,6 +247,8 @@ class OperatorState:
     claims: RestartClaims = field(default_factory=RestartClaims)
     #: The FleetPolicies' counts, refreshed off the reconcile path.
     counts: CountRefresher = field(default_factory=CountRefresher)
+    #: The client of the restart slots' Lease (shared between shards).
+    leases: LeaseClient = field(default_factory=LeaseClient)
     #: The shards of the models this run reconciles (every model, unless sharded).
     shards: ShardAssignment = field(default_factory=ShardAssignment)
     #: The fleet's observation store as this process last read or wrote it (docs/observe.md).

@@ -20,19 +20,19 @@ from typing import Any
 
 __all__ = ["install"]
 
-_INSTALLED = False
+#: Set on the methods this module puts in place: installed once, whatever calls install() again.
+MARK = "_loadline_notifies_on_change"
 
 
 def install() -> bool:
     """Replace the two methods (once); False when this kopf's ``ToggleSet`` is not the one this was
     written for (then kopf's own are kept)."""
-    global _INSTALLED
-    if _INSTALLED:
-        return True
     try:
         from kopf._cogs.aiokits.aiotoggles import Toggle, ToggleSet
     except ImportError:
         return False
+    if getattr(ToggleSet.make_toggle, MARK, False):
+        return True
     probe = ToggleSet(all)
     if not all(hasattr(probe, attr) for attr in ("_condition", "_toggles", "is_on")) or not all(
         hasattr(ToggleSet, method) for method in ("make_toggle", "drop_toggle", "drop_toggles")
@@ -58,8 +58,9 @@ def install() -> bool:
     async def drop_toggles(self: Any, toggles: Any) -> None:
         await changed(self, lambda: self._toggles.difference_update(toggles))
 
+    for method in (make_toggle, drop_toggle, drop_toggles):
+        setattr(method, MARK, True)
     ToggleSet.make_toggle = make_toggle  # type: ignore[method-assign]
     ToggleSet.drop_toggle = drop_toggle  # type: ignore[method-assign]
     ToggleSet.drop_toggles = drop_toggles  # type: ignore[method-assign]
-    _INSTALLED = True
     return True
