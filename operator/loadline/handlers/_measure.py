@@ -69,11 +69,11 @@ def measure(
     pods = running_pods(_kube.list_objects("v1", "Pod", namespace, label_selector=f"{INSTANCE_LABEL}={name}"))
     if not pods:
         return
-    client = PrometheusClient(
-        settings.prometheus_url, timeout=QUERY_TIMEOUT_SECONDS, deadline=DEADLINE_SECONDS
-    )
     at = time.time()
-    answers = {pod: client.query(gpu_memory_used_query(namespace, pod), at) for pod in pods}
+    with PrometheusClient(
+        settings.prometheus_url, timeout=QUERY_TIMEOUT_SECONDS, deadline=DEADLINE_SECONDS
+    ) as client:
+        answers = {pod: client.query(gpu_memory_used_query(namespace, pod), at) for pod in pods}
     measured = measured_gpu_memory(answers, planned)
     changes = _build.build_measured_status(status, measured, now=_build.now_iso())
     if changes:

@@ -166,8 +166,8 @@ def _from_prometheus(settings: OperatorSettings, namespace: str, pod: str) -> tu
     (the metric has no GiB), so it sets the condition but teaches the store nothing."""
     if not settings.prometheus_url:
         return None
-    client = PrometheusClient(settings.prometheus_url, timeout=2.0, deadline=3.0)
-    answer = client.query(cache_config_query(namespace, pod), time.time())
+    with PrometheusClient(settings.prometheus_url, timeout=2.0, deadline=3.0) as client:
+        answer = client.query(cache_config_query(namespace, pod), time.time())
     obs = observation_from_cache_config([labels for labels, _ in samples(answer)])
     return (obs, f"prometheus {CACHE_CONFIG_INFO} of pod {namespace}/{pod}") if obs is not None else None
 

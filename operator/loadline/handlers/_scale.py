@@ -24,10 +24,9 @@ from loadline.hub import ConfigCache
 from loadline.oom import OomClass
 from loadline.render import SCALEDOBJECT, render_scaled_object
 from loadline.status.build import build_scale_status
+from loadline.units import GIB
 
 __all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
-
-GIB = 1024**3
 
 
 def sync_scale_status(

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from loadline.oom._model import CAUSES, AllocatorFigures, Diagnosis, Incident, OomClass
 from loadline.oom._parse import parse_oom_text
 from loadline.oom._signals import Tables, TimingRow, tables
+from loadline.units import GIB
 
 __all__ = ["classify"]
 
@@ -504,7 +505,7 @@ def _score_config(s: _Score, incident: Incident, host: bool) -> None:
     if config.expandable_segments and {"reserved_large", "reserved_covers", "in_pieces"} & set(s.fired):
         s.add("expandable_on")
     if host and config.kv_offload_cpu_gib and config.memory_limit_bytes:
-        limit_gib = config.memory_limit_bytes / 1024**3
+        limit_gib = config.memory_limit_bytes / GIB
         ratio = config.kv_offload_cpu_gib / limit_gib
         if ratio >= t.threshold("offload_fraction"):
             s.add(

@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 
 from loadline.oom._model import AllocatorFigures
+from loadline.units import GIB
 
 __all__ = ["parse_oom_text", "to_gib"]
 
@@ -26,8 +27,8 @@ _SIZE = r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes|B)\b"
 
 # vLLM labels some GiB figures "GB"; torch always prints binary units. Both are read as binary.
 _UNIT_GIB = {
-    "B": 1 / 1024**3,
-    "bytes": 1 / 1024**3,
+    "B": 1 / GIB,
+    "bytes": 1 / GIB,
     "KiB": 1 / 1024**2,
     "KB": 1 / 1024**2,
     "MiB": 1 / 1024,

@@ -1,22 +1,28 @@
-"""A tiny Prometheus HTTP API client: instant queries, standard library only, never raising.
+"""Instant queries against Prometheus, through ``prometheus-api-client``, never raising.
 
 The operator must not block or fail because Prometheus is slow, down or misconfigured. So every
-request has a timeout, the whole conversation has a deadline, and the first transport failure
-(refused connection, DNS, timeout, 5xx) ends it: the remaining queries answer "not available" at once
-instead of each waiting for its own timeout. A 4xx (a query Prometheus rejects) only loses that query.
+request has a timeout and no retries, the whole conversation has a deadline, and the first transport
+failure (refused connection, DNS, timeout, 5xx, 401/403) ends it: the remaining queries answer "not
+available" at once instead of each waiting for its own timeout. A 4xx (a query Prometheus rejects) or
+an answer that is not JSON only loses that query.
+
+The library's ``custom_query`` keeps only ``data.result`` and says the HTTP status only in its
+exception's text; the client reads both from the response itself (a hook on the session it hands the
+library), so an answer keeps its ``resultType`` and a failure is told apart by its status code.
 """
 
 from __future__ import annotations
 
-import http.client
-import json
 import logging
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from typing import Any
+
+import requests
+from prometheus_api_client import PrometheusConnect
+from prometheus_api_client.exceptions import PrometheusApiClientException
+from urllib3.util.retry import Retry
 
 __all__ = ["PrometheusClient"]
 
@@ -49,6 +55,8 @@ class PrometheusClient:
         self._until = clock() + deadline
         #: Why the client gave up (None while it still talks to Prometheus).
         self.failure: str | None = None
+        self._connect: PrometheusConnect | None = None
+        self._answer: requests.Response | None = None
         scheme = urllib.parse.urlsplit(self.base_url).scheme
         if scheme not in ("http", "https"):
             self.failure = f"not an http(s) URL: {base_url!r}"
@@ -65,41 +73,68 @@ class PrometheusClient:
         if left <= 0:
             self._give_up("the deadline for Prometheus queries passed")
             return None
-        params = urllib.parse.urlencode({"query": promql, "time": f"{at:.3f}"})
-        request = urllib.request.Request(
-            f"{self.base_url}/api/v1/query?{params}",
-            headers={"Accept": "application/json", **self.headers},
-        )
+        self._answer = None
         try:
-            with urllib.request.urlopen(request, timeout=min(self.timeout, left)) as response:
-                body = response.read(_MAX_BODY + 1)
-        except urllib.error.HTTPError as exc:
-            if exc.code >= 500 or exc.code in (401, 403):
-                self._give_up(f"HTTP {exc.code} from {self.base_url}")
+            self._prometheus().custom_query(
+                promql, params={"time": f"{at:.3f}"}, timeout=min(self.timeout, left)
+            )
+        except PrometheusApiClientException:
+            code = self._answer.status_code if self._answer is not None else 0
+            if code >= 500 or code in (401, 403):
+                self._give_up(f"HTTP {code} from {self.base_url}")
             else:
-                log.debug("Prometheus refused %r: HTTP %s %s", promql, exc.code, _error_text(exc))
+                log.debug("Prometheus refused %r: HTTP %s %s", promql, code, _error_text(self._answer))
             return None
-        except (urllib.error.URLError, http.client.HTTPException, OSError, ValueError) as exc:
-            # URLError covers refused connections and DNS; socket timeouts are OSError (TimeoutError).
-            self._give_up(f"{self.base_url} unreachable: {getattr(exc, 'reason', exc)}")
+        except (requests.JSONDecodeError, KeyError, TypeError):
+            log.debug("Prometheus answer to %r is not a query answer; ignored", promql)
             return None
-        if len(body) > _MAX_BODY:
+        except (requests.RequestException, OSError, ValueError) as exc:
+            # Refused connections, DNS and timeouts are requests' ConnectionError and Timeout.
+            self._give_up(f"{self.base_url} unreachable: {exc}")
+            return None
+        answer = self._answer
+        if answer is None or len(answer.content) > _MAX_BODY:
             log.debug("Prometheus answer to %r too large; ignored", promql)
             return None
-        try:
-            return json.loads(body)
-        except ValueError:
-            log.debug("Prometheus answer to %r is not JSON; ignored", promql)
-            return None
+        return answer.json()
+
+    def close(self) -> None:
+        """Close the connections of this client's session (a closed client answers nothing)."""
+        self.failure = self.failure or "closed"
+        if self._connect is not None:
+            self._connect.close()
+
+    def __enter__(self) -> PrometheusClient:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def _prometheus(self) -> PrometheusConnect:
+        """The library's client on a session whose hook keeps the last response (made on first use)."""
+        if self._connect is None:
+            session = requests.Session()
+            session.hooks["response"].append(self._keep)
+            self._connect = PrometheusConnect(
+                url=self.base_url,
+                headers={"Accept": "application/json", **self.headers},
+                retry=Retry(total=0, connect=0, read=0, status=0, redirect=0),
+                session=session,
+                timeout=self.timeout,
+            )
+        return self._connect
+
+    def _keep(self, response: requests.Response, *_: Any, **__: Any) -> None:
+        self._answer = response
 
     def _give_up(self, why: str) -> None:
         self.failure = why
         log.warning("Prometheus metrics not available: %s", why)
 
 
-def _error_text(exc: urllib.error.HTTPError) -> str:
+def _error_text(response: requests.Response | None) -> str:
     try:
-        payload = json.loads(exc.read(64 * 1024))
-    except (ValueError, OSError):
+        payload = response.json() if response is not None else None
+    except ValueError:
         return ""
     return str(payload.get("error", "")) if isinstance(payload, dict) else ""

@@ -99,8 +99,8 @@ def incident_metrics(
     """
     try:
         crash = crash_timestamp(crash_time)
-        client = PrometheusClient(base_url, timeout=timeout, deadline=deadline, headers=headers)
-        return _collect(client, namespace, pod, crash, engine_version, max_model_len, node, windows)
+        with PrometheusClient(base_url, timeout=timeout, deadline=deadline, headers=headers) as client:
+            return _collect(client, namespace, pod, crash, engine_version, max_model_len, node, windows)
     except Exception:  # the operator must never fail because of metrics
         log.exception("collecting Prometheus metrics for %s/%s failed", namespace, pod)
         return {}
