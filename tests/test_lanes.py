@@ -63,6 +63,16 @@ def test_a_full_lane_does_not_delay_another() -> None:
     assert asyncio.run(main()) is True
 
 
+def test_a_stopping_run_waits_for_its_lanes_work() -> None:
+    """kopf's cleanup shuts the run's lanes down and waits: a roll-out submitted by a crash still
+    writes when kopf stops, and must be done before a standby or the next run starts."""
+    state = OperatorState(lanes=_lanes.Lanes.sized(4))
+    done: list[str] = []
+    state.lanes.models.submit(lambda: (time.sleep(0.2), done.append("rolled")))
+    _registry.stop_lanes(memo=kopf.Memo(state=state))
+    assert done == ["rolled"]
+
+
 def test_the_handlers_users_wait_on_are_coroutines_kopf_awaits() -> None:
     # kopf runs a plain function in its one shared pool; a coroutine function it awaits on its loop.
     for handler in (_registry.reconcile, _registry.pod_event, _registry.readiness):

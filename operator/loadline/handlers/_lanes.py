@@ -8,11 +8,14 @@ to a lane of their own: a bounded pool, so their concurrency is bounded too, and
 stands in. What needs no network (is a crash new, is a readiness check due) is decided on the event
 loop first, and only the work that reads or writes the cluster takes a thread.
 
-- :data:`MODELS`: reconciling an InferenceModel (create, update, resume), and rolling out a crash's
+The three lanes of a kopf run are one :class:`Lanes`, in the run's state (``OperatorState.lanes``),
+sized from the settings when the run starts and shut down, waiting for their work, when it stops:
+
+- ``models``: reconciling an InferenceModel (create, update, resume), and rolling out a crash's
   remediation (submitted by the crash's handler, which does not wait for it; under the model's lock,
   as reconcile is).
-- :data:`CRASHES`: handling a container crash (classify, remediate).
-- :data:`CHECKS`: a due readiness look of a Deploying model (its timer ticks on the event loop).
+- ``crashes``: handling a container crash (classify, remediate).
+- ``checks``: a due readiness look of a Deploying model (its timer ticks on the event loop).
 - everything else: kopf's own pool.
 
 The time each call waited for a thread is ``loadline_lane_wait_seconds{lane}``.
@@ -28,11 +31,12 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import ParamSpec, TypeVar
 
 from prometheus_client import Histogram
 
-__all__ = ["CHECKS", "CRASHES", "LANE_WAIT", "MODELS", "Lane"]
+__all__ = ["LANE_WAIT", "Lane", "Lanes"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -46,7 +50,7 @@ LANE_WAIT = Histogram(
 
 
 class Lane:
-    """A named, bounded pool, made on first use (sized by :meth:`resize` before that, at start-up)."""
+    """A named, bounded pool of ``workers`` threads, made on first use."""
 
     def __init__(self, name: str, workers: int) -> None:
         self.name = name
@@ -54,13 +58,12 @@ class Lane:
         self._pool: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
 
-    def resize(self, workers: int) -> None:
-        """Set the pool's size (a running pool is replaced; calls in flight finish on the old one)."""
+    def shutdown(self, wait: bool) -> None:
+        """Stop taking work; with ``wait``, return once the work taken is done."""
         with self._lock:
-            self.workers = max(1, workers)
-            old, self._pool = self._pool, None
-        if old is not None:
-            old.shutdown(wait=False)
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=wait)
 
     def _executor(self) -> ThreadPoolExecutor:
         with self._lock:
@@ -100,6 +103,25 @@ def _log_failure(future: Future[object]) -> None:
         logging.getLogger(__name__).error("lane work failed", exc_info=future.exception())
 
 
-MODELS = Lane("models", 16)
-CRASHES = Lane("crashes", 16)
-CHECKS = Lane("checks", 4)
+@dataclass(frozen=True)
+class Lanes:
+    """The lanes of one kopf run (the module's docstring says which work takes which)."""
+
+    models: Lane
+    crashes: Lane
+    checks: Lane
+
+    @classmethod
+    def sized(cls, max_workers: int) -> Lanes:
+        """As many threads as kopf's pool for models and crashes, a quarter for readiness looks."""
+        return cls(
+            Lane("models", max_workers),
+            Lane("crashes", max_workers),
+            Lane("checks", max(1, max_workers // 4)),
+        )
+
+    def shutdown(self, wait: bool = True) -> None:
+        """Stop the three lanes; with ``wait``, once nothing taken is still running (nothing of this run
+        writes after it)."""
+        for lane in (self.models, self.crashes, self.checks):
+            lane.shutdown(wait)

@@ -27,7 +27,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _events, _index, _kube, _lanes, _metrics, _policies, _rollout
+from loadline.handlers import _events, _index, _kube, _metrics, _policies, _rollout
 from loadline.handlers._settings import OperatorSettings
 from loadline.oom import (
     Crash,
@@ -374,7 +374,7 @@ def roll_out_soon(
     remediation: _rollout.Remediation | None,
 ) -> Future[object]:
     """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
-    return _lanes.MODELS.submit(_rollout.roll_out, state, settings, model, crash, remediation, logger)
+    return state.lanes.models.submit(_rollout.roll_out, state, settings, model, crash, remediation, logger)
 
 
 def _report(parent: Mapping[str, Any], decided: CrashDecision, term: Mapping[str, Any]) -> None:

@@ -20,7 +20,6 @@ from loadline.handlers import (
     _fleet,
     _index,
     _kube,
-    _lanes,
     _maintenance,
     _measure,
     _metrics,
@@ -35,6 +34,7 @@ from loadline.handlers import (
     _storage,
     _toggles,
 )
+from loadline.handlers._lanes import Lanes
 from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
@@ -74,7 +74,9 @@ def state_of(memo: kopf.Memo) -> OperatorState:
 def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # One per kopf run: a new leadership term starts afresh. The run's shards come in kopf's memo
     # (loadline run builds them before it starts kopf).
-    memo["state"] = state = OperatorState(shards=memo.get("shards") or ShardAssignment())
+    memo["state"] = state = OperatorState(
+        shards=memo.get("shards") or ShardAssignment(), lanes=Lanes.sized(SETTINGS.max_workers)
+    )
     # Before any watch starts: kopf's index gate woke every waiting object at each new object.
     if not _toggles.install():
         logging.getLogger(__name__).info("kopf's ToggleSet is not the one expected; kept as it is")
@@ -99,12 +101,16 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Handlers are synchronous (the Kubernetes client is); enough threads that 100 models crashing at
     # once are handled in parallel rather than queued behind each other.
     settings.execution.max_workers = SETTINGS.max_workers
-    _lanes.MODELS.resize(SETTINGS.max_workers)
-    _lanes.CRASHES.resize(SETTINGS.max_workers)
-    _lanes.CHECKS.resize(max(1, SETTINGS.max_workers // 4))
     # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
-    _kube.set_pool_size(SETTINGS.max_workers * 3 + _lanes.CHECKS.workers + 4)
+    _kube.set_pool_size(SETTINGS.max_workers * 3 + state.lanes.checks.workers + 4)
     _metrics.serve(SETTINGS.metrics_port)
+
+
+@kopf.on.cleanup()
+def stop_lanes(memo: kopf.Memo, **_: Any) -> None:
+    """The run stops: its lanes finish what they took, so nothing of it writes once kopf returns (a
+    standby, or the next run with other shards, may start then)."""
+    state_of(memo).lanes.shutdown(wait=True)
 
 
 @kopf.on.startup(id="discovery", backoff=_discovery.RETRY_SECONDS)
@@ -149,7 +155,8 @@ async def reconcile(
     # kopf passes every index by name: gpu_nodes, gpu_pods and fleet_policies below. The work (plan,
     # apply) runs on the MODELS lane: a new model never queues behind routine events and timers.
     indexes = kwargs["fleet_policies"], kwargs["gpu_nodes"], kwargs["gpu_pods"]
-    await _lanes.MODELS.run(_reconcile_model, state_of(memo), body, patch, logger, *indexes)
+    state = state_of(memo)
+    await state.lanes.models.run(_reconcile_model, state, body, patch, logger, *indexes)
 
 
 def _reconcile_model(
@@ -214,7 +221,9 @@ async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: An
     # is decided on the event loop, and only a due look takes a thread (the CHECKS lane).
     if _readiness.readiness_due(body, memo):
         state = state_of(memo)
-        await _lanes.CHECKS.run(_readiness.read_readiness, state, body, patch, memo, SETTINGS.capacity_aware)
+        await state.lanes.checks.run(
+            _readiness.read_readiness, state, body, patch, memo, SETTINGS.capacity_aware
+        )
 
 
 def _measurable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
@@ -328,7 +337,7 @@ async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwa
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
     known = next(iter(kwargs["owned_models"].get(model, ())), None)
     indexes = kwargs["gpu_nodes"], kwargs["gpu_pods"]
-    await _lanes.CRASHES.run(_oom.on_pod_event, state, body, logger, SETTINGS, policies, known, indexes)
+    await state.lanes.crashes.run(_oom.on_pod_event, state, body, logger, SETTINGS, policies, known, indexes)
 
 
 def _deleted(type: str | None, **_: Any) -> bool:

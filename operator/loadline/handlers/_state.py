@@ -29,6 +29,7 @@ from loadline.handlers._election import coordination_api
 from loadline.handlers._fleet import CountRefresher
 from loadline.handlers._index import INSTANCE_LABEL, Views
 from loadline.handlers._kube import AppliedVersions, RecentReads
+from loadline.handlers._lanes import Lanes
 from loadline.handlers._observe import Observations
 from loadline.hub import ConfigCache
 from loadline.oom import SeenCrashes
@@ -249,6 +250,8 @@ class OperatorState:
     counts: CountRefresher = field(default_factory=CountRefresher)
     #: The client of the restart slots' Lease (shared between shards).
     leases: LeaseClient = field(default_factory=LeaseClient)
+    #: The thread pools of the handlers that wait on the network (loadline.handlers._lanes).
+    lanes: Lanes = field(default_factory=lambda: Lanes.sized(16))
     #: The shards of the models this run reconciles (every model, unless sharded).
     shards: ShardAssignment = field(default_factory=ShardAssignment)
     #: The fleet's observation store as this process last read or wrote it (docs/observe.md).
