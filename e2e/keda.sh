@@ -91,23 +91,8 @@ free_port() {
 
 make_certs() {
   # The gRPC channel between adapter and operator: both present tls.crt, both trust ca.crt (mutual TLS,
-  # as KEDA's own certificate manager sets it up). Kept while valid for another day.
-  mkdir -p "${CERT_DIR}"
-  if [[ -f "${CERT_DIR}/tls.crt" ]] && openssl x509 -checkend 86400 -noout -in "${CERT_DIR}/tls.crt" >/dev/null 2>&1; then
-    return 0
-  fi
-  log "keda: generating the CA and the certificate for 127.0.0.1 (${CERT_DIR})"
-  (
-    cd "${CERT_DIR}"
-    umask 077
-    openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=loadline-e2e-keda-ca" \
-      -keyout ca.key -out ca.crt >/dev/null 2>&1
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout tls.key -out tls.csr >/dev/null 2>&1
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth,clientAuth\nkeyUsage=digitalSignature,keyEncipherment\n' >tls.ext
-    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -extfile tls.ext \
-      -out tls.crt >/dev/null 2>&1
-    rm -f tls.csr tls.ext ca.srl
-  ) || die "openssl could not create KEDA's certificates"
+  # as KEDA's own certificate manager sets it up).
+  make_local_certs keda "${CERT_DIR}" serverAuth,clientAuth
 }
 
 apply_crds() {

@@ -67,3 +67,29 @@ stop_cluster_processes() {
   done
   for pid in "${pids[@]}"; do kill -9 "${pid}" 2>/dev/null || true; done
 }
+
+# make_local_certs NAME DIR USAGES: a CA and a certificate for 127.0.0.1 signed by it, in DIR (ca.crt,
+# ca.key, tls.crt, tls.key), with extendedKeyUsage USAGES (serverAuth, or serverAuth,clientAuth for
+# mutual TLS). Kept while both are valid for another day.
+make_local_certs() {
+  local name="$1" dir="$2" usages="$3"
+  mkdir -p "${dir}"
+  if [[ -f "${dir}/tls.crt" && -f "${dir}/ca.crt" ]] &&
+    openssl x509 -checkend 86400 -noout -in "${dir}/tls.crt" >/dev/null 2>&1 &&
+    openssl x509 -checkend 86400 -noout -in "${dir}/ca.crt" >/dev/null 2>&1; then
+    return 0
+  fi
+  log "${name}: generating a CA and a certificate for 127.0.0.1 (${dir})"
+  (
+    cd "${dir}"
+    umask 077
+    openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=loadline-e2e-${name}-ca" \
+      -keyout ca.key -out ca.crt >/dev/null 2>&1
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout tls.key -out tls.csr >/dev/null 2>&1
+    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=%s\nkeyUsage=digitalSignature,keyEncipherment\n' \
+      "${usages}" >tls.ext
+    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -extfile tls.ext \
+      -out tls.crt >/dev/null 2>&1
+    rm -f tls.csr tls.ext ca.srl
+  ) || die "openssl could not create ${name}'s certificates"
+}

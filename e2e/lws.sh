@@ -111,24 +111,8 @@ free_port() {
 }
 
 make_certs() {
-  # A CA (kept while valid for another day) and a serving certificate for 127.0.0.1.
-  mkdir -p "${CERT_DIR}"
-  if [[ -f "${CERT_DIR}/tls.crt" ]] && openssl x509 -checkend 86400 -noout -in "${CERT_DIR}/tls.crt" >/dev/null 2>&1 &&
-    openssl x509 -checkend 86400 -noout -in "${CERT_DIR}/ca.crt" >/dev/null 2>&1; then
-    return 0
-  fi
-  log "lws: generating the webhook CA and serving certificate (${CERT_DIR})"
-  (
-    cd "${CERT_DIR}"
-    umask 077
-    openssl req -x509 -newkey rsa:2048 -nodes -days 365 -subj "/CN=loadline-e2e-lws-ca" \
-      -keyout ca.key -out ca.crt >/dev/null 2>&1
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" -keyout tls.key -out tls.csr >/dev/null 2>&1
-    printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\nkeyUsage=digitalSignature,keyEncipherment\n' >tls.ext
-    openssl x509 -req -in tls.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 365 -extfile tls.ext \
-      -out tls.crt >/dev/null 2>&1
-    rm -f tls.csr tls.ext ca.srl
-  ) || die "openssl could not create the webhook certificates"
+  # The webhook's serving certificate, and the CA the API server is given to trust it.
+  make_local_certs lws "${CERT_DIR}" serverAuth
 }
 
 write_config() {
