@@ -129,8 +129,8 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
         time.sleep(2)
 
     # Inside it, the pods restart one at a time, a third pod surged first (the cluster has free L4s):
-    # at every look both replicas serve.
-    fewest_ready, most_pods = 2, 2
+    # at every look both replicas serve, and the model stays Ready.
+    fewest_ready, most_pods, phases = 2, 2, set()
     deadline = quiet + WINDOW + 60
     while time.time() < deadline:
         current = pods_of(kubectl, namespace, "chat")
@@ -139,12 +139,15 @@ def test_a_fragmentation_restart_waits_for_the_learned_window_and_restarts_one_p
             if any(c["type"] == "Ready" and c["status"] == "True" for c in p["status"].get("conditions", []))
         ]  # fmt: skip
         fewest_ready, most_pods = min(fewest_ready, len(ready)), max(most_pods, len(current))
-        if maintenance(kubectl, namespace, "chat").get("state") == "Done":
+        status = model(kubectl, namespace, "chat").get("status") or {}
+        phases.add(status.get("phase"))
+        if (status.get("maintenance") or {}).get("state") == "Done":
             break
         time.sleep(0.5)
     done = maintenance(kubectl, namespace, "chat")
     assert done.get("state") == "Done", done
     assert fewest_ready == 2, "a replica was down during the restart"
+    assert phases == {"Ready"}, phases
     assert most_pods == 3, "no surge pod"
     started = at(done["startedAt"]).timestamp()
     assert quiet <= started < quiet + WINDOW, done

@@ -103,6 +103,10 @@ def test_readiness_follows_the_workload() -> None:
     assert readiness_from_workload(half)[0] is False
     full = {**half, "status": {**half["status"], "availableReplicas": 2, "readyReplicas": 2}}
     assert readiness_from_workload(full) == (True, "2/2 replicas available")
+    # A restart surges the one-replica model's Deployment to two: its one replica serves, it is Ready.
+    surging = {**half, "status": {**half["status"], "updatedReplicas": 2}}
+    assert readiness_from_workload(surging, desired=1) == (True, "1/1 replicas available")
+    assert readiness_from_workload(surging, desired=2)[0] is False
 
 
 def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_failed() -> None:

@@ -39,7 +39,6 @@ def on_workload_event(
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
         return
-    ready, message = _build.readiness_from_workload(dict(body))
     if known is not None and state.roll_outs.predates(known):
         # The index has not seen this process's own decision yet (it said Deploying, Remediating):
         # judged on that older entry, the roll-out's end would look like no change, and the model
@@ -53,6 +52,8 @@ def on_workload_event(
         )
         if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
             return
+        desired = int((parent.get("spec") or {}).get("replicas", 1))
+        ready, message = _build.readiness_from_workload(dict(body), desired)
         changes = _build.build_readiness_status(
             parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
         )
@@ -175,7 +176,9 @@ def read_readiness(
     workload = None if multi_node else state.workloads.get(meta["namespace"], workload_name)
     if workload is None:
         workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
-    ready, message = _build.readiness_from_workload(workload)
+    ready, message = _build.readiness_from_workload(
+        workload, int((body.get("spec") or {}).get("replicas", 1))
+    )
     version = ((workload or {}).get("metadata") or {}).get("resourceVersion")
     unchanged = version is not None and memo.get("readiness_workload_version") == version
     memo["readiness_workload_version"] = version

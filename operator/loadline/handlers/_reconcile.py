@@ -212,7 +212,9 @@ def _write_deployed(
 ) -> None:
     """The status of the applied plan (with the model's compliance) and one Event per decision."""
     meta = body["metadata"]
-    ready, ready_message = _build.readiness_from_workload(applied.workload or _apply.workload(manifests))
+    workload = applied.workload or _apply.workload(manifests)
+    desired = int((body.get("spec") or {}).get("replicas", 1))
+    ready, ready_message = _build.readiness_from_workload(workload, desired)
     previous = dict(body.get("status") or {})
     message = _plan.plan_message(plan)
     status = _build.build_deployed_status(

@@ -122,13 +122,19 @@ def build_scale_status(model: str, workload: Mapping[str, Any], desired: int | N
     return _status_patch(replicas=replicas, selector=selector)
 
 
-def readiness_from_workload(workload: Mapping[str, Any] | None) -> tuple[bool, str]:
-    """(ready, message) from a Deployment's or LeaderWorkerSet's status."""
+def readiness_from_workload(
+    workload: Mapping[str, Any] | None, desired: int | None = None
+) -> tuple[bool, str]:
+    """(ready, message) from a Deployment's or LeaderWorkerSet's status. ``desired``: the model's own
+    replicas; a workload asking for more is a restart's surge, and the model is Ready while its own
+    replicas are available (the extra pod is starting so that none of them goes before it)."""
     if not workload:
         return False, "workload not created yet"
     spec = workload.get("spec", {}) or {}
     status = workload.get("status", {}) or {}
     wanted = int(spec.get("replicas", 1) or 0)
+    if desired is not None:
+        wanted = min(wanted, desired)
     generation = workload.get("metadata", {}).get("generation")
     observed = status.get("observedGeneration")
     ready = int(status.get("readyReplicas", 0) or 0)
