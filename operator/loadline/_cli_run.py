@@ -51,13 +51,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os.environ["LOADLINE_NAMESPACES"] = ",".join(args.namespace)
     import kopf
 
-    from loadline.handlers import _registry
+    from loadline.handlers import _metrics, _registry
 
     settings = _registry.SETTINGS.__class__()  # re-read env after the flags above
     _registry.SETTINGS.__dict__.update(settings.__dict__)
     # Object logs name their object ("[namespace/name] ..."): one operator log serves every model.
     kopf.configure(verbose=args.verbose, debug=args.debug, log_prefix=True)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
+    # /metrics from the start, for as long as the process lives: standbys serve it too
+    # (loadline_leader_election_status says which replica leads), and a kopf run restarted with other
+    # shards keeps the same counters.
+    _metrics.serve(settings.metrics_port)
     admission = _Admission.start(settings, args.verbose, args.debug) if settings.webhook_port else None
     try:
         if settings.shards > 1:
@@ -302,7 +306,6 @@ def _run_kopf(
 def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
     """Stand by until this replica holds the Lease, then run kopf until a signal or the Lease is lost."""
 
-    from loadline.handlers import _metrics
     from loadline.handlers._election import LeaderElector, StandbyHealth
 
     elector = LeaderElector.from_settings(settings)  # a SpecError when the Lease's namespace is unknown
@@ -311,8 +314,6 @@ def _run_elected(settings: OperatorSettings, liveness: str | None) -> int:
     signals = _Signals(stop)
     signals.install()
     try:
-        # Standbys serve /metrics too: loadline_leader_election_status says which replica leads.
-        _metrics.serve(settings.metrics_port)
         health = StandbyHealth(settings.liveness_port) if settings.liveness_port else None
         try:
             leading = elector.acquire(stop)
@@ -349,7 +350,7 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
     started again with the narrower selector. A shard lost is handled as a lost Lease: kopf stops, the
     process exits 1 (the kubelet restarts it, and it claims again)."""
 
-    from loadline.handlers import _metrics, _shards
+    from loadline.handlers import _shards
     from loadline.handlers._election import StandbyHealth
 
     _shards.check_server(settings, settings.shards)  # a SpecError: the API server would not shard
@@ -372,7 +373,6 @@ def _run_sharded(settings: OperatorSettings, liveness: str | None) -> int:
 
     keeper = _shards.ShardKeeper(settings, on_grew=on_grew, on_lost=watchdog.on_lost, on_surplus=on_surplus)
     try:
-        _metrics.serve(settings.metrics_port)
         health = StandbyHealth(settings.liveness_port) if settings.liveness_port else None
         keeper.start()
         try:

@@ -78,8 +78,6 @@ MODEL_GPU_MEMORY = Gauge(
     ["namespace", "inferencemodel", "source"],
 )
 
-_started = False
-
 #: The values of the finite labels, so their series exist at 0 before the first event: ``increase()``
 #: and ``rate()`` see a counter's first increment only if a scrape saw it before (Prometheus'
 #: instrumentation practices, "avoid missing metrics"), and the alerts on these counters would
@@ -208,8 +206,8 @@ def zero_trial(namespace: str, name: str, oom_class: str, action: str) -> None:
 
 
 def serve(port: int) -> None:
-    global _started
-    if port and not _started:
+    """Serve /metrics on ``port`` (0: not at all), every admission answer's series at 0 from the start.
+    Once per process (``loadline run`` calls it before anything else: standbys serve it too)."""
+    if port:
         zero_admissions()
         start_http_server(port, addr="0.0.0.0")
-        _started = True

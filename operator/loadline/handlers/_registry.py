@@ -103,7 +103,6 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     settings.execution.max_workers = SETTINGS.max_workers
     # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
     _kube.set_pool_size(SETTINGS.max_workers * 3 + state.lanes.checks.workers + 4)
-    _metrics.serve(SETTINGS.metrics_port)
 
 
 @kopf.on.cleanup()
