@@ -16,6 +16,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
 from loadline.agent._metrics import METRIC_NAMES as AGENT_METRICS
@@ -152,6 +153,26 @@ def test_every_webhook_answer_is_a_series_at_zero_before_the_first() -> None:
         text = r.read().decode()
     for webhook in ("mutate-inferencemodel", "validate-inferencemodel", "validate-fleetpolicy"):
         assert f'loadline_admission_reviews_total{{result="error",webhook="{webhook}"}} 0.0' in text
+
+
+def test_the_admission_process_hands_each_answer_to_its_recorder() -> None:
+    """The webhooks run in a process of their own (loadline run): each answer goes to the recorder in
+    that kopf run's memo, which relays it to the process serving /metrics."""
+    import kopf
+
+    from loadline.handlers import _registry
+
+    seen: list[tuple[str, str]] = []
+    memo = kopf.Memo(record_admission=lambda webhook, result, seconds: seen.append((webhook, result)))
+    policy = {
+        "apiVersion": "loadline.dev/v1alpha1", "kind": "FleetPolicy", "metadata": {"name": "p"},
+        "spec": {"selector": {"namespaces": ["team-a"]}},
+    }  # fmt: skip
+    _registry.validate_fleet_policy(body=kopf.Body(policy), memo=memo)
+    broken = {**policy, "spec": {"limits": {"vllmVersions": ">=0.17,,<"}}}
+    with pytest.raises(kopf.AdmissionError):
+        _registry.validate_fleet_policy(body=kopf.Body(broken), memo=memo)
+    assert seen == [("validate-fleetpolicy", "allowed"), ("validate-fleetpolicy", "refused")]
 
 
 def test_every_alert_and_panel_asks_for_series_that_exist(tmp_path: Path) -> None:

@@ -154,9 +154,8 @@ def _admission_process(relay: Any, parent: int, verbose: bool, debug: bool) -> N
     """The admission process's main: kopf with the ADMISSION registry until SIGTERM or the parent dies."""
     import kopf
 
-    from loadline.handlers import _metrics, _registry
+    from loadline.handlers import _registry
 
-    _metrics.RELAY = relay
     kopf.configure(verbose=verbose, debug=debug, log_prefix=True)
     # Die with the parent at once, as a container's processes do (SIGKILL of the operator's process
     # must not leave a webhook server that answers for a moment and then cuts the API server off).
@@ -171,8 +170,16 @@ def _admission_process(relay: Any, parent: int, verbose: bool, debug: bool) -> N
         os._exit(0)
 
     threading.Thread(target=orphaned, name="parent-watch", daemon=True).start()
+
+    def record(webhook: str, result: str, seconds: float) -> None:
+        relay.put((webhook, result, seconds))  # to the process serving /metrics
+
     kopf.run(
-        registry=_registry.ADMISSION, settings=kopf.OperatorSettings(), clusterwide=True, standalone=True
+        registry=_registry.ADMISSION,
+        settings=kopf.OperatorSettings(),
+        clusterwide=True,
+        standalone=True,
+        memo=kopf.Memo(record_admission=record),
     )
 
 

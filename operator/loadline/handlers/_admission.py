@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,8 +59,15 @@ def spec_unchanged(operation: str | None, body: Mapping[str, Any], old: Mapping[
     return operation == "UPDATE" and old is not None and (old.get("spec") or {}) == (body.get("spec") or {})
 
 
+#: Where an answer's result and time go: :func:`loadline.handlers._metrics.record_admission` in the
+#: process serving /metrics, a relay to it in the admission process (its kopf memo's ``record_admission``).
+Recorder = Callable[[str, str, float], None]
+
+
 @contextmanager
-def _reviewed(webhook: str, warnings: list[str] | None = None) -> Iterator[None]:
+def _reviewed(
+    webhook: str, warnings: list[str] | None = None, record: Recorder = _metrics.record_admission
+) -> Iterator[None]:
     """Count the answer (``loadline_admission_reviews_total``) and time it."""
     started, warned_before = time.monotonic(), len(warnings or [])
     result = "error"
@@ -71,7 +78,7 @@ def _reviewed(webhook: str, warnings: list[str] | None = None) -> Iterator[None]
         result = "refused"
         raise
     finally:
-        _metrics.record_admission(webhook, result, time.monotonic() - started)
+        record(webhook, result, time.monotonic() - started)
 
 
 def _object(body: Mapping[str, Any]) -> dict[str, Any]:
@@ -93,9 +100,10 @@ def mutate_model(
     policies: list[FleetPolicy],
     settings: OperatorSettings,
     hub: ConfigCache,
+    record: Recorder = _metrics.record_admission,
 ) -> None:
     """Fill the spec's unset fields with the enforcing policies' defaults (highest priority first)."""
-    with _reviewed(_metrics.MUTATE_MODEL):
+    with _reviewed(_metrics.MUTATE_MODEL, record=record):
         if spec_unchanged(operation, body, old) or not policies:
             return
         try:
@@ -137,11 +145,12 @@ def validate_model(
     policies: list[FleetPolicy],
     settings: OperatorSettings,
     hub: ConfigCache,
+    record: Recorder = _metrics.record_admission,
 ) -> None:
     """Refuse a spec loadline cannot read or never run, one the operator's safe defaults refuse, or one
     a deny policy forbids, one line per problem; warn for what depends on other objects, warn and
     dryrun policies."""
-    with _reviewed(_metrics.VALIDATE_MODEL, warnings):
+    with _reviewed(_metrics.VALIDATE_MODEL, warnings, record):
         if spec_unchanged(operation, body, old):
             return
         try:
@@ -175,10 +184,10 @@ def validate_model(
             raise kopf.AdmissionError(admission.decision.message, code=DENIED)
 
 
-def validate_policy(body: Mapping[str, Any]) -> None:
+def validate_policy(body: Mapping[str, Any], record: Recorder = _metrics.record_admission) -> None:
     """Refuse a FleetPolicy the operator could not apply (a version range, a timezone, a window the
     schema cannot check), naming the field and the fix."""
-    with _reviewed(_metrics.VALIDATE_POLICY):
+    with _reviewed(_metrics.VALIDATE_POLICY, record=record):
         try:
             parse_fleet_policy(
                 body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}", unknown="ignore"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import Counter, Gauge, Histogram, start_http_server
@@ -137,16 +136,8 @@ def record_api_request(method: str, url: str, headers: Mapping[str, str] | None,
     API_REQUESTS.labels(verb, resource, code).inc()
 
 
-#: In the admission process (``loadline run`` starts it): where its observations go, to be recorded by
-#: the operator's process, which serves /metrics. None: record here.
-RELAY: Any = None
-
-
 def record_admission(webhook: str, result: str, seconds: float) -> None:
-    """Count and time one admission answer (here, or relayed to the process serving /metrics)."""
-    if RELAY is not None:
-        RELAY.put((webhook, result, seconds))
-        return
+    """Count and time one admission answer (in the process serving /metrics)."""
     ADMISSIONS.labels(webhook, result).inc()
     ADMISSION_SECONDS.labels(webhook).observe(seconds)
 

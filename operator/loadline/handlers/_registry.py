@@ -379,6 +379,8 @@ def _timers_without_finalizers(registry: kopf.OperatorRegistry) -> None:
 def configure_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> None:
     # config.json files fetched from the hub while admitting (loadline.hub.ConfigCache says why).
     memo["hub"] = ConfigCache(ttl=3600, max_entries=512)
+    # Where the answers' metrics go: the process serving /metrics relays them (loadline run).
+    memo.setdefault("record_admission", _metrics.record_admission)
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
     settings.peering.standalone = True
@@ -419,7 +421,9 @@ def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, 
     # kopf passes `old` and `operation` among the kwargs (its WebhookFn protocol does not name them).
     policies = _index_policies(kwargs)
     old, operation = kwargs.get("old"), kwargs.get("operation")
-    _admission.mutate_model(body, old, operation, patch, policies, SETTINGS, memo["hub"])
+    _admission.mutate_model(
+        body, old, operation, patch, policies, SETTINGS, memo["hub"], memo["record_admission"]
+    )
 
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel", operations=["CREATE", "UPDATE"],
@@ -427,7 +431,8 @@ def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, 
 def validate_inference_model(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **kwargs: Any) -> None:
     policies = _index_policies(kwargs)
     old, operation = kwargs.get("old"), kwargs.get("operation")
-    _admission.validate_model(body, old, operation, warnings, policies, SETTINGS, memo["hub"])
+    record = memo["record_admission"]
+    _admission.validate_model(body, old, operation, warnings, policies, SETTINGS, memo["hub"], record)
 
 
 @kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel-scale", subresource="scale",
@@ -435,13 +440,14 @@ def validate_inference_model(body: kopf.Body, warnings: list[str], memo: kopf.Me
 def validate_inference_model_scale(
     body: kopf.Body, warnings: list[str], memo: kopf.Memo, **kwargs: Any
 ) -> None:
-    _scale.validate_scale(body, warnings, _index_policies(kwargs), SETTINGS, memo["hub"])
+    policies = _index_policies(kwargs)
+    _scale.validate_scale(body, warnings, policies, SETTINGS, memo["hub"], memo["record_admission"])
 
 
 @kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id="validate-fleetpolicy", operations=["CREATE", "UPDATE"],
                   registry=ADMISSION)  # fmt: skip
-def validate_fleet_policy(body: kopf.Body, **_: Any) -> None:
-    _admission.validate_policy(body)
+def validate_fleet_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
+    _admission.validate_policy(body, memo["record_admission"])
 
 
 # After every registration above: the timers are all declared by now.

@@ -111,6 +111,7 @@ def validate_scale(
     policies: list[Any],
     settings: OperatorSettings,
     hub: ConfigCache,
+    record: _admission.Recorder = _metrics.record_admission,
 ) -> None:
     """Admission of a write to the scale subresource (``kubectl scale``, an HPA, KEDA): the model with
     the new ``spec.replicas`` is judged as an update of its spec would be (a FleetPolicy's maxReplicas,
@@ -122,4 +123,4 @@ def validate_scale(
     if model is None or not isinstance(replicas, int):
         return  # the API server answers 404 / refuses the Scale's own schema
     scaled = {**model, "spec": {**(model.get("spec") or {}), "replicas": replicas}}
-    _admission.validate_model(scaled, model, "UPDATE", warnings, policies, settings, hub)
+    _admission.validate_model(scaled, model, "UPDATE", warnings, policies, settings, hub, record)
