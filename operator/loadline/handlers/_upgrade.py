@@ -29,7 +29,7 @@ from loadline import __version__
 from loadline.api import RenderState
 from loadline.handlers import _kube
 from loadline.handlers._settings import OperatorSettings
-from loadline.maintenance import pending_record, record_from_status
+from loadline.maintenance import MaintenanceRecord, pending_record, record_from_status
 from loadline.status import build as _build
 from loadline.upgrade import (
     ANNOTATION_APPROVE,
@@ -132,43 +132,62 @@ def gate(
         mode=settings.upgrade_roll,
         approve_hint=approve,
     )
-    previous = status.get("render") or {}
     if decision.kind == "apply":
-        state = _wire(RenderState(rendered_by=__version__, fingerprint=fingerprint))
-        changes: dict[str, Any] = {}
-        if not _stored(previous, state):
-            changes["render"] = state
-        if waiting(status):
-            _event(body, "RenderRolled", f"rolling the render of loadline {__version__}: {decision.reason}")
-        conditions = _with_condition(body, patch, False, f"the pods run what loadline {__version__} renders")
-        if conditions is not None:
-            changes["conditions"] = conditions
-        patch.status.update(changes)
+        changes = _applied_render(body, patch, fingerprint, decision.reason)
         return {**body, "status": _build.merged(status, changes)}, out
-
-    state = _wire(
-        RenderState(
-            rendered_by=stamp.version,
-            fingerprint=stamp.fingerprint,
-            pending_fingerprint=fingerprint,
-            changes=list(explained.lines[:50]),
-            urgent=explained.urgent,
-            decision=decision.reason,
-        )
+    held = RenderState(
+        rendered_by=stamp.version,
+        fingerprint=stamp.fingerprint,
+        pending_fingerprint=fingerprint,
+        changes=list(explained.lines[:50]),
+        urgent=explained.urgent,
+        decision=decision.reason,
     )
-    if not _stored(previous, state):
-        patch.status["render"] = state
     source = f"loadline {stamp.version}" if stamp.version else "an earlier loadline"
     message = (
         f"loadline {__version__} renders {len(differences)} change(s) to the pods {source} rendered; "
         f"{decision.reason}: {explained.summary}"
     )
+    _held_render(body, patch, held, message, schedule=decision.kind == "schedule", maintenance=maintenance)
+    return None
+
+
+def _applied_render(
+    body: Mapping[str, Any], patch: kopf.Patch, fingerprint: str, reason: str
+) -> dict[str, Any]:
+    """This version's render is applied: the status changes that say so (also put in ``patch``)."""
+    status = dict(body.get("status") or {})
+    state = _wire(RenderState(rendered_by=__version__, fingerprint=fingerprint))
+    changes: dict[str, Any] = {}
+    if not _stored(status.get("render") or {}, state):
+        changes["render"] = state
+    if waiting(status):
+        _event(body, "RenderRolled", f"rolling the render of loadline {__version__}: {reason}")
+    conditions = _with_condition(body, patch, False, f"the pods run what loadline {__version__} renders")
+    if conditions is not None:
+        changes["conditions"] = conditions
+    patch.status.update(changes)
+    return changes
+
+
+def _held_render(
+    body: Mapping[str, Any],
+    patch: kopf.Patch,
+    held: RenderState,
+    message: str,
+    *,
+    schedule: bool,
+    maintenance: MaintenanceRecord | None,
+) -> None:
+    """This version's render waits: status says what differs and why; ``schedule``, for the model's
+    next window (a pending plain restart becomes a remediation: only a remediation's roll reconciles
+    the model)."""
+    status = dict(body.get("status") or {})
+    state = _wire(held)
+    if not _stored(status.get("render") or {}, state):
+        patch.status["render"] = state
     if _with_condition(body, patch, True, message[:32768]) is not None:
         _event(body, RENDER_OUTDATED, message)
-    if decision.kind == "schedule" and (
-        maintenance is None or not maintenance.pending or maintenance.action != "remediation"
-    ):
-        # A pending plain restart becomes a remediation: only a remediation's roll reconciles the model.
+    if schedule and (maintenance is None or not maintenance.pending or maintenance.action != "remediation"):
         record = pending_record(maintenance, "remediation", None, datetime.now(UTC))
         patch.status["maintenance"] = _build.maintenance_patch(status.get("maintenance"), record)
-    return None
