@@ -51,7 +51,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os.environ["LOADLINE_NAMESPACES"] = ",".join(args.namespace)
     import kopf
 
-    from loadline.handlers import _metrics, _registry
+    from loadline.handlers import _kube, _metrics, _registry
 
     settings = _registry.SETTINGS.__class__()  # re-read env after the flags above
     _registry.SETTINGS.__dict__.update(settings.__dict__)
@@ -62,6 +62,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # (loadline_leader_election_status says which replica leads), and a kopf run restarted with other
     # shards keeps the same counters.
     _metrics.serve(settings.metrics_port)
+    # Before the first request (a sharded run checks the API server before kopf starts): the shared
+    # client's pool is made once, with a connection per thread that may use it.
+    _kube.set_pool_size(settings.api_connections)
     admission = _Admission.start(settings, args.verbose, args.debug) if settings.webhook_port else None
     try:
         if settings.shards > 1:

@@ -101,8 +101,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # Handlers are synchronous (the Kubernetes client is); enough threads that 100 models crashing at
     # once are handled in parallel rather than queued behind each other.
     settings.execution.max_workers = SETTINGS.max_workers
-    # A connection per thread that may call the API server: kopf's pool, the lanes, and spares.
-    _kube.set_pool_size(SETTINGS.max_workers * 3 + state.lanes.checks.workers + 4)
+    # A connection per thread that may call the API server (loadline run sizes it before any request;
+    # this is for a kopf run started otherwise).
+    _kube.set_pool_size(SETTINGS.api_connections)
 
 
 @kopf.on.cleanup()

@@ -231,6 +231,13 @@ class OperatorSettings(BaseSettings):
     def namespace_list(self) -> list[str]:
         return [item.strip() for item in self.namespaces.split(",") if item.strip()]
 
+    @property
+    def api_connections(self) -> int:
+        """Connections the Kubernetes client keeps: one per thread that may call the API server at once
+        (kopf's pool, the models and crashes lanes, the readiness lane: loadline.handlers._lanes) and a
+        few spare; with fewer, threads queue for a connection ("Connection pool is full")."""
+        return self.max_workers * 3 + max(1, self.max_workers // 4) + 4
+
     def resolved_lease_namespace(self) -> str:
         """The Lease's namespace: the setting, else env POD_NAMESPACE (the chart sets it from the
         downward API), else the namespace the pod's service account token was issued in.
