@@ -174,6 +174,17 @@ def test_system_memory_is_host_memory() -> None:
         assert classify(make(message=msg)).oom_class is OomClass.HOST_MEMORY, msg
 
 
+def test_ram_is_the_hosts_memory_and_gpu_ram_is_not() -> None:
+    """RAM unqualified is the host's word for its memory (the GPU's is VRAM, GPU memory, HBM)."""
+    for msg in (
+        "the server's RAM fills up over a day of requests until the node runs out of memory (OOM)",
+        "OOM: 64 GB of RAM used while loading the checkpoint",
+    ):
+        assert classify(make(message=msg, ever_ready=True)).oom_class is OomClass.HOST_MEMORY, msg
+    for msg in ("OOM: the GPU RAM is full at 8k context", "OOM on a 24 GB VRAM card"):
+        assert classify(make(message=msg, ever_ready=True)).oom_class is not OomClass.HOST_MEMORY, msg
+
+
 def test_oom_killer_named_is_host_memory() -> None:
     msg = "(1) The process is killed by SIGKILL by OOM killer due to high memory usage."
     assert classify(make(message=msg)).oom_class is OomClass.HOST_MEMORY
