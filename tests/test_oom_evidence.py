@@ -185,6 +185,23 @@ def test_ram_is_the_hosts_memory_and_gpu_ram_is_not() -> None:
         assert classify(make(message=msg, ever_ready=True)).oom_class is not OomClass.HOST_MEMORY, msg
 
 
+def test_long_prompts_named_while_serving_are_kv_cache_overflow() -> None:
+    """A report that ties a serving OOM to long prompts or a large context names the app's requests."""
+    for msg in (
+        "it runs out of memory once the agent's ever-growing conversations reach 30k tokens",
+        "OOM with long prompts after a few hours of chat",
+        "server crashes with out of memory when the context grows past 16k",
+    ):
+        d = classify(make(message=msg, ever_ready=True))
+        assert d.oom_class is OomClass.KV_CACHE_OVERFLOW, (msg, d.evidence)
+    # Before the server was Ready, a large context is a start-up budget, not the app's requests.
+    start = classify(make(message="OOM with a large context window", ever_ready=False))
+    assert start.oom_class is not OomClass.KV_CACHE_OVERFLOW
+    # The host's memory stays the host's.
+    host = classify(make(message="OOM: RAM fills up with long prompts", ever_ready=True))
+    assert host.oom_class is OomClass.HOST_MEMORY
+
+
 def test_oom_killer_named_is_host_memory() -> None:
     msg = "(1) The process is killed by SIGKILL by OOM killer due to high memory usage."
     assert classify(make(message=msg)).oom_class is OomClass.HOST_MEMORY

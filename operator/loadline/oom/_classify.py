@@ -63,6 +63,7 @@ class _Facts:
     batch_setting: str | None = None
     #: The report's own words for memory climbing until the out-of-memory.
     climbing_words: str | None = None
+    prompt_words: str | None = None
     #: "OOM" or "out of memory" anywhere in the text.
     oom: bool = False
 
@@ -191,6 +192,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         if f.kv_cut is None:
             f.kv_words = _found(p["kv_fit_words"], text)
     f.climbing_words = _found(p["memory_climbing_words"], text)
+    f.prompt_words = _found(p["long_prompt_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
 
@@ -277,6 +279,8 @@ def _score_text(
         s.add("runtime_gpu_oom")
     if runtime and f.climbing_words and f.oom and not host:
         s.add("memory_climbing_text", what=f.climbing_words)
+    if runtime and f.prompt_words and f.oom and not host:
+        s.add("long_prompt_text", what=f.prompt_words)
 
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
@@ -659,6 +663,9 @@ def classify(incident: Incident) -> Diagnosis:
         gpu_signal = True
     if not gpu_signal and not host_signal and runtime and facts.oom and facts.climbing_words:
         # The same, said in the report's own words rather than measured.
+        gpu_signal = True
+    if not gpu_signal and not host_signal and runtime and facts.oom and facts.prompt_words:
+        # Prompts growing, said in the report's words rather than measured (an app's long context).
         gpu_signal = True
 
     if not gpu_signal and not host_signal:
