@@ -202,6 +202,23 @@ def test_long_prompts_named_while_serving_are_kv_cache_overflow() -> None:
     assert host.oom_class is OomClass.HOST_MEMORY
 
 
+def test_an_oom_in_a_warm_up_after_the_graphs_is_the_batch_settings() -> None:
+    """vLLM's warm-ups after the CUDA graphs run max_num_seqs sequences (the sampler) and
+    max_num_batched_tokens tokens (the kernels) once everything else holds its memory."""
+    captured = "INFO [gpu_model_runner.py:2046] Graph capturing finished in 12 secs, took 1.10 GiB"
+    for incident in (
+        make(message="OOM while warming up the kernels", ever_ready=False, phase="starting"),
+        make(message="torch.OutOfMemoryError: CUDA out of memory.", log_tail=captured, ever_ready=False),
+    ):
+        d = classify(incident)
+        assert d.oom_class is OomClass.BATCH_MISCONFIGURATION, d.evidence
+        assert any("warm-up" in line for line in d.evidence), d.evidence
+    # Once the server served, the capture line of its start is no evidence of a warm-up.
+    served = classify(make(message="torch.OutOfMemoryError: CUDA out of memory.", log_tail=captured,
+                           ever_ready=True))  # fmt: skip
+    assert not any("warm-up" in line for line in served.evidence)
+
+
 def test_oom_killer_named_is_host_memory() -> None:
     msg = "(1) The process is killed by SIGKILL by OOM killer due to high memory usage."
     assert classify(make(message=msg)).oom_class is OomClass.HOST_MEMORY

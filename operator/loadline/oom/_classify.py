@@ -40,6 +40,7 @@ class _Facts:
     sampler_warmup: bool = False
     graph_capture: bool = False
     profiling: bool = False
+    warmup_step: str | None = None
     no_cache_blocks: bool = False
     max_len: int | None = None
     kv_capacity: int | None = None
@@ -140,6 +141,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
     # A finished capture in the log means a later out-of-memory happened after it, not during it.
     f.graph_capture = bool(p["graph_capture"].search(text)) and not p["graph_capture_done"].search(text)
     f.profiling = bool(p["profiling"].search(text))
+    f.warmup_step = _found(p["warmup_step"], text)
     oom_word = p["oom_word"].search(text)
     f.oom = bool(oom_word)
     # The engines' standard advice (vLLM's CUDA graph notice names max_num_seqs at every capture, SGLang's
@@ -154,7 +156,13 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.host_kill = m.group(0)
     # "OOM" without the GPU's own words is a GPU out-of-memory only when it came in a GPU-only step
     # (the profiling batch, CUDA graph capture, the sampler warm-up) and nothing speaks of the host.
-    gpu_step = f.profiling or f.graph_capture or f.sampler_warmup or f.batch_setting is not None
+    gpu_step = (
+        f.profiling
+        or f.graph_capture
+        or f.sampler_warmup
+        or f.batch_setting is not None
+        or bool(f.warmup_step)
+    )
     f.gpu_oom = bool(p["gpu_oom"].search(text)) or bool(
         oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
     )
@@ -262,6 +270,8 @@ def _score_text(
         s.add("profiling_oom")
     elif f.gpu_oom and f.batch_setting and not runtime and not before_load_done and not pieces:
         s.add("batch_setting_oom", what=f.batch_setting)
+    elif f.gpu_oom and f.warmup_step and not runtime and not before_load_done and not pieces:
+        s.add("warmup_oom", what=f.warmup_step)
     if f.max_len is not None:
         capacity = f"{f.kv_capacity} tokens" if f.kv_capacity is not None else "less"
         s.add("max_len_exceeds_kv", max_len=f.max_len, capacity=capacity)
