@@ -299,12 +299,20 @@ def test_a_fix_that_rolls_now_says_deploying_in_its_decision_and_the_roll_out_wr
     )
 
     parent.calls.clear()
+    known = _index.model_entry(parent.model)
+    # The crashed workload (generation 1) available again before the fix is applied: not Ready.
+    _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, known)
+    assert parent.calls == []
+    state.roll_outs.applied("team-a", "chat", 2)  # as the roll-out's apply does (generation 2)
+    _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, known)
+    assert parent.calls == []  # a late event of generation 1 says nothing about the fix either
     rolling = available_deployment(parent.model)
     rolling["metadata"]["generation"] = 2  # the raised limit applied, not yet observed
-    known = _index.model_entry(parent.model)
     _readiness.on_workload_event(state, kopf.Body(rolling), LOG, known)
     assert parent.calls == []
-    _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, known)
+    rolled = available_deployment(parent.model)
+    rolled["metadata"]["generation"] = rolled["status"]["observedGeneration"] = 2
+    _readiness.on_workload_event(state, kopf.Body(rolled), LOG, known)
     assert parent.calls == ["patch"] and parent.model["status"]["phase"] == "Ready"
 
 
@@ -321,5 +329,8 @@ def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_th
     crash_rolled_now(monkeypatch, state, parent, stale)
     assert parent.model["status"]["phase"] == "Deploying"
     parent.calls.clear()
-    _readiness.on_workload_event(state, kopf.Body(available_deployment(parent.model)), LOG, stale)
+    state.roll_outs.applied("team-a", "chat", 2)  # as the roll-out's apply does
+    rolled = available_deployment(parent.model)
+    rolled["metadata"]["generation"] = rolled["status"]["observedGeneration"] = 2
+    _readiness.on_workload_event(state, kopf.Body(rolled), LOG, stale)
     assert parent.calls == ["get", "patch"] and parent.model["status"]["phase"] == "Ready"

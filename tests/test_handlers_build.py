@@ -107,6 +107,12 @@ def test_readiness_follows_the_workload() -> None:
     surging = {**half, "status": {**half["status"], "updatedReplicas": 2}}
     assert readiness_from_workload(surging, desired=1) == (True, "1/1 replicas available")
     assert readiness_from_workload(surging, desired=2)[0] is False
+    # The surge's own scale bumps the generation: until its controller observes it, the status is
+    # about the spec before, and the readiness mirrors wait for the next one (no Deploying flicker).
+    from loadline.status.build import workload_observed
+
+    scaled = {**full, "metadata": {"generation": 3}}
+    assert not workload_observed(scaled) and workload_observed(full) and workload_observed(None)
 
 
 def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_failed() -> None:

@@ -233,6 +233,7 @@ def _handle_crash(
             changes, remediation = _with_remediation(state, parent, decided, settings, view, policies)
             # From before the write: reconcile passes over versions without this decision meanwhile.
             state.roll_outs.expect(namespace, name, cid)
+            state.roll_outs.rolling(namespace, name)
             expected = True
         try:
             written = _write_decision(parent, changes)

@@ -39,6 +39,11 @@ def on_workload_event(
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
         return
+    if not _build.workload_observed(body):
+        return  # its controller has not looked at its new spec yet: its next status says
+    generation = meta.get("generation")
+    if state.roll_outs.older_than_remediation(meta.get("namespace"), owners[0]["name"], generation):
+        return  # the crashed workload, before this process's remediation of it is applied
     if known is not None and state.roll_outs.predates(known):
         # The index has not seen this process's own decision yet (it said Deploying, Remediating):
         # judged on that older entry, the roll-out's end would look like no change, and the model
@@ -176,6 +181,11 @@ def read_readiness(
     workload = None if multi_node else state.workloads.get(meta["namespace"], workload_name)
     if workload is None:
         workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
+    generation = ((workload or {}).get("metadata") or {}).get("generation")
+    if not _build.workload_observed(workload) or state.roll_outs.older_than_remediation(
+        meta["namespace"], meta["name"], generation
+    ):
+        return  # a status older than the workload's spec, or than this process's remediation
     ready, message = _build.readiness_from_workload(
         workload, int((body.get("spec") or {}).get("replicas", 1))
     )

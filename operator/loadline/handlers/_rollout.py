@@ -137,11 +137,13 @@ def apply_remediation(
     child = remediation.workload
     with state.roll_outs.lock(namespace, name):
         try:
-            _, changed = _kube.apply(child, settings.field_manager, state.versions)
+            result, changed = _kube.apply(child, settings.field_manager, state.versions)
         except ApiException as exc:
             error = _kube.api_error_text(exc)
             logger.info("%s/%s: remediation left to reconcile (%s)", namespace, name, error)
+            state.roll_outs.settled(namespace, name)  # reconcile's apply decides readiness now
             return False
+    state.roll_outs.applied(namespace, name, (result.get("metadata") or {}).get("generation"))
     state.applied.note(meta, child, fingerprint(child))
     state.capacity.note_planned(f"{namespace}/{name}", remediation.plan, remediation.replicas)
     if changed:
@@ -161,4 +163,6 @@ def roll_out(
     """Apply the remediation's workload; what it cannot do alone (no remediation planned, the apply
     refused) is handed to reconcile at once."""
     if remediation is None or not apply_remediation(state, model, remediation, logger, settings):
+        meta = model["metadata"]
+        state.roll_outs.settled(str(meta["namespace"]), str(meta["name"]))  # reconcile's apply decides
         ask_reconcile(model, crash, logger)

@@ -99,6 +99,8 @@ class RollOuts:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._expected: dict[ModelKey, tuple[str, float]] = {}
+        #: The workload generation each in-flight remediation applied (None: not applied yet), and since.
+        self._rolled: dict[ModelKey, tuple[int | None, float]] = {}
         self._locks: dict[ModelKey, threading.Lock] = {}
 
     def lock(self, namespace: str, name: str) -> threading.Lock:
@@ -114,11 +116,49 @@ class RollOuts:
     def forget(self, namespace: str, name: str) -> None:
         with self._lock:
             self._expected.pop((namespace, name), None)
+            self._rolled.pop((namespace, name), None)
+
+    def rolling(self, namespace: str, name: str) -> None:
+        """The decision of a remediation this process rolls out is being written: until its workload
+        is applied, the workload that runs is the one that crashed."""
+        with self._lock:
+            self._rolled[(namespace, name)] = (None, time.monotonic())
+
+    def applied(self, namespace: str, name: str, generation: int | None) -> None:
+        """The remediation's workload is applied: it is this ``generation`` of the workload."""
+        with self._lock:
+            if (namespace, name) in self._rolled:
+                self._rolled[(namespace, name)] = (generation, time.monotonic())
+
+    def settled(self, namespace: str, name: str) -> None:
+        """No workload of this process's is coming for the remediation (reconcile applies it)."""
+        with self._lock:
+            self._rolled.pop((namespace, name), None)
+
+    def older_than_remediation(self, namespace: str, name: str, generation: int | None) -> bool:
+        """Whether a workload of this ``generation`` predates the remediation this process rolls out
+        for the model (its apply has not happened, or made a later generation), for
+        :data:`ROLL_OUT_GUARD_SECONDS` at most: the crashed workload being available again says
+        nothing about the fix. A workload of the applied generation or later ends the guard."""
+        key = (namespace, name)
+        with self._lock:
+            found = self._rolled.get(key)
+            if found is None:
+                return False
+            applied, since = found
+            if time.monotonic() - since > ROLL_OUT_GUARD_SECONDS:
+                del self._rolled[key]
+                return False
+            if applied is not None and (generation is None or generation >= applied):
+                del self._rolled[key]
+                return False
+            return True
 
     def forget_model(self, namespace: str, name: str) -> None:
         """A deleted model's guard and lock go with it."""
         with self._lock:
             self._expected.pop((namespace, name), None)
+            self._rolled.pop((namespace, name), None)
             self._locks.pop((namespace, name), None)
 
     def predates(self, body: Mapping[str, Any]) -> bool:

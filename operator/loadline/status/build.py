@@ -122,6 +122,17 @@ def build_scale_status(model: str, workload: Mapping[str, Any], desired: int | N
     return _status_patch(replicas=replicas, selector=selector)
 
 
+def workload_observed(workload: Mapping[str, Any] | None) -> bool:
+    """Whether the workload's status is about its current spec: its controller observed its
+    generation. A status older than a spec change (a restart's surge sets the replicas, a roll-out the
+    template) says nothing about it yet; its controller's next status does."""
+    if not workload:
+        return True
+    generation = (workload.get("metadata") or {}).get("generation")
+    observed = (workload.get("status") or {}).get("observedGeneration")
+    return generation is None or observed is None or observed >= generation
+
+
 def readiness_from_workload(
     workload: Mapping[str, Any] | None, desired: int | None = None
 ) -> tuple[bool, str]:
