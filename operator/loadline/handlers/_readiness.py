@@ -23,6 +23,18 @@ if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState
 
 
+def says_nothing_yet(
+    state: OperatorState, namespace: str, model: str, workload: Mapping[str, Any] | None
+) -> bool:
+    """Whether the workload's status is no news about the model: its controller has not observed its
+    current spec (a restart's surge, a roll-out), or it is the crashed workload before this process's
+    remediation of it is applied. The mirrors then wait for the next status."""
+    generation = ((workload or {}).get("metadata") or {}).get("generation")
+    return not _build.workload_observed(workload) or state.roll_outs.older_than_remediation(
+        namespace, model, generation
+    )
+
+
 def on_workload_event(
     state: OperatorState,
     body: kopf.Body,
@@ -39,11 +51,8 @@ def on_workload_event(
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
         return
-    if not _build.workload_observed(body):
-        return  # its controller has not looked at its new spec yet: its next status says
-    generation = meta.get("generation")
-    if state.roll_outs.older_than_remediation(meta.get("namespace"), owners[0]["name"], generation):
-        return  # the crashed workload, before this process's remediation of it is applied
+    if says_nothing_yet(state, str(meta.get("namespace")), owners[0]["name"], body):
+        return
     if known is not None and state.roll_outs.predates(known):
         # The index has not seen this process's own decision yet (it said Deploying, Remediating):
         # judged on that older entry, the roll-out's end would look like no change, and the model
@@ -181,11 +190,8 @@ def read_readiness(
     workload = None if multi_node else state.workloads.get(meta["namespace"], workload_name)
     if workload is None:
         workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
-    generation = ((workload or {}).get("metadata") or {}).get("generation")
-    if not _build.workload_observed(workload) or state.roll_outs.older_than_remediation(
-        meta["namespace"], meta["name"], generation
-    ):
-        return  # a status older than the workload's spec, or than this process's remediation
+    if says_nothing_yet(state, meta["namespace"], meta["name"], workload):
+        return
     ready, message = _build.readiness_from_workload(
         workload, int((body.get("spec") or {}).get("replicas", 1))
     )

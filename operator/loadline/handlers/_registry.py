@@ -416,7 +416,7 @@ def _index_policies(kwargs: dict[str, Any]) -> list[Any]:
     return _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
 
 
-@kopf.on.mutate(GROUP, VERSION, PLURAL, id="mutate-inferencemodel", operations=["CREATE", "UPDATE"],
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id=_metrics.MUTATE_MODEL, operations=["CREATE", "UPDATE"],
                 registry=ADMISSION)  # fmt: skip
 def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf passes `old` and `operation` among the kwargs (its WebhookFn protocol does not name them).
@@ -427,7 +427,7 @@ def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, 
     )
 
 
-@kopf.on.validate(GROUP, VERSION, PLURAL, id="validate-inferencemodel", operations=["CREATE", "UPDATE"],
+@kopf.on.validate(GROUP, VERSION, PLURAL, id=_metrics.VALIDATE_MODEL, operations=["CREATE", "UPDATE"],
                   registry=ADMISSION)  # fmt: skip
 def validate_inference_model(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **kwargs: Any) -> None:
     policies = _index_policies(kwargs)
@@ -445,7 +445,7 @@ def validate_inference_model_scale(
     _scale.validate_scale(body, warnings, policies, SETTINGS, memo["hub"], memo["record_admission"])
 
 
-@kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id="validate-fleetpolicy", operations=["CREATE", "UPDATE"],
+@kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id=_metrics.VALIDATE_POLICY, operations=["CREATE", "UPDATE"],
                   registry=ADMISSION)  # fmt: skip
 def validate_fleet_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _admission.validate_policy(body, memo["record_admission"])
