@@ -4,6 +4,7 @@ than the spec needs; and the re-plan holding the shortfall back (the store reach
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any
 
@@ -230,3 +231,54 @@ def test_from_prometheus_when_the_log_does_not_say(monkeypatch: pytest.MonkeyPat
     assert observed["kvCacheTokens"] == 244304 and observed["maxConcurrency"] == 29.82
     assert observed["source"] == "prometheus vllm:cache_config_info of pod team-b/llama-abc"
     assert "kvCacheGiB" not in observed and cluster.configmap is None  # no GiB: nothing learned
+
+
+def _ready(plan: dict[str, Any], since: str) -> dict[str, Any]:
+    body = _body(SPEC, plan)
+    body["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": since}]
+    return body
+
+
+def _looks(body: dict[str, Any], memo: dict[str, Any], start: float, seconds: int) -> list[int]:
+    """The ticks (every 10 s, as the timer fires) at which the log is read, ``start`` = the episode."""
+    from datetime import UTC, datetime
+    from unittest import mock
+
+    looked = []
+    for tick in range(0, seconds, 10):
+        now = datetime.fromtimestamp(start + tick, UTC)
+        with mock.patch.object(_observe, "datetime", wraps=datetime) as clock:
+            clock.now.return_value = now
+            if _observe.look_due(body, memo):
+                looked.append(tick)
+    return looked
+
+
+def test_a_log_that_never_says_is_read_on_a_back_off_not_every_tick() -> None:
+    """An engine whose log never holds the figures (another image, a rotated log) is read at once,
+    then less and less often, then every ten minutes: over a day, about 150 reads, not 8,640."""
+    from datetime import datetime
+
+    since = "2026-11-28T10:00:00+00:00"
+    body, memo = _ready({"gpuType": "L4", "engineVersion": "0.19.0"}, since), {}
+    start = datetime.fromisoformat(since).timestamp()
+    looked = _looks(body, memo, start, 86_400)
+    assert looked[:7] == [0, 10, 30, 70, 150, 310, 910]
+    assert all(b - a == 600 for a, b in itertools.pairwise(looked[5:]))
+    assert len(looked) < 150
+
+
+def test_a_new_plan_or_ready_again_is_looked_at_at_once() -> None:
+    """The back-off is the episode's: a new plan (a remediation's raised memory) or the model Ready
+    again (its pod restarted: a new log) is read at once, whatever the last episode had come to."""
+    from datetime import datetime
+
+    since = "2026-11-28T10:00:00+00:00"
+    start = datetime.fromisoformat(since).timestamp()
+    memo: dict[str, Any] = {}
+    _looks(_ready({"gpu": "L4", "gpuMemoryUtilization": 0.9}, since), memo, start, 3600)  # an hour
+    later = start + 3600
+    assert _looks(_ready({"gpu": "L4", "gpuMemoryUtilization": 0.95}, since), memo, later, 20)[:1] == [0]
+    again = "2026-11-28T11:30:00+00:00"
+    ready_again = _ready({"gpu": "L4", "gpuMemoryUtilization": 0.95}, again)
+    assert _looks(ready_again, memo, datetime.fromisoformat(again).timestamp(), 40) == [0, 10, 30]

@@ -3,9 +3,10 @@ the API server, written to ``status.observed`` beside the plan, kept in the flee
 and acted on when it holds less than the spec asks.
 
 A slow timer on Ready and Degraded models whose plan has not been observed yet (a new plan, another
-layout or release, is observed again). One bounded read of the first pod's log (its start: vLLM's
-start-up lines come first, with GiB and tokens); where Prometheus is configured and the log does not
-say, vLLM's ``vllm:cache_config_info`` (blocks, so tokens only). Nothing is written until one says.
+layout or release, is observed again), looking at once and then on a back-off (:func:`look_due`).
+One bounded read of the first pod's log (its start: vLLM's start-up lines come first, with GiB and
+tokens); where Prometheus is configured and the log does not say, vLLM's ``vllm:cache_config_info``
+(blocks, so tokens only). Nothing is written until one says.
 The decisions are the pure :mod:`loadline.observe`'s; this module reads and writes.
 
 When vLLM reports room for fewer sequences than ``spec.concurrency``, the condition ``KVCapacity``
@@ -20,7 +21,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -67,6 +68,23 @@ def observing(status: Mapping[str, Any]) -> bool:
         return False
     seen = (status.get("observed") or {}).get("planFingerprint")
     return seen != plan_fingerprint(status.get("plan"))
+
+
+def look_due(body: Mapping[str, Any], memo: MutableMapping[str, Any]) -> bool:
+    """Whether the pod's log is to be read now (then the look is noted in ``memo``, the model's own).
+    An episode is one plan being Ready (a new plan, or Ready again after a restart, starts another):
+    looked at soon, then on a back-off (:func:`_build.observe_look_due`), so that a log that never
+    holds the figures costs a read every ten minutes, not two every ten seconds. No I/O."""
+    status = body.get("status") or {}
+    now = datetime.now(UTC)
+    episode = (plan_fingerprint(status.get("plan")), _build.ready_since(status))
+    if memo.get("observe_episode") != episode:
+        memo.update(observe_episode=episode, observe_since=episode[1] or now, observe_looked_at=None)
+    elapsed = (now - memo["observe_since"]).total_seconds()
+    if not _build.observe_look_due(elapsed, memo.get("observe_looked_at")):
+        return False
+    memo["observe_looked_at"] = elapsed
+    return True
 
 
 class Observations:

@@ -257,8 +257,10 @@ def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
 def observed_memory(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
-    # Runs only while the running plan is not observed yet (``when``): one bounded log read a tick.
-    _observe.observe(body, patch, SETTINGS, state_of(memo).observations, logger)
+    # Runs only while the running plan is not observed yet (``when``): one bounded log read a look,
+    # the looks on a back-off (a log that never says costs a read every ten minutes).
+    if _observe.look_due(body, memo):
+        _observe.observe(body, patch, SETTINGS, state_of(memo).observations, logger)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

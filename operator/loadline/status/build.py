@@ -529,6 +529,27 @@ def build_measured_status(
 READINESS_BACKOFF = (0.0, 5.0, 10.0, 20.0, 40.0)  # seconds into Deploying; then every READINESS_PERIOD
 READINESS_PERIOD = 60.0
 
+#: When a Ready model whose plan vLLM has not reported on yet has its pod's log read (seconds into the
+#: episode), then every OBSERVE_PERIOD: vLLM logs its figures before it serves, so the first look
+#: nearly always finds them; an engine whose log never says (another image, a rotated log) must not
+#: cost two reads every ten seconds for as long as it runs.
+OBSERVE_BACKOFF = (0.0, 10.0, 30.0, 70.0, 150.0, 310.0)
+OBSERVE_PERIOD = 600.0
+
+
+def backoff_due(elapsed: float, last_checked: float | None, points: tuple[float, ...], period: float) -> bool:
+    """Whether a look is due ``elapsed`` seconds into an episode, the last look having been at
+    ``last_checked`` (None: not in this process, so at once): at each of ``points``, then every
+    ``period`` after the last of them. A look that is late (a busy loop) still counts for its slot:
+    a slot is taken once however many ticks fall in it."""
+    if last_checked is None:
+        return True
+    if elapsed < points[-1] + period:
+        due = max((point for point in points if point <= elapsed), default=0.0)
+    else:
+        due = elapsed - (elapsed - points[-1]) % period
+    return last_checked < due
+
 
 def readiness_check_due(elapsed: float, last_checked: float | None) -> bool:
     """Whether the readiness timer should read the cluster now, ``elapsed`` seconds after the model
@@ -538,13 +559,24 @@ def readiness_check_due(elapsed: float, last_checked: float | None) -> bool:
     available before the parent's status was written, and covers LeaderWorkerSets (not watched). So it
     checks soon and then backs off: a model stuck for hours (no GPU of its type free) costs one read a
     minute, not one every few seconds."""
-    if last_checked is None:
-        return True
-    if elapsed < READINESS_BACKOFF[-1] + READINESS_PERIOD:
-        due = max((point for point in READINESS_BACKOFF if point <= elapsed), default=0.0)
-    else:
-        due = elapsed - (elapsed - READINESS_BACKOFF[-1]) % READINESS_PERIOD
-    return last_checked < due
+    return backoff_due(elapsed, last_checked, READINESS_BACKOFF, READINESS_PERIOD)
+
+
+def observe_look_due(elapsed: float, last_looked: float | None) -> bool:
+    """Whether the observation timer should read the model's pod log now, ``elapsed`` seconds after
+    the episode began (a new plan, or Ready again), having last looked at ``last_looked``
+    (:data:`OBSERVE_BACKOFF`)."""
+    return backoff_due(elapsed, last_looked, OBSERVE_BACKOFF, OBSERVE_PERIOD)
+
+
+def ready_since(status: Mapping[str, Any]) -> datetime | None:
+    """When the model last became Ready (the Ready condition's transition), if it says."""
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == READY and condition.get("status") == "True":
+            stamp = condition.get("lastTransitionTime")
+            if stamp:
+                return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    return None
 
 
 def deploying_since(status: Mapping[str, Any]) -> datetime | None:
