@@ -56,7 +56,7 @@ def roll_out_with(
     monkeypatch.setattr(
         _oom,
         "roll_out_soon",
-        lambda _state, _settings, _logger, model, crash, remediation: start(model, crash, remediation),
+        lambda _state, _settings, _logger, model, crash, remediation, **_: start(model, crash, remediation),
     )
     return {}, {}
 
@@ -334,3 +334,40 @@ def test_the_roll_outs_end_is_judged_on_the_model_when_the_index_has_not_seen_th
     rolled["metadata"]["generation"] = rolled["status"]["observedGeneration"] = 2
     _readiness.on_workload_event(state, kopf.Body(rolled), LOG, stale)
     assert parent.calls == ["get", "patch"] and parent.model["status"]["phase"] == "Ready"
+
+
+def test_a_fix_that_waits_for_a_roll_out_slot_says_so_in_its_decision_and_is_handed_paused(
+    monkeypatch: pytest.MonkeyPatch, ready_parent: FakeParent
+) -> None:
+    """A storm has taken every roll-out slot: the decision's one write says the fix waits, how many are
+    ahead and which limit holds it; the roll-out is handed it to apply paused. The same workload's
+    crashes meanwhile are not decided again (they are the crash the fix is for)."""
+    from types import SimpleNamespace
+
+    from loadline.handlers._pacing import Pacer
+    from loadline.pacing import PacingLimits, RollOutRequest
+
+    state = OperatorState(pacer=Pacer(PacingLimits(at_once=1)))
+    assert state.pacer.ask(RollOutRequest("team-b/other", "L4")) is None
+    plan = SimpleNamespace(chosen=SimpleNamespace(gpu=SimpleNamespace(name="L4")))
+    deployment = {"kind": "Deployment", "metadata": {"name": "chat"}, "spec": {}}
+    remediation = _rollout.Remediation(plan=plan, replicas=1, workload=deployment, status={})  # type: ignore[arg-type]
+    handed: list[bool] = []
+    monkeypatch.setattr(_rollout, "plan_remediation", lambda *a, **k: remediation)
+    monkeypatch.setattr(_oom, "roll_out_soon", lambda *a, paused=False: handed.append(paused))
+    parent = ready_parent
+    _oom.on_pod_event(
+        state, crashed_pod(), LOG, OperatorSettings(), [], _index.model_entry(parent.model), ({}, {})
+    )  # type: ignore[arg-type]
+    assert handed == [True] and state.pacer.waiting("team-a/chat")
+    condition = next(c for c in parent.model["status"]["conditions"] if c["type"] == "Ready")
+    assert condition["reason"] == _build.REMEDIATING
+    assert condition["message"].startswith(
+        "the remediation waits to roll out: 1 ahead of it; 1 roll-out runs fleet-wide (at most 1 at once)"
+    )
+    parent.calls.clear()
+    again = crashed_pod()
+    again["status"]["containerStatuses"][0]["restartCount"] = 5
+    _oom.on_pod_event(state, again, LOG, OperatorSettings(), [], _index.model_entry(parent.model), ({}, {}))  # type: ignore[arg-type]
+    assert parent.calls == [] and handed == [True]
+    state.pacer.stop()

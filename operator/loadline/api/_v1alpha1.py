@@ -540,6 +540,13 @@ class InferenceModelSpec(_SpecModel):
         description="Number of vLLM replicas to run; the scale subresource's (kubectl scale, an HPA, KEDA "
         "write it). The operator never changes it.",
     )
+    priority: int = Field(
+        default=0,
+        ge=-1000,
+        le=1000,
+        description="Order among models when the operator paces a storm of crash remediations: higher "
+        "rolls out first (then the models that serve more replicas × concurrency).",
+    )
     autoscaling: Autoscaling | None = Field(
         default=None,
         description="Scale replicas on load with KEDA (a ScaledObject the operator renders); unset: "

@@ -40,6 +40,7 @@ from loadline.oom import (
 )
 from loadline.oom._observe import build_incident, crash_id, loop_key, parse_timestamp, terminated_state
 from loadline.oom._policy import PolicyLimits
+from loadline.pacing import RollOutRequest, Waiting
 from loadline.policy import combine, enforced, remediation_limits, select_policies
 from loadline.sizing import ClusterView
 from loadline.status import build as _build
@@ -215,6 +216,10 @@ def _handle_crash(
     write is a decision's CPU time, and a writer that keeps changing the model (a GitOps tool
     annotating it) does not win every round.
     """
+    if state.pacer.waiting(f"{namespace}/{name}"):
+        # The workload that crashed is the one whose fix waits for a roll-out slot: nothing to judge.
+        logger.info("crash %s: the fix of %s/%s waits to roll out; not decided again", cid, namespace, name)
+        return True
     reads = _Reads(pod, status, settings)
     expected = False  # whether reconcile was told to pass over versions older than this decision
     for attempt in range(CONFLICT_RETRIES):
@@ -227,10 +232,12 @@ def _handle_crash(
         decided = _decide(parent, reads, cid, policies, settings)
         if decided is None:
             return True
-        changes, remediation = decided.changes, None
+        changes, remediation, waiting = decided.changes, None, None
         if indexes is not None and decided.rolls_out:
             view = state.views.view(*indexes, max_age=_index.REMEDIATION_VIEW_SECONDS)
-            changes, remediation = _with_remediation(state, parent, decided, settings, view, policies)
+            changes, remediation, waiting = _with_remediation(
+                state, parent, decided, settings, view, policies
+            )
             # From before the write: reconcile passes over versions without this decision meanwhile.
             state.roll_outs.expect(namespace, name, cid)
             state.roll_outs.rolling(namespace, name)
@@ -244,17 +251,19 @@ def _handle_crash(
         except ApiException:
             if expected:
                 state.roll_outs.forget(namespace, name)
+                state.pacer.cancel(f"{namespace}/{name}")
             raise
         if indexes is not None and decided.rolls_out:
             # At once, from the model as this write left it, and not on this thread: the crash lane
-            # holds a crash for its decision only.
-            roll_out_soon(state, settings, logger, written, cid, remediation)
+            # holds a crash for its decision only. A fix that waits for a slot is applied paused.
+            roll_out_soon(state, settings, logger, written, cid, remediation, paused=waiting is not None)
         elif decided.rolls_out:
             _rollout.ask_reconcile(parent, cid, logger)
         _report(parent, decided, reads.term)
         return True
     if expected:
         state.roll_outs.forget(namespace, name)
+        state.pacer.cancel(f"{namespace}/{name}")
     logger.warning(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
@@ -340,22 +349,38 @@ def _with_remediation(
     settings: OperatorSettings,
     view: ClusterView,
     policies: list[FleetPolicy],
-) -> tuple[dict[str, Any], _rollout.Remediation | None]:
+) -> tuple[dict[str, Any], _rollout.Remediation | None, Waiting | None]:
     """The decision's changes with the plan of its remediation, planned before the write from the model
     as the write will leave it, so that the write carries the plan: no reconcile has to follow the
-    roll-out to write it. The phase the roll-out puts the model in is said now: its steps then write
-    nothing."""
+    roll-out to write it. The phase the roll-out puts the model in is said now, and whether it waits
+    for a roll-out slot (:class:`loadline.handlers._pacing.Pacer`): its steps then write nothing."""
     stored = parent.get("status") or {}
     changes = decided.changes
     leaves = {**parent, "status": {**stored, **changes}}
     remediation = _rollout.plan_remediation(state, leaves, settings, view, policies)
+    waiting = None
+    if remediation is not None and remediation.workload.get("kind") == "Deployment":  # one that pauses
+        waiting = state.pacer.ask(roll_out_request(parent, remediation))
     if remediation is not None:
         changes = {**changes, **remediation.status}
         leaves = {**stored, **changes}
+        said = f"{waiting.ahead} ahead of it; {waiting.reason}" if waiting is not None else ""
         changes |= _build.build_remediating_status(
-            leaves, result=decided.decision.result, now=_build.now_iso()
+            leaves, result=decided.decision.result, now=_build.now_iso(), waiting=said
         )
-    return changes, remediation
+    return changes, remediation, waiting
+
+
+def roll_out_request(parent: Mapping[str, Any], remediation: _rollout.Remediation) -> RollOutRequest:
+    """What the pacer orders a model's roll-out by: its GPU pool, ``spec.priority`` and what it serves."""
+    meta, spec = parent["metadata"], parent.get("spec") or {}
+    return RollOutRequest(
+        key=f"{meta['namespace']}/{meta['name']}",
+        pool=remediation.plan.chosen.gpu.name,
+        priority=int(spec.get("priority") or 0),
+        serves=remediation.replicas * int(spec.get("concurrency") or 1),
+        since=time.time(),
+    )
 
 
 def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
@@ -373,9 +398,14 @@ def roll_out_soon(
     model: dict[str, Any],
     crash: str,
     remediation: _rollout.Remediation | None,
+    *,
+    paused: bool = False,
 ) -> Future[object]:
-    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events)."""
-    return state.lanes.models.submit(_rollout.roll_out, state, settings, model, crash, remediation, logger)
+    """A crash's remediation rolled out on the MODELS lane (the crash's thread goes on to its Events);
+    ``paused``: it waits for a roll-out slot (applied paused, released by the pacer)."""
+    return state.lanes.models.submit(
+        _rollout.roll_out, state, settings, model, crash, remediation, logger, paused=paused
+    )
 
 
 def _report(parent: Mapping[str, Any], decided: CrashDecision, term: Mapping[str, Any]) -> None:

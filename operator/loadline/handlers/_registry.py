@@ -35,9 +35,11 @@ from loadline.handlers import (
     _toggles,
 )
 from loadline.handlers._lanes import Lanes
+from loadline.handlers._pacing import Pacer
 from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
+from loadline.pacing import PacingLimits
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
 from loadline.sharding import ShardAssignment
 
@@ -75,7 +77,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
     # One per kopf run: a new leadership term starts afresh. The run's shards come in kopf's memo
     # (loadline run builds them before it starts kopf).
     memo["state"] = state = OperatorState(
-        shards=memo.get("shards") or ShardAssignment(), lanes=Lanes.sized(SETTINGS.max_workers)
+        shards=memo.get("shards") or ShardAssignment(),
+        lanes=Lanes.sized(SETTINGS.max_workers),
+        pacer=Pacer(PacingLimits(SETTINGS.rollouts_at_once, SETTINGS.rollouts_per_pool)),
     )
     # Before any watch starts: kopf's index gate woke every waiting object at each new object.
     if not _toggles.install():
@@ -110,7 +114,9 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
 def stop_lanes(memo: kopf.Memo, **_: Any) -> None:
     """The run stops: its lanes finish what they took, so nothing of it writes once kopf returns (a
     standby, or the next run with other shards, may start then)."""
-    state_of(memo).lanes.shutdown(wait=True)
+    state = state_of(memo)
+    state.pacer.stop()
+    state.lanes.shutdown(wait=True)
 
 
 @kopf.on.startup(id="discovery", backoff=_discovery.RETRY_SECONDS)
@@ -322,7 +328,10 @@ def workload_event(
     state.workloads.note(body)  # the readiness timer reads it here, not from the API server
     refs = body["metadata"].get("ownerReferences") or []
     owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
-    known = next(iter(kwargs["owned_models"].get(f"{body['metadata'].get('namespace')}/{owner}", ())), None)
+    key = f"{body['metadata'].get('namespace')}/{owner}"
+    known = next(iter(kwargs["owned_models"].get(key, ())), None)
+    if owner and state.pacer.running(key) and _readiness.rolled_out(state, body, str(owner)):
+        state.pacer.finished(key)  # its roll-out slot goes to the next model waiting
     _readiness.on_workload_event(state, body, logger, known)
     _scale.sync_scale_status(body, known, logger)  # the scale subresource's status.replicas/selector
 

@@ -123,18 +123,27 @@ def plan_remediation(
     return Remediation(plan, inputs.obj.spec.replicas, workload, _build.status_changes(previous, status))
 
 
+def paused(workload: Mapping[str, Any]) -> dict[str, Any]:
+    """The Deployment with ``spec.paused``: its template carries the fix, its controller rolls nothing
+    until an apply without it (server-side apply drops a field its manager no longer sends)."""
+    return {**workload, "spec": {**(workload.get("spec") or {}), "paused": True}}
+
+
 def apply_remediation(
     state: OperatorState,
     body: Mapping[str, Any],
     remediation: Remediation,
     logger: logging.Logger | kopf.Logger,
     settings: OperatorSettings,
+    *,
+    hold: bool = False,
 ) -> bool:
-    """Apply a remediation's workload (``body``: the model as the decision's write answered). False
-    when the API server refused it: reconcile then takes it over, with kopf's retries."""
+    """Apply a remediation's workload (``body``: the model as the decision's write answered), paused
+    when it is to ``hold`` for a roll-out slot. False when the API server refused it: reconcile then
+    takes it over, with kopf's retries."""
     meta = body["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])
-    child = remediation.workload
+    child = paused(remediation.workload) if hold else remediation.workload
     with state.roll_outs.lock(namespace, name):
         try:
             result, changed = _kube.apply(child, settings.field_manager, state.versions)
@@ -147,8 +156,10 @@ def apply_remediation(
     state.applied.note(meta, child, fingerprint(child))
     state.capacity.note_planned(f"{namespace}/{name}", remediation.plan, remediation.replicas)
     if changed:
-        logger.info("rolled out %s/%s", child["kind"], child["metadata"]["name"])
-    _events.report_fallback(body, remediation.plan)
+        verb = "applied paused, waiting for a roll-out slot:" if hold else "rolled out"
+        logger.info("%s %s/%s", verb, child["kind"], child["metadata"]["name"])
+    if not hold:
+        _events.report_fallback(body, remediation.plan)
     return True
 
 
@@ -159,10 +170,35 @@ def roll_out(
     crash: str,
     remediation: Remediation | None,
     logger: logging.Logger | kopf.Logger,
+    *,
+    paused: bool = False,
 ) -> None:
-    """Apply the remediation's workload; what it cannot do alone (no remediation planned, the apply
-    refused) is handed to reconcile at once."""
-    if remediation is None or not apply_remediation(state, model, remediation, logger, settings):
-        meta = model["metadata"]
+    """Apply the remediation's workload (``paused``: it waits for a roll-out slot, and the pacer
+    releases it); what it cannot do alone (no remediation planned, the apply refused) is handed to
+    reconcile at once, and takes no slot."""
+    meta = model["metadata"]
+    key = f"{meta['namespace']}/{meta['name']}"
+    if remediation is None or not apply_remediation(state, model, remediation, logger, settings, hold=paused):
+        state.pacer.cancel(key)
         state.roll_outs.settled(str(meta["namespace"]), str(meta["name"]))  # reconcile's apply decides
+        ask_reconcile(model, crash, logger)
+        return
+    if paused:
+        fix, lane = remediation, state.lanes.models
+        state.pacer.hold(key, lambda: lane.submit(release, state, settings, model, crash, fix, logger))
+
+
+def release(
+    state: OperatorState,
+    settings: OperatorSettings,
+    model: dict[str, Any],
+    crash: str,
+    remediation: Remediation,
+    logger: logging.Logger | kopf.Logger,
+) -> None:
+    """A paused remediation's turn: its workload applied again, unpaused (refused: reconcile)."""
+    meta = model["metadata"]
+    logger.info("%s/%s: its roll-out slot came; rolling out the remediation", meta["namespace"], meta["name"])
+    if not apply_remediation(state, model, remediation, logger, settings):
+        state.pacer.finished(f"{meta['namespace']}/{meta['name']}")
         ask_reconcile(model, crash, logger)

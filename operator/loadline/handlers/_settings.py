@@ -192,6 +192,17 @@ class OperatorSettings(BaseSettings):
     )
     remediation_min_confidence: float = Field(default=0.6, ge=0, le=1, description="Act only above this.")
     remediation_max_memory_gib: float = Field(default=1024, gt=0, description="Cap on raised pod memory.")
+    rollouts_at_once: int = Field(
+        default=100,
+        ge=0,
+        description="Crash remediations rolling out at once in this replica; more wait their turn, in "
+        "order of spec.priority and of what they serve (0: no limit).",
+    )
+    rollouts_per_pool: int = Field(
+        default=50,
+        ge=0,
+        description="Of those, at most this many on one GPU type (0: no limit).",
+    )
     remediation_outcome_horizon_minutes: int = Field(
         default=1440,
         gt=0,

@@ -31,8 +31,10 @@ from loadline.handlers._index import INSTANCE_LABEL, Views
 from loadline.handlers._kube import AppliedVersions, RecentReads
 from loadline.handlers._lanes import Lanes
 from loadline.handlers._observe import Observations
+from loadline.handlers._pacing import Pacer
 from loadline.hub import ConfigCache
 from loadline.oom import SeenCrashes
+from loadline.pacing import PacingLimits
 from loadline.sharding import ShardAssignment
 from loadline.sizing import CapacityBook
 
@@ -296,9 +298,12 @@ class OperatorState:
     shards: ShardAssignment = field(default_factory=ShardAssignment)
     #: The fleet's observation store as this process last read or wrote it (docs/observe.md).
     observations: Observations = field(default_factory=Observations)
+    #: The crash roll-outs running and waiting their turn (docs/oom.md, "A storm of crashes").
+    pacer: Pacer = field(default_factory=lambda: Pacer(PacingLimits()))
 
     def forget_model(self, namespace: str, name: str) -> None:
         """A deleted model's reservations, fingerprints, guard and lock go with it."""
         self.capacity.forget(f"{namespace}/{name}")
+        self.pacer.cancel(f"{namespace}/{name}")
         self.applied.forget(namespace, name)
         self.roll_outs.forget_model(namespace, name)

@@ -292,16 +292,21 @@ def ready_reason(status: Mapping[str, Any]) -> str | None:
     return None
 
 
-def build_remediating_status(previous: Mapping[str, Any], *, result: str, now: str) -> Status:
+def build_remediating_status(
+    previous: Mapping[str, Any], *, result: str, now: str, waiting: str = ""
+) -> Status:
     """The phase and Ready condition of a model whose crash's remediation rolls out now, written with
     the decision (``previous``: the status as the decision leaves it): ``Deploying``, the Ready
     condition False with reason :data:`REMEDIATING` and what the remediation changes. Said by the
     decision's own write, so that the workload's roll-out need not write the model until it is
     available (:func:`build_readiness_status`). Nothing for a model in another phase (Failed, Pending,
-    Degraded are decided elsewhere)."""
+    Degraded are decided elsewhere). ``waiting``: why the roll-out waits for a slot (a storm's roll-outs
+    are paced, :mod:`loadline.pacing`), said in the message until the model is Ready again."""
     if previous.get("phase") not in {"Deploying", "Ready"}:
         return {}
     message = f"rolling out the remediation: {result}"
+    if waiting:
+        message = f"the remediation waits to roll out: {waiting}; then {result}"
     generation = previous.get("observedGeneration")
     conditions = merge_conditions(
         previous.get("conditions", []) or [],
