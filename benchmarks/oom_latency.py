@@ -27,8 +27,8 @@ no status, no Event). Its crash → pod Ready again is what this machine's contr
 roll-outs (the Deployment controller, the scheduler and KWOK share the cores), as fleet.py's direct
 writes are for creation; the benchmark prints the operator's figures over it as ratios. For each storm
 it also says where the time went: per crash, the stages crash → decided (the operator) → rolled (the pod
-template) → the new pod created (the Deployment controller) → scheduled (the scheduler) → started
-(Ready, KWOK) → the model Ready in status (the operator's readiness write). ``--mode operator`` or
+template) → unpaused (its turn, when the operator paces a storm's roll-outs) → the new pod created (the
+Deployment controller) → scheduled (the scheduler) → started (Ready, KWOK) → the model Ready in status (the operator's readiness write). ``--mode operator`` or
 ``--mode direct`` (``--direct``) run one storm alone.
 
 Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--over SECONDS] [--mode both]`
@@ -183,6 +183,8 @@ def watch_deployments(namespace: str, baseline: dict[str, str], seen: Any) -> No
         limits = dep.spec.template.spec.containers[0].resources.limits or {}
         if limits.get("memory") not in {None, baseline.get(dep.metadata.name)}:
             seen.put(("rolled", dep.metadata.name, now))
+            if not dep.spec.paused:  # a fix that waited for its roll-out slot was applied paused
+                seen.put(("unpaused", dep.metadata.name, now))
 
 
 def watch_pods(namespace: str, baseline: dict[str, str], seen: Any) -> None:
@@ -236,10 +238,11 @@ def respond_directly(namespace: str, threads: int) -> None:
 
 
 #: The stages of one crash's recovery, in order, as the watches see them (first sight of each per model).
-STAGES = ("decided", "rolled", "created", "scheduled", "started", "ready")
+STAGES = ("decided", "rolled", "unpaused", "created", "scheduled", "started", "ready")
 STAGE_NAMES = {
     "decided": "the operator's decision in status",
     "rolled": "the raised memory in the pod template",
+    "unpaused": "its roll-out's turn (the Deployment not paused: the operator paces a storm)",
     "created": "the new pod created (Deployment controller)",
     "scheduled": "the new pod bound to a node (scheduler)",
     "started": "the new pod Ready (KWOK for the kubelet)",
