@@ -28,7 +28,8 @@ roll-outs (the Deployment controller, the scheduler and KWOK share the cores), a
 writes are for creation; the benchmark prints the operator's figures over it as ratios. For each storm
 it also says where the time went: per crash, the stages crash → decided (the operator) → rolled (the pod
 template) → unpaused (its turn, when the operator paces a storm's roll-outs) → the new pod created (the
-Deployment controller) → scheduled (the scheduler) → started (Ready, KWOK) → the model Ready in status (the operator's readiness write). ``--mode operator`` or
+Deployment controller) → scheduled (the scheduler) → started (Ready, KWOK) → the model Ready in status
+(the operator's readiness write). ``--mode operator`` or
 ``--mode direct`` (``--direct``) run one storm alone.
 
 Run: `.venv/bin/python benchmarks/oom_latency.py [COUNT] [--injectors 8] [--over SECONDS] [--mode both]`
