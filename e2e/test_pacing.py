@@ -61,7 +61,9 @@ def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and len(said_waiting) + len(paused_with_fix) < 2:
         for obj in kubectl.json("get", "inferencemodels", "-n", namespace)["items"]:
-            ready = next((c for c in obj["status"].get("conditions", []) if c["type"] == "Ready"), {})
+            ready: dict[str, Any] = next(
+                (c for c in obj["status"].get("conditions", []) if c["type"] == "Ready"), {}
+            )
             if "waits to roll out" in ready.get("message", ""):
                 said_waiting.setdefault(obj["metadata"]["name"], ready["message"])
         for dep in kubectl.json("get", "deployments", "-n", namespace)["items"]:
