@@ -173,3 +173,28 @@ def test_a_fix_that_waits_is_applied_paused_and_rolled_unpaused_when_its_turn_co
     assert state.pacer.running("team-a/chat")
     state.pacer.stop()
     state.lanes.shutdown(wait=True)
+
+
+def test_a_slot_is_held_until_the_controller_created_the_new_pods_not_until_they_serve() -> None:
+    """The control plane's part of a roll-out ends when its new pods exist; their start (minutes of
+    weight loading on a real GPU node) holds no slot. A paused or not yet observed Deployment has not
+    started its roll-out."""
+    from loadline.status import build as _build
+
+    def deployment(
+        paused: bool = False, observed: int = 2, updated: int = 1, available: int = 0
+    ) -> dict[str, Any]:
+        return {
+            "metadata": {"generation": 2},
+            "spec": {"replicas": 1, "paused": paused},
+            "status": {
+                "observedGeneration": observed,
+                "updatedReplicas": updated,
+                "availableReplicas": available,
+            },
+        }
+
+    assert _build.new_pods_created(deployment())  # created, not available yet
+    assert not _build.new_pods_created(deployment(paused=True, updated=0))
+    assert not _build.new_pods_created(deployment(observed=1))
+    assert not _build.new_pods_created(deployment(updated=0))

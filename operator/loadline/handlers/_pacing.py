@@ -4,8 +4,10 @@ A crash's decision asks for a slot (:meth:`Pacer.ask`) before it is written, so 
 write says whether the fix rolls now or waits, behind how many and why. A fix that waits is applied at
 once with the Deployment paused (the pod template carries the fix; its controller rolls nothing), and
 its release (:meth:`Pacer.hold`) applies it again unpaused when a slot frees: when a running
-roll-out's Deployment shows it complete (:meth:`Pacer.finished`, from the Deployment's watch event),
-or when it has held its slot for :data:`SLOT_SECONDS` (a pod that cannot start does not stop the fleet).
+roll-out's Deployment shows its new pods created (:meth:`Pacer.finished`, from the Deployment's watch
+event: what follows, the pods' start, is the nodes' work, minutes of weight loading that must not hold
+the control plane's slots), or when it has held its slot for :data:`SLOT_SECONDS` (a roll-out that
+makes no progress does not stop the fleet).
 An operator that stops with paused Deployments loses nothing: reconcile, on the next start, applies
 every workload unpaused.
 """

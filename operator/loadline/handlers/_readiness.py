@@ -35,11 +35,11 @@ def says_nothing_yet(
     )
 
 
-def rolled_out(state: OperatorState, workload: Mapping[str, Any], model: str) -> bool:
-    """Whether the workload shows its current template rolled out everywhere, and is news about the
-    model (not the crashed workload before this process's remediation of it is applied)."""
+def new_pods_created(state: OperatorState, workload: Mapping[str, Any], model: str) -> bool:
+    """Whether the workload's controller created its current template's pods, and the workload is news
+    about the model (not the crashed workload before this process's remediation of it is applied)."""
     namespace = str((workload.get("metadata") or {}).get("namespace"))
-    return _build.rollout_complete(workload) and not says_nothing_yet(state, namespace, model, workload)
+    return _build.new_pods_created(workload) and not says_nothing_yet(state, namespace, model, workload)
 
 
 def on_workload_event(

@@ -330,8 +330,8 @@ def workload_event(
     owner = next((ref.get("name") for ref in refs if ref.get("kind") == KIND), None)
     key = f"{body['metadata'].get('namespace')}/{owner}"
     known = next(iter(kwargs["owned_models"].get(key, ())), None)
-    if owner and state.pacer.running(key) and _readiness.rolled_out(state, body, str(owner)):
-        state.pacer.finished(key)  # its roll-out slot goes to the next model waiting
+    if owner and state.pacer.running(key) and _readiness.new_pods_created(state, body, str(owner)):
+        state.pacer.finished(key)  # the control plane's part is done: its slot goes to the next model
     _readiness.on_workload_event(state, body, logger, known)
     _scale.sync_scale_status(body, known, logger)  # the scale subresource's status.replicas/selector
 

@@ -199,7 +199,7 @@ class OperatorSettings(BaseSettings):
         "order of spec.priority and of what they serve (0: no limit).",
     )
     rollouts_per_pool: int = Field(
-        default=50,
+        default=0,
         ge=0,
         description="Of those, at most this many on one GPU type (0: no limit).",
     )
