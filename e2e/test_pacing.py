@@ -5,7 +5,9 @@ waits and why; then both serve with the fix, nothing left paused."""
 
 from __future__ import annotations
 
+import json
 import signal
+import subprocess
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -14,10 +16,38 @@ import pytest
 
 from chart import ChartOperator
 from crash import crash_container
-from kube import REPO, Kubectl, wait_for
+from kube import REPO, Kubectl, kubectl_binary, wait_for
 from operator_helpers import example, pods_of, wait_phase
 
 MODELS = ("chat-a", "chat-b")
+
+
+class Versions:
+    """Every version of the namespace's objects of ``kind`` from now on, as ``kubectl get -w`` shows
+    them (a watch delivers each write: none is coalesced away, however short it lasted)."""
+
+    def __init__(self, kubectl: Kubectl, namespace: str, kind: str) -> None:
+        binary = kubectl.binary or kubectl_binary()
+        self._proc = subprocess.Popen(
+            [str(binary), "--kubeconfig", str(kubectl.kubeconfig), "get", kind, "-n", namespace,
+             "-w", "--watch-only", "-o", "json"],
+            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        )  # fmt: skip
+
+    def stop(self) -> list[dict[str, Any]]:
+        self._proc.terminate()
+        text, _ = self._proc.communicate(timeout=10)
+        decoder, at = json.JSONDecoder(), 0
+        seen: list[dict[str, Any]] = []
+        while (at := len(text) - len(text[at:].lstrip())) < len(text):
+            obj, at = decoder.raw_decode(text, at)
+            seen.append(obj)
+        return seen
+
+
+def _ready_message(obj: dict[str, Any]) -> str:
+    conditions = (obj.get("status") or {}).get("conditions") or []
+    return str(next((c.get("message", "") for c in conditions if c["type"] == "Ready"), ""))
 
 
 def _restart_with(operator: ChartOperator, values: dict[str, Any]) -> None:
@@ -53,33 +83,24 @@ def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with
         wait_phase(kubectl, namespace, name, "Ready")
         [pods[name]] = pods_of(kubectl, namespace, name)
         memory[name] = pods[name]["spec"]["containers"][0]["resources"]["limits"]["memory"]
+    deployments, models = (
+        Versions(kubectl, namespace, "deployments"),
+        Versions(kubectl, namespace, "inferencemodels"),
+    )
+    time.sleep(1)  # watching before the crashes are written
     for name in MODELS:  # a host OOM kill of both, back to back: the fix raises the pod's memory
         crash_container(kubectl, pods[name]["metadata"]["name"], namespace, "oomkilled")
 
-    said_waiting: dict[str, str] = {}
-    paused_with_fix: set[str] = set()
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and len(said_waiting) + len(paused_with_fix) < 2:
-        for obj in kubectl.json("get", "inferencemodels", "-n", namespace)["items"]:
-            ready: dict[str, Any] = next(
-                (c for c in obj["status"].get("conditions", []) if c["type"] == "Ready"), {}
-            )
-            if "waits to roll out" in ready.get("message", ""):
-                said_waiting.setdefault(obj["metadata"]["name"], ready["message"])
-        for dep in kubectl.json("get", "deployments", "-n", namespace)["items"]:
-            limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-            owner = dep["metadata"]["ownerReferences"][0]["name"]
-            if dep["spec"].get("paused") and limits["memory"] != memory[owner]:
-                paused_with_fix.add(owner)
-        time.sleep(0.2)
-    # Exactly one waited: the other took the one slot.
-    assert len(said_waiting) == 1, said_waiting
-    [(waited, message)] = said_waiting.items()
-    assert "1 roll-out runs fleet-wide (at most 1 at once)" in message, message
-    assert paused_with_fix == {waited}
+    for name in MODELS:  # each serves with its fix: a new pod with the raised memory, Ready again
 
-    for name in MODELS:
-        final = wait_phase(kubectl, namespace, name, "Ready", timeout=180)
+        def replaced(name: str = name) -> dict[str, Any] | None:
+            now = pods_of(kubectl, namespace, name)
+            new = len(now) == 1 and now[0]["metadata"]["uid"] != pods[name]["metadata"]["uid"]
+            return now[0] if new else None
+
+        pod = wait_for(replaced, timeout=120, what=f"{name}'s pod replaced")
+        assert pod["spec"]["containers"][0]["resources"]["limits"]["memory"] != memory[name]
+        final = wait_phase(kubectl, namespace, name, "Ready", timeout=120)
         assert final["status"]["remediation"]["actionsToday"] == 1
 
     def both_rolled() -> bool | None:
@@ -87,15 +108,23 @@ def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with
         return all(not d["spec"].get("paused") for d in deps) or None
 
     wait_for(both_rolled, timeout=30, what="no Deployment left paused")
-    for name in MODELS:
-
-        def replaced(name: str = name) -> dict[str, Any] | None:
-            now = pods_of(kubectl, namespace, name)
-            return (
-                now[0]
-                if len(now) == 1 and now[0]["metadata"]["uid"] != pods[name]["metadata"]["uid"]
-                else None
-            )
-
-        pod = wait_for(replaced, timeout=30, what=f"{name}'s pod replaced")
-        assert pod["spec"]["containers"][0]["resources"]["limits"]["memory"] != memory[name]
+    # One waited, and its status said so and why: the other took the one slot.
+    said_waiting = {
+        obj["metadata"]["name"]: _ready_message(obj)
+        for obj in models.stop()
+        if "waits to roll out" in _ready_message(obj)
+    }
+    assert len(said_waiting) == 1, said_waiting
+    [(waited, message)] = said_waiting.items()
+    assert "1 ahead of it; 1 roll-out runs fleet-wide (at most 1 at once)" in message, message
+    # Every version of the Deployments: the one that waited carried the fix paused first, then unpaused;
+    # the other's fix was never paused.
+    fixed = []
+    for dep in deployments.stop():
+        owner = dep["metadata"]["ownerReferences"][0]["name"]
+        limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
+        if limits["memory"] != memory[owner]:
+            fixed.append((owner, bool(dep["spec"].get("paused"))))
+    assert (waited, True) in fixed and (waited, False) in fixed, fixed
+    assert fixed.index((waited, True)) < fixed.index((waited, False)), fixed
+    assert all(not paused for owner, paused in fixed if owner != waited), fixed
