@@ -40,7 +40,10 @@ class Versions:
         decoder, at = json.JSONDecoder(), 0
         seen: list[dict[str, Any]] = []
         while (at := len(text) - len(text[at:].lstrip())) < len(text):
-            obj, at = decoder.raw_decode(text, at)
+            try:
+                obj, at = decoder.raw_decode(text, at)
+            except json.JSONDecodeError:
+                break  # the last object, cut short when the watch was stopped mid-write
             seen.append(obj)
         return seen
 
