@@ -8,8 +8,9 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -33,19 +34,42 @@ class Versions:
              "-w", "--watch-only", "-o", "json"],
             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         )  # fmt: skip
+        self._chunks: list[str] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
 
-    def stop(self) -> list[dict[str, Any]]:
-        self._proc.terminate()
-        text, _ = self._proc.communicate(timeout=10)
+    def _read(self) -> None:
+        assert self._proc.stdout is not None
+        for line in self._proc.stdout:
+            self._chunks.append(line)
+
+    def seen(self) -> list[dict[str, Any]]:
+        """The versions delivered so far (an object still being written is left for later)."""
+        text = "".join(self._chunks)
         decoder, at = json.JSONDecoder(), 0
-        seen: list[dict[str, Any]] = []
+        found: list[dict[str, Any]] = []
         while (at := len(text) - len(text[at:].lstrip())) < len(text):
             try:
                 obj, at = decoder.raw_decode(text, at)
             except json.JSONDecodeError:
-                break  # the last object, cut short when the watch was stopped mid-write
-            seen.append(obj)
-        return seen
+                break
+            found.append(obj)
+        return found
+
+    def until(self, done: Callable[[list[dict[str, Any]]], bool], what: str) -> list[dict[str, Any]]:
+        """The versions once ``done`` holds for them (the watch then stops)."""
+        try:
+            return wait_for(
+                lambda: (lambda now: now if done(now) else None)(self.seen()), timeout=30, what=what
+            )
+        finally:
+            self._proc.terminate()
+            self._proc.wait(timeout=10)
+
+
+def _ready_after_the_fix(obj: dict[str, Any]) -> bool:
+    status = obj.get("status") or {}
+    return status.get("phase") == "Ready" and bool((status.get("remediation") or {}).get("handledCrashes"))
 
 
 def _ready_message(obj: dict[str, Any]) -> str:
@@ -112,22 +136,31 @@ def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with
 
     wait_for(both_rolled, timeout=30, what="no Deployment left paused")
     # One waited, and its status said so and why: the other took the one slot.
+    ready_again = models.until(
+        lambda seen: {o["metadata"]["name"] for o in seen if _ready_after_the_fix(o)} >= set(MODELS),
+        "both models Ready again in the watch",
+    )
     said_waiting = {
         obj["metadata"]["name"]: _ready_message(obj)
-        for obj in models.stop()
+        for obj in ready_again
         if "waits to roll out" in _ready_message(obj)
     }
     assert len(said_waiting) == 1, said_waiting
     [(waited, message)] = said_waiting.items()
     assert "1 ahead of it; 1 roll-out runs fleet-wide (at most 1 at once)" in message, message
+
     # Every version of the Deployments: the one that waited carried the fix paused first, then unpaused;
     # the other's fix was never paused.
-    fixed = []
-    for dep in deployments.stop():
+    def fix(dep: dict[str, Any]) -> tuple[str, bool] | None:
+        """(model, paused) of a Deployment version that carries its model's fix."""
         owner = dep["metadata"]["ownerReferences"][0]["name"]
         limits = dep["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]
-        if limits["memory"] != memory[owner]:
-            fixed.append((owner, bool(dep["spec"].get("paused"))))
+        return (owner, bool(dep["spec"].get("paused"))) if limits["memory"] != memory[owner] else None
+
+    versions = deployments.until(
+        lambda seen: (waited, False) in [fix(d) for d in seen], "the waiting fix unpaused in the watch"
+    )
+    fixed = [found for found in map(fix, versions) if found is not None]
     assert (waited, True) in fixed and (waited, False) in fixed, fixed
     assert fixed.index((waited, True)) < fixed.index((waited, False)), fixed
     assert all(not paused for owner, paused in fixed if owner != waited), fixed
