@@ -695,34 +695,24 @@ def crash_looping(pods: Iterable[Mapping[str, Any]]) -> bool:
 def new_pods_created(workload: Mapping[str, Any] | None) -> bool:
     """Whether a Deployment's controller has done its part of a roll-out: it saw the latest generation,
     is not paused, and every replica's pod is of the current template (created, maybe still starting:
-    loading the weights is the node's work, not the control plane's)."""
-    if not workload:
+    loading the weights is the node's work, not the control plane's). An unobserved status says no."""
+    if not workload or (workload.get("status") or {}).get("observedGeneration") is None:
         return False
-    meta, spec, status = (
-        workload.get("metadata") or {},
-        workload.get("spec") or {},
-        workload.get("status") or {},
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
+    return (
+        not spec.get("paused")
+        and workload_observed(workload)
+        and int(status.get("updatedReplicas", 0) or 0) >= int(spec.get("replicas", 1) or 0)
     )
-    seen = status.get("observedGeneration")
-    if spec.get("paused") or seen is None or int(seen) < int(meta.get("generation") or 0):
-        return False
-    return int(status.get("updatedReplicas", 0) or 0) >= int(spec.get("replicas", 1) or 0)
 
 
 def rollout_complete(workload: Mapping[str, Any] | None) -> bool:
     """Whether a Deployment or LeaderWorkerSet has rolled out its current template everywhere: the
     controller saw the latest generation, and every replica is updated and available (no old pod left)."""
-    if not workload:
+    if not workload or not workload_observed(workload):
         return False
-    meta, spec, status = (
-        workload.get("metadata") or {},
-        workload.get("spec") or {},
-        workload.get("status") or {},
-    )
+    spec, status = workload.get("spec") or {}, workload.get("status") or {}
     wanted = int(spec.get("replicas", 1) or 0)
-    seen = status.get("observedGeneration")
-    if seen is not None and int(seen) < int(meta.get("generation") or 0):
-        return False
     available = status.get("availableReplicas", status.get("readyReplicas", 0)) or 0
     return (
         int(status.get("updatedReplicas", 0) or 0) == wanted
