@@ -18,6 +18,7 @@ import pytest
 from chart import ChartOperator
 from crash import crash_container
 from kube import REPO, Kubectl, kubectl_binary, wait_for
+from loadline.sizing._shapes import parse_quantity
 from operator_helpers import example, pods_of, wait_phase
 
 MODELS = ("chat-a", "chat-b")
@@ -114,9 +115,33 @@ def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with
         Versions(kubectl, namespace, "deployments"),
         Versions(kubectl, namespace, "inferencemodels"),
     )
+    # The first fix's new pod is held by a quota of exactly the memory the pods have now (its raised
+    # limit does not fit), so that its roll-out holds the one slot until the quota goes: on an idle
+    # control plane a roll-out's controller part takes a fraction of a second, less than the time
+    # between the two crashes' decisions.
+    held = sum(int(parse_quantity(memory[name])) for name in MODELS)
+    kubectl.apply(
+        {"apiVersion": "v1", "kind": "ResourceQuota", "metadata": {"name": "hold", "namespace": namespace},
+         "spec": {"hard": {"limits.memory": str(held)}}},
+        namespace,
+    )  # fmt: skip
+    wait_for(
+        lambda: (
+            kubectl.json("get", "resourcequota", "hold", "-n", namespace).get("status", {}).get("used")
+            or None
+        ),
+        timeout=30,
+        what="the quota's usage counted",
+    )
     time.sleep(1)  # watching before the crashes are written
     for name in MODELS:  # a host OOM kill of both, back to back: the fix raises the pod's memory
         crash_container(kubectl, pods[name]["metadata"]["name"], namespace, "oomkilled")
+    wait_for(
+        lambda: any("waits to roll out" in _ready_message(o) for o in models.seen()) or None,
+        timeout=60,
+        what="a model's status saying its fix waits",
+    )
+    kubectl("delete", "resourcequota", "hold", "-n", namespace)
 
     for name in MODELS:  # each serves with its fix: a new pod with the raised memory, Ready again
 
@@ -125,7 +150,7 @@ def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with
             new = len(now) == 1 and now[0]["metadata"]["uid"] != pods[name]["metadata"]["uid"]
             return now[0] if new else None
 
-        pod = wait_for(replaced, timeout=120, what=f"{name}'s pod replaced")
+        pod = wait_for(replaced, timeout=150, what=f"{name}'s pod replaced")
         assert pod["spec"]["containers"][0]["resources"]["limits"]["memory"] != memory[name]
         final = wait_phase(kubectl, namespace, name, "Ready", timeout=120)
         assert final["status"]["remediation"]["actionsToday"] == 1
