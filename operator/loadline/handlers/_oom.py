@@ -358,16 +358,15 @@ def _with_remediation(
     changes = decided.changes
     leaves = {**parent, "status": {**stored, **changes}}
     remediation = _rollout.plan_remediation(state, leaves, settings, view, policies)
-    waiting = None
-    if remediation is not None and remediation.workload.get("kind") == "Deployment":  # one that pauses
-        waiting = state.pacer.ask(roll_out_request(parent, remediation))
-    if remediation is not None:
-        changes = {**changes, **remediation.status}
-        leaves = {**stored, **changes}
-        said = f"{waiting.ahead} ahead of it; {waiting.reason}" if waiting is not None else ""
-        changes |= _build.build_remediating_status(
-            leaves, result=decided.decision.result, now=_build.now_iso(), waiting=said
-        )
+    if remediation is None:
+        return changes, None, None
+    pauses = remediation.workload.get("kind") == "Deployment"  # a LeaderWorkerSet has no spec.paused
+    waiting = state.pacer.ask(roll_out_request(parent, remediation)) if pauses else None
+    changes = {**changes, **remediation.status}
+    said = f"{waiting.ahead} ahead of it; {waiting.reason}" if waiting is not None else ""
+    changes |= _build.build_remediating_status(
+        {**stored, **changes}, result=decided.decision.result, now=_build.now_iso(), waiting=said
+    )
     return changes, remediation, waiting
 
 
