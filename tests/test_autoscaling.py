@@ -189,6 +189,37 @@ def test_scale_status_is_the_workloads_pods_and_the_pods_selector() -> None:
     assert scale_status("chat", surging, 4)["replicas"] == 3  # scaling up: the pods are not there yet
 
 
+def deployment(generation: int, observed: int, wanted: int, pods: int, updated: int) -> dict[str, Any]:
+    status = {"observedGeneration": observed, "replicas": pods}
+    if updated:  # the Deployment controller leaves zero counts out
+        status["updatedReplicas"] = updated
+    return {"metadata": {"generation": generation}, "spec": {"replicas": wanted}, "status": status}
+
+
+def test_a_roll_out_does_not_move_the_scale_subresources_count() -> None:
+    # A one-pod model's remediation (maxSurge 0): the old pod ends before its successor is made. The
+    # Deployment's own count goes 1 → 0 → 1; the model's status.replicas stays 1, so an HPA or KEDA
+    # reading the scale subresource sees no scale-down, and the model gets no write for it.
+    versions = [
+        deployment(generation=2, observed=1, wanted=1, pods=1, updated=1),  # the new template applied
+        deployment(generation=2, observed=2, wanted=1, pods=0, updated=0),  # the old pod gone
+        deployment(generation=2, observed=2, wanted=1, pods=1, updated=1),  # its successor made
+    ]
+    seen = [scale_status("chat", version, 1, previous=1)["replicas"] for version in versions]
+    assert seen == [1, 1, 1]
+    # Without the hold the dip is what the Deployment says (and what status.replicas was before).
+    assert [scale_status("chat", version, 1)["replicas"] for version in versions] == [1, 0, 1]
+    # A three-replica roll-out holds its count until every pod is of the new template.
+    rolling = deployment(generation=5, observed=5, wanted=3, pods=2, updated=1)
+    assert scale_status("chat", rolling, 3, previous=3)["replicas"] == 3
+    # A scale is no roll-out: every pod is of the current template, and the new count is written.
+    scaled_down = deployment(generation=6, observed=6, wanted=1, pods=1, updated=1)
+    assert scale_status("chat", scaled_down, 1, previous=3)["replicas"] == 1
+    scaled_up = deployment(generation=7, observed=7, wanted=3, pods=3, updated=3)
+    assert scale_status("chat", scaled_up, 3, previous=1)["replicas"] == 3
+    assert scale_status("chat", deployment(8, 8, 0, 0, 0), 0, previous=1)["replicas"] == 0
+
+
 def test_model_gauges_follow_spec_and_status_and_go_with_the_model() -> None:
     body = {
         "metadata": {"namespace": "team-z", "name": "gauged"},

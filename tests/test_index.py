@@ -3,6 +3,8 @@ GPUs (a finished pod, a node that lost its GPU label, a restart that is over) mu
 
 from __future__ import annotations
 
+import sys
+import threading
 from typing import Any
 
 from kopf._core.engines.indexing import OperatorIndexer
@@ -52,3 +54,49 @@ def test_a_finished_restart_releases_its_slot() -> None:
 
     assert indexed(entry("Running")) == {"team-a/chat": [{"namespace": "team-a", "labels": {}}]}
     assert indexed(entry("Running"), entry("Done")) == {}
+
+
+def test_an_index_read_from_a_handlers_thread_while_kopf_changes_it() -> None:
+    # kopf changes its indexes on its event loop while sync handlers (the maintenance timer, a crash's
+    # remediation, reconcile) read them in threads. Reading through the mapping's views raised
+    # "dictionary changed size during iteration" or KeyError in a storm of 1,000 crashes; the
+    # handlers' readers take the index in one step and must never fail, however the threads interleave.
+    indexer = OperatorIndexer()
+    for pod in range(200):
+        indexer.replace(("team-a", f"pod-{pod}", f"uid-{pod}"), {f"node-{pod % 50}": pod})
+    stop = threading.Event()
+
+    def churn() -> None:  # pods come and go, as in a storm's roll-outs
+        turn = 0
+        while not stop.is_set():
+            turn += 1
+            pod = turn % 400
+            key = ("team-a", f"pod-{pod}", f"uid-{pod}")
+            if turn % 2:
+                indexer.replace(key, {f"node-{turn % 97}": pod})
+            else:
+                indexer.discard(key)
+
+    def views_fail(reads: int) -> int:
+        failures = 0
+        for _ in range(reads):
+            try:
+                [entry for store in indexer.index.values() for entry in store]
+            except (RuntimeError, KeyError):
+                failures += 1
+        return failures
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads interleave as often as the interpreter lets them
+    worker = threading.Thread(target=churn, daemon=True)
+    worker.start()
+    try:
+        assert views_fail(3000) > 0, "the race this guards against did not happen: the test proves nothing"
+        for _ in range(3000):
+            pods = _index.entries(indexer.index)
+            assert all(isinstance(pod, int) for pod in pods)
+            assert all(len(pair) == 2 for pair in _index.pairs(indexer.index))
+    finally:
+        stop.set()
+        worker.join()
+        sys.setswitchinterval(switch)

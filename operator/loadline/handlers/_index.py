@@ -8,10 +8,11 @@ indexing function returns None, and drops them only for an empty mapping.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import Any, TypeVar
 
 from loadline.render import LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY
 from loadline.sizing._capacity import GPU_RESOURCE, INSTANCE_TYPE_LABEL, PRODUCT_LABEL
@@ -33,6 +34,39 @@ WATCH_SELECTORS: dict[tuple[str, str, str], tuple[str | None, str | None]] = {
     ("", "v1", "pods"): (None, "spec.nodeName!=,status.phase!=Succeeded"),
     ("apps", "v1", "deployments"): (f"{LABEL_MANAGED_BY}={MANAGED_BY}", None),
 }
+
+
+_K = TypeVar("_K")
+_V = TypeVar("_V")
+
+
+#: How many times :func:`pairs` copies an index that kept changing under it before it gives up (each copy
+#: takes well under a thread switch interval: one more almost always finds it still).
+COPY_ATTEMPTS = 100
+
+
+def pairs(index: Mapping[_K, Iterable[_V]]) -> list[tuple[_K, _V]]:
+    """Every (key, entry) of a kopf index as it is now, safe to read from a handler's thread.
+
+    kopf changes its indexes on its event loop while sync handlers run in threads. Stepping through an
+    index (its keys, then each key's store) lets another thread change it between two steps, which
+    raised ``RuntimeError: dictionary changed size during iteration`` (the maintenance timer, in a storm
+    of 1,000 crashes) or ``KeyError``. No step of Python is atomic against that, and the index has no
+    lock to take, so the copy is made again when it was broken: what a reader gets is the index as it
+    was at some moment, never a failure."""
+
+    def copy() -> list[tuple[_K, _V]]:
+        return [(key, entry) for key in list(index) for entry in list(index.get(key) or ())]
+
+    for _ in range(COPY_ATTEMPTS - 1):
+        with contextlib.suppress(RuntimeError, KeyError):
+            return copy()
+    return copy()
+
+
+def entries(index: Mapping[Any, Iterable[_V]]) -> list[_V]:
+    """Every entry of a kopf index as it is now, safe to read from a handler's thread (:func:`pairs`)."""
+    return [entry for _, entry in pairs(index)]
 
 
 def node_entry(body: Mapping[str, Any], name: str) -> dict[str, Any]:
@@ -155,10 +189,7 @@ class Views:
             if young:
                 self._views[max_age] = newest = max(young, key=lambda v: v[2])
                 return newest[3]
-        built = (
-            [v for store in nodes.values() for v in store],
-            [v for store in pods.values() for v in store],
-        )
+        built = (entries(nodes), entries(pods))
         with self._lock:
             self._views[max_age] = (nodes, pods, now, built)
         return built

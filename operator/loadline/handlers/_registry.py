@@ -192,7 +192,10 @@ def fleet_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
 
 
 def _policy_bodies(index: kopf.Index[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    return {name: next(iter(store)) for name, store in index.items() if store}
+    bodies: dict[str, dict[str, Any]] = {}
+    for name, body in _index.pairs(index):  # read from handlers' threads too
+        bodies.setdefault(name, body)
+    return bodies
 
 
 @kopf.on.event(GROUP, VERSION, POLICY_PLURAL)
@@ -292,7 +295,7 @@ def maintenance(
     # step per tick. Reads Prometheus once an hour per model (the learned window is kept in memo).
     state = state_of(memo)
     nodes, pods = state.views.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
-    restarting_now = {key: entry for key, store in kwargs["restarting"].items() for entry in store}
+    restarting_now = dict(_index.pairs(kwargs["restarting"]))
     if state.shards.sharded:  # the slots are the cluster's: other shards' restarts hold them too
         restarting_now = {**_fleet.restarting_everywhere(SETTINGS, state.restarting), **restarting_now}
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())

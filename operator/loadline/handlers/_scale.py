@@ -3,8 +3,9 @@
 ``status.replicas`` and ``status.selector`` are what ``kubectl scale``, an HPA and KEDA read through
 the InferenceModel's scale subresource: the pods the workload has and the labels that find them. They
 are mirrored from the workload's own watch events (a Deployment's ``status.replicas``), written only
-when they moved. The operator never writes ``spec.replicas``: whoever scales owns it, and reconcile
-renders the workload with it.
+when they moved, and held while a new template rolls out (no 1 → 0 → 1 for a one-pod roll-out). The
+operator never writes ``spec.replicas``: whoever scales owns it, and reconcile renders the workload
+with it.
 """
 
 from __future__ import annotations
@@ -41,8 +42,11 @@ def sync_scale_status(
     if owner is None or known is None:
         return
     desired = int((known.get("spec") or {}).get("replicas", 1))
-    changes = build_scale_status(str(owner["name"]), workload, desired)
     status = known.get("status") or {}
+    previous = status.get("replicas")
+    changes = build_scale_status(
+        str(owner["name"]), workload, desired, previous if isinstance(previous, int) else None
+    )
     if all(status.get(key) == value for key, value in changes.items()):
         return
     try:

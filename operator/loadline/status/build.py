@@ -109,17 +109,36 @@ def with_owner(manifest: Mapping[str, Any], owner: Mapping[str, Any], namespace:
     return child
 
 
-def build_scale_status(model: str, workload: Mapping[str, Any], desired: int | None = None) -> Status:
+def build_scale_status(
+    model: str, workload: Mapping[str, Any], desired: int | None = None, previous: int | None = None
+) -> Status:
     """``status.replicas`` and ``status.selector`` of model ``model``: what ``kubectl scale``, an HPA and
     KEDA read through its scale subresource. The replicas are the workload's own count (a Deployment's
     pods, a LeaderWorkerSet's groups), at most the model's ``desired`` replicas: the extra pod of a
     restart's surge is the operator's, and an HPA that counted it would scale the model up by one for
-    good. The selector is the pods' labels as a selector string."""
+    good. While the workload rolls a new template out (:func:`rolling_out`), the ``previous`` count
+    stands: a roll-out replaces pods one for one, and the dip between an old pod's end and its
+    successor's start (a single-replica model at 0 for a moment) is no change of scale, only two writes
+    per roll-out that every reader of the model would be sent. The selector is the pods' labels as a
+    selector string."""
     replicas = int((workload.get("status") or {}).get("replicas", 0) or 0)
     if desired is not None:
         replicas = min(replicas, desired)
+    if previous is not None and rolling_out(workload):
+        replicas = previous
     selector = ",".join(f"{key}={value}" for key, value in sorted(pod_selector(model).items()))
     return _status_patch(replicas=replicas, selector=selector)
+
+
+def rolling_out(workload: Mapping[str, Any]) -> bool:
+    """Whether the workload's controller is replacing its pods with a new template's: it observed its
+    current spec, and fewer of its replicas than it wants are of that template yet. (A Deployment
+    leaves ``updatedReplicas`` out at 0; a status older than the spec is not taken as a roll-out.)"""
+    status = workload.get("status") or {}
+    if status.get("observedGeneration") is None or not workload_observed(workload):
+        return False
+    wanted = int((workload.get("spec") or {}).get("replicas", 1) or 0)
+    return int(status.get("updatedReplicas", 0) or 0) < wanted
 
 
 def workload_observed(workload: Mapping[str, Any] | None) -> bool:
