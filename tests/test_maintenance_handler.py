@@ -308,13 +308,24 @@ def test_a_remediation_roll_out_still_rolling_in_the_deployments_events_costs_no
     try:
         state.workloads.note(deployment(2, 2, 1))  # the watch: one of two pods updated
         assert "maintenance" not in tend(model(running), state=state).status and reads == []
+        # The timer's tick stops before gathering the fleet's view for tend: nothing to do.
+        assert _maintenance.remediation_rolling(state, model(running))
         state.workloads.note(deployment(1, 1, 2))  # an event from before the new template
+        assert not _maintenance.remediation_rolling(state, model(running))  # it may be done: tend asks
         assert (
             "maintenance" not in tend(model(running), state=state).status and len(reads) == 1
         )  # the GET says no
         stored[0] = deployment(2, 2, 2)
         state.workloads.note(stored[0])
+        assert not _maintenance.remediation_rolling(state, model(running))
         assert tend(model(running), state=state).status["maintenance"]["state"] == "Done" and len(reads) == 2
+        # Other records are tend's whatever the workload shows: a restart steps pod by pod, and a
+        # remediation whose overrides are held back waits for the operator to render them.
+        state.workloads.note(deployment(2, 2, 1))
+        assert not _maintenance.remediation_rolling(state, model({**running, "action": "restart"}))
+        held = model(running)
+        held["status"]["remediation"] = {"heldOverrides": {"gpuMemoryUtilization": 0.85}}
+        assert not _maintenance.remediation_rolling(state, held)
     finally:
         state.workloads.note(deployment(2, 2, 2), deleted=True)
 

@@ -417,14 +417,37 @@ def _carry_out(
     logger.info("restart of %s/%s: %s", namespace, name, step.reason)
 
 
+def _seen_rolling(state: OperatorState, kind: str, namespace: str, name: str) -> bool:
+    """Whether the workload's last watch event shows it still rolling out (a Deployment's; a
+    LeaderWorkerSet is not watched): taken at its word, with no request."""
+    seen = state.workloads.get(namespace, name) if kind == "Deployment" else None
+    return seen is not None and not _build.rollout_complete(seen)
+
+
 def _rollout_complete(fleet: FleetView, api_version: str, kind: str, namespace: str, name: str) -> bool:
     """Whether the workload rolled out its current template. A Deployment that its last watch event
     shows still rolling is taken at its word (no request each tick of a roll-out); a GET confirms
     what the event shows done, since that event may predate the remediation's new template."""
-    seen = fleet.state.workloads.get(namespace, name) if kind == "Deployment" else None
-    if seen is not None and not _build.rollout_complete(seen):
+    if _seen_rolling(fleet.state, kind, namespace, name):
         return False
     return _build.rollout_complete(_kube.get(api_version, kind, namespace, name))
+
+
+def remediation_rolling(state: OperatorState, body: Mapping[str, Any]) -> bool:
+    """Whether this tick of the timer has nothing to do: the model's remediation rolls out as its
+    workload's controller carries it, with nothing held back for the operator to render, and the
+    workload's last watch event shows it still rolling. :func:`_carry_out` would find the same, after
+    the fleet's view was gathered for it: in a storm of 1,000 crashes that was a copy of the GPU
+    indexes, the restarting models and the policies for each of 5,000 ticks that did nothing."""
+    status = body.get("status") or {}
+    record = record_from_status(status.get("maintenance"))
+    if record is None or record.state != "Running" or record.action != "remediation":
+        return False
+    if (status.get("remediation") or {}).get("heldOverrides") is not None or _upgrade.waiting(status):
+        return False
+    multi_node = int((status.get("plan") or {}).get("nodesPerReplica", 1) or 1) > 1
+    _, kind, workload_name = workload_ref(body["metadata"]["name"], multi_node)
+    return _seen_rolling(state, kind, body["metadata"]["namespace"], workload_name)
 
 
 def _scale(api_version: str, kind: str, namespace: str, name: str, replicas: int | None) -> None:

@@ -263,13 +263,15 @@ def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_observe.INTERVAL_SECONDS, initial_delay=2, when=_observable)
-def observed_memory(
+async def observed_memory(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     # Runs only while the running plan is not observed yet (``when``): one bounded log read a look,
-    # the looks on a back-off (a log that never says costs a read every ten minutes).
+    # the looks on a back-off (a log that never says costs a read every ten minutes). The tick is
+    # decided on the event loop; only a due look takes a thread (the CHECKS lane), not each tick.
     if _observe.look_due(body, memo):
-        _observe.observe(body, patch, SETTINGS, state_of(memo).observations, logger)
+        state = state_of(memo)
+        await state.lanes.checks.run(_observe.observe, body, patch, SETTINGS, state.observations, logger)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
@@ -294,6 +296,8 @@ def maintenance(
     # A pending restart or remediation roll-out: when (window, policy slots, predicted OOM), then one
     # step per tick. Reads Prometheus once an hour per model (the learned window is kept in memo).
     state = state_of(memo)
+    if _maintenance.remediation_rolling(state, body):
+        return  # the workload's controller rolls it: nothing to gather or do this tick
     nodes, pods = state.views.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
     restarting_now = dict(_index.pairs(kwargs["restarting"]))
     if state.shards.sharded:  # the slots are the cluster's: other shards' restarts hold them too
