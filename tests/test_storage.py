@@ -158,3 +158,44 @@ def test_the_essence_is_kopfs_own_without_copying_what_it_drops() -> None:
     body["spec"]["concurrency"] = 8
     body["metadata"]["labels"]["team"] = "b"
     assert ours["spec"]["concurrency"] == 4 and ours["metadata"]["labels"] == {"team": "a"}
+
+
+def test_clearing_kopfs_progress_gives_what_kopfs_own_storages_give_without_copies() -> None:
+    """kopf's clear deep-copies the essence, and the fallback to the earlier annotations did so again:
+    the same result is made in place, on the essence kopf built for the one comparison."""
+    body = _body(
+        annotations={f"{PREFIX}/reconcile": '{"retries": 1}'},
+        status={"kopf": {"progress": {"reconcile": {"retries": 1}}, "dummy": "x"}},
+    )
+
+    def essence() -> Any:
+        built = kopf.StatusDiffBaseStorage(field=FIELD).build(body=body)
+        built["status"] = {"kopf": {"progress": {"reconcile": {"retries": 1}}, "dummy": "x"}}
+        return built
+
+    kopfs = kopf.AnnotationsProgressStorage(prefix=PREFIX).clear(
+        essence=kopf.StatusProgressStorage(name="kopf").clear(essence=essence())
+    )
+    given = essence()
+    ours = StatusProgress(PREFIX).clear(essence=given)
+    assert ours == kopfs
+    assert ours is given  # no copy
+    assert (
+        "progress" not in ours["status"]["kopf"]
+        and f"{PREFIX}/reconcile" not in ours["metadata"]["annotations"]
+    )
+
+
+def test_objects_of_other_kinds_have_no_essence_to_compare() -> None:
+    """kopf builds and compares an essence for every watch event of every kind it watches; only a
+    model's changes are handled (reconcile), so a pod's or a Deployment's spec is not copied."""
+    storage = StatusDiffBase(PREFIX, KEY)
+    pod = kopf.Body(
+        {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}, "spec": {"containers": []}}
+    )
+    assert storage.build(body=pod) == {} and storage.fetch(body=pod) is None
+    # A model is compared as before, and one whose body does not say its kind is taken as a model.
+    model = _body()
+    assert storage.build(body=model)["spec"] == model["spec"]
+    unsaid = kopf.Body({k: v for k, v in _body().items() if k != "kind"})
+    assert storage.build(body=unsaid)["spec"] == model["spec"]

@@ -18,6 +18,9 @@ from collections.abc import Iterable
 from typing import Any, cast
 
 import kopf
+from kopf._cogs.structs import dicts
+
+from loadline.api import KIND
 
 __all__ = ["FIELD", "StatusDiffBase", "StatusProgress"]
 
@@ -37,6 +40,8 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         self._legacy = kopf.AnnotationsDiffBaseStorage(prefix=prefix, key=legacy_key)
 
     def build(self, *, body: kopf.Body, extra_fields: Iterable[Any] | None = None) -> kopf.BodyEssence:
+        if _not_a_model(body):
+            return cast(kopf.BodyEssence, {})
         if not extra_fields:
             # kopf deep-copies the whole object and then drops its status and metadata (but labels and
             # annotations): on every event of every model. Status and managedFields are most of a
@@ -54,6 +59,8 @@ class StatusDiffBase(kopf.StatusDiffBaseStorage):
         return essence
 
     def fetch(self, *, body: kopf.Body) -> kopf.BodyEssence | None:
+        if _not_a_model(body):
+            return None
         stored = super().fetch(body=body)
         return stored if stored is not None else self._legacy.fetch(body=body)
 
@@ -82,4 +89,23 @@ class StatusProgress(kopf.StatusProgressStorage):
         self._legacy.purge(key=key, body=body, patch=patch)  # writes only where the annotation is
 
     def clear(self, *, essence: kopf.BodyEssence) -> kopf.BodyEssence:
-        return self._legacy.clear(essence=super().clear(essence=essence))
+        """The essence without kopf's progress (``status.kopf.progress``, and the annotations of
+        earlier versions), changed in place. kopf's own ``clear`` deep-copies the essence first, and the
+        legacy fallback did so again: four copies of each model's essence per watch event. kopf calls
+        ``clear`` only on the two essences it has just fetched or built for one comparison
+        (``kopf._core.reactor.processing``), objects of its own that nothing else holds."""
+        dicts.remove(cast(dict[Any, Any], essence), self.field)
+        annotations = essence.get("metadata", {}).get("annotations", {})
+        prefix = f"{self._legacy.prefix}/"
+        self._legacy.remove_annotations(essence, {key for key in annotations if key.startswith(prefix)})
+        self.remove_empty_stanzas(essence)
+        return essence
+
+
+def _not_a_model(body: kopf.Body) -> bool:
+    """Whether the object is of another kind than InferenceModel (a pod, a Deployment, a node): kopf
+    builds and compares the essences of every object it watches, but only a model has handlers of
+    changes (reconcile) that read them, and a pod's or a Deployment's spec was deep-copied three times
+    per watch event for nothing. A body that does not say its kind is taken as a model."""
+    kind = body.get("kind")
+    return kind is not None and kind != KIND
