@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 import kopf
 import pytest
@@ -27,10 +28,10 @@ def test_kopf_waits_for_its_own_patch_as_long_as_a_loaded_watch_lags(monkeypatch
     assert settings.posting.level == logging.WARNING
 
 
-def _log_of_one_handler_run(local: bool, filtered: bool) -> list[str]:
+def _log_of_one_handler_run(kind: str, filtered: bool) -> list[str]:
     """What the operator's log says of one run of a handler through kopf's own execution: the handler
-    says something itself, then kopf says it succeeded. ``local``: kopf's logger for the handlers it
-    posts no k8s Event for (timers, watch events), else its logger for reconcile's handlers."""
+    says something itself, then kopf says it succeeded. ``kind``: ``watching`` (a watch event's
+    handler, logged as kopf logs those: without a k8s Event), ``timer``, or ``changing`` (reconcile's)."""
     from kopf._cogs.structs import bodies, ephemera, ids, patches, references
     from kopf._core.actions import execution, loggers, progression
     from kopf._core.intents import causes, handlers
@@ -52,7 +53,7 @@ def _log_of_one_handler_run(local: bool, filtered: bool) -> list[str]:
         objects.addFilter(routine)
     settings = kopf.OperatorSettings()
     body = bodies.Body({"metadata": {"namespace": "team-a", "name": "chat"}})
-    logger_class = loggers.LocalObjectLogger if local else loggers.ObjectLogger
+    logger_class = loggers.LocalObjectLogger if kind == "watching" else loggers.ObjectLogger
     cause = causes.WatchingCause(
         logger=logger_class(body=body, settings=settings), indices={}, memo=ephemera.Memo(),
         resource=references.Resource("loadline.dev", "v1alpha1", "inferencemodels"),
@@ -62,10 +63,22 @@ def _log_of_one_handler_run(local: bool, filtered: bool) -> list[str]:
     def said(logger: logging.Logger, **_: object) -> None:
         logger.info("team-a/chat is Ready: 1/1 replicas available")
 
-    handler = handlers.WatchingHandler(
-        id=ids.HandlerId("workload_event"), fn=said, param=None, errors=None, timeout=None, retries=None,
-        backoff=None, selector=None, labels=None, annotations=None, when=None, field=None, value=None,
+    common: dict[str, Any] = dict(
+        id=ids.HandlerId("h"), fn=said, param=None, errors=None, timeout=None, retries=None, backoff=None,
+        selector=None, labels=None, annotations=None, when=None, field=None, value=None,
     )  # fmt: skip
+    handler: Any
+    if kind == "watching":
+        handler = handlers.WatchingHandler(**common)
+    elif kind == "timer":
+        handler = handlers.TimerHandler(
+            **common, requires_finalizer=False, initial_delay=None, sharp=None, idle=None, interval=5
+        )
+    else:
+        handler = handlers.ChangingHandler(
+            **common, reason=None, initial=None, deleted=None, requires_finalizer=None, old=None, new=None,
+            field_needs_change=None,
+        )  # fmt: skip
 
     async def run() -> None:
         state = progression.State.from_scratch().with_handlers([handler])
@@ -85,14 +98,10 @@ def _log_of_one_handler_run(local: bool, filtered: bool) -> list[str]:
 def test_the_log_leaves_out_only_kopfs_routine_success_lines() -> None:
     """kopf logs "Handler 'x' succeeded." for every timer tick and watch event: 99 % of the log in a
     storm of 1,000 crashes. Those lines go; what a handler says itself stays, and so do the lines of
-    the handlers kopf also posts Events for (reconcile's), which operators and tests read."""
+    kopf's handlers of changes (reconcile's), which operators and tests read."""
     said = "team-a/chat is Ready: 1/1 replicas available"
-    assert _log_of_one_handler_run(local=True, filtered=False) == [
-        said,
-        "Handler 'workload_event' succeeded.",
-    ]
-    assert _log_of_one_handler_run(local=True, filtered=True) == [said]
-    assert _log_of_one_handler_run(local=False, filtered=True) == [
-        said,
-        "Handler 'workload_event' succeeded.",
-    ]
+    assert _log_of_one_handler_run("watching", filtered=False) == [said, "Handler 'h' succeeded."]
+    assert _log_of_one_handler_run("timer", filtered=False) == [said, "Timer 'h' succeeded."]
+    assert _log_of_one_handler_run("watching", filtered=True) == [said]
+    assert _log_of_one_handler_run("timer", filtered=True) == [said]
+    assert _log_of_one_handler_run("changing", filtered=True) == [said, "Handler 'h' succeeded."]

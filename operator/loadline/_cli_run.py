@@ -48,32 +48,35 @@ _Ts = TypeVarTuple("_Ts")
 
 
 class RoutineSuccesses(logging.Filter):
-    """Leaves out kopf's "Timer 'x' succeeded." / "Handler 'x' succeeded." for the handlers it runs
-    without a k8s Event (timers, and the handlers of watch events: pods, Deployments, the models' own
-    events). They were 99 % of the operator's log in a storm of 1,000 crashes (58,000 lines in four
-    minutes: the readiness timer alone 25 per crash), and formatting and writing them a few percent of
-    its CPU, while they say only that nothing failed. A failure is still logged, as is everything the
-    handlers themselves say, and the reconcile handler's outcomes (kopf posts those as Events too);
-    ``--verbose`` keeps every line.
+    """Leaves out kopf's "Timer 'x' succeeded." / "Handler 'x' succeeded." for its timers and the
+    handlers of watch events (pods, Deployments, the models' own events). They were 99 % of the
+    operator's log in a storm of 1,000 crashes (58,000 lines in four minutes: the readiness timer
+    alone 25 per crash), and formatting and writing them a few percent of its CPU, while they say only
+    that nothing failed. A failure is still logged, as is everything the handlers themselves say, and
+    reconcile's outcomes (kopf's handlers of changes, which kopf posts as Events too); ``--verbose``
+    keeps every line.
 
-    Told by where the record comes from, not by its text: an INFO record that kopf's
-    ``LocalObjectLogger`` flags ``k8s_skip``, logged by kopf's own ``execute_handler_once`` (the first
-    caller outside the logging plumbing), not by a handler it runs."""
+    Told by where the record comes from, not by its text: an INFO record whose first caller outside
+    the logging plumbing is kopf's own ``execute_handler_once``, for a handler of one of those kinds."""
 
     def __init__(self) -> None:
         super().__init__()
         from kopf._core.actions import execution, loggers
+        from kopf._core.intents import handlers
 
         self._execute = execution.execute_handler_once.__code__
         self._plumbing = {logging.__file__, loggers.__file__}
+        self._routine = (handlers.WatchingHandler, handlers.SpawningHandler)
 
     def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno != logging.INFO or not getattr(record, "k8s_skip", False):
+        if record.levelno != logging.INFO:
             return True
         frame: FrameType | None = sys._getframe(1)
         while frame is not None and frame.f_code.co_filename in self._plumbing:
             frame = frame.f_back
-        return frame is None or frame.f_code is not self._execute
+        if frame is None or frame.f_code is not self._execute:
+            return True
+        return not isinstance(frame.f_locals.get("handler"), self._routine)
 
 
 def _cmd_run(args: argparse.Namespace) -> int:

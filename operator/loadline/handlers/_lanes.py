@@ -15,8 +15,7 @@ sized from the settings when the run starts and shut down, waiting for their wor
   remediation (submitted by the crash's handler, which does not wait for it; under the model's lock,
   as reconcile is).
 - ``crashes``: handling a container crash (classify, remediate).
-- ``checks``: a due look of a timer that backs off: readiness of a Deploying model, the start-up
-  figures in a Ready model's log (the timers tick on the event loop).
+- ``checks``: a due readiness look of a Deploying model (its timer ticks on the event loop).
 - everything else: kopf's own pool.
 
 The time each call waited for a thread is ``loadline_lane_wait_seconds{lane}``.

@@ -263,15 +263,15 @@ def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_observe.INTERVAL_SECONDS, initial_delay=2, when=_observable)
-async def observed_memory(
+def observed_memory(
     body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, logger: kopf.Logger, **_: Any
 ) -> None:
     # Runs only while the running plan is not observed yet (``when``): one bounded log read a look,
-    # the looks on a back-off (a log that never says costs a read every ten minutes). The tick is
-    # decided on the event loop; only a due look takes a thread (the CHECKS lane), not each tick.
+    # the looks on a back-off (a log that never says costs a read every ten minutes). In kopf's own
+    # pool: in a storm the models Ready again read their logs all at once, and on the CHECKS lane those
+    # reads kept its threads from the readiness looks (18 s waits).
     if _observe.look_due(body, memo):
-        state = state_of(memo)
-        await state.lanes.checks.run(_observe.observe, body, patch, SETTINGS, state.observations, logger)
+        _observe.observe(body, patch, SETTINGS, state_of(memo).observations, logger)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)
