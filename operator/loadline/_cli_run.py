@@ -79,6 +79,16 @@ class RoutineSuccesses(logging.Filter):
         return not isinstance(frame.f_locals.get("handler"), self._routine)
 
 
+def _configure_logging(verbose: bool, debug: bool) -> None:
+    """kopf's logging, every object's lines naming it ("[namespace/name] ..."): one operator log serves
+    every model; kopf's routine success lines left out unless ``--verbose``/``--debug``."""
+    import kopf
+
+    kopf.configure(verbose=verbose, debug=debug, log_prefix=True)
+    if not (verbose or debug):
+        logging.getLogger("kopf.objects").addFilter(RoutineSuccesses())
+
+
 def _cmd_run(args: argparse.Namespace) -> int:
     if args.namespace:
         os.environ["LOADLINE_NAMESPACES"] = ",".join(args.namespace)
@@ -88,10 +98,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     settings = _registry.SETTINGS.__class__()  # re-read env after the flags above
     _registry.SETTINGS.__dict__.update(settings.__dict__)
-    # Object logs name their object ("[namespace/name] ..."): one operator log serves every model.
-    kopf.configure(verbose=args.verbose, debug=args.debug, log_prefix=True)
-    if not (args.verbose or args.debug):
-        logging.getLogger("kopf.objects").addFilter(RoutineSuccesses())
+    _configure_logging(args.verbose, args.debug)
     liveness = f"http://0.0.0.0:{settings.liveness_port}/healthz" if settings.liveness_port else None
     # /metrics from the start, for as long as the process lives: standbys serve it too
     # (loadline_leader_election_status says which replica leads), and a kopf run restarted with other
@@ -194,9 +201,7 @@ def _admission_process(relay: Any, parent: int, verbose: bool, debug: bool) -> N
 
     from loadline.handlers import _registry
 
-    kopf.configure(verbose=verbose, debug=debug, log_prefix=True)
-    if not (verbose or debug):
-        logging.getLogger("kopf.objects").addFilter(RoutineSuccesses())
+    _configure_logging(verbose, debug)
     # Die with the parent at once, as a container's processes do (SIGKILL of the operator's process
     # must not leave a webhook server that answers for a moment and then cuts the API server off).
     with contextlib.suppress(OSError, AttributeError):

@@ -234,13 +234,8 @@ def read_readiness(
     if multi_node and workload is not None:
         # A LeaderWorkerSet is not watched: its group count reaches the scale subresource at each look
         # (a Deployment's comes from its watch events, loadline.handlers._scale).
-        previous = status.get("replicas")
-        scale = _build.build_scale_status(
-            meta["name"],
-            workload,
-            int((body.get("spec") or {}).get("replicas", 1)),
-            previous if isinstance(previous, int) else None,
-        )
+        desired = int((body.get("spec") or {}).get("replicas", 1))
+        scale = _build.build_scale_status(meta["name"], workload, desired, status.get("replicas"))
         moved = {key: value for key, value in scale.items() if status.get(key) != value}
         if moved:
             patch.status.update(moved)

@@ -43,10 +43,7 @@ def sync_scale_status(
         return
     desired = int((known.get("spec") or {}).get("replicas", 1))
     status = known.get("status") or {}
-    previous = status.get("replicas")
-    changes = build_scale_status(
-        str(owner["name"]), workload, desired, previous if isinstance(previous, int) else None
-    )
+    changes = build_scale_status(str(owner["name"]), workload, desired, status.get("replicas"))
     if all(status.get(key) == value for key, value in changes.items()):
         return
     try:

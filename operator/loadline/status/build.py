@@ -110,35 +110,42 @@ def with_owner(manifest: Mapping[str, Any], owner: Mapping[str, Any], namespace:
 
 
 def build_scale_status(
-    model: str, workload: Mapping[str, Any], desired: int | None = None, previous: int | None = None
+    model: str, workload: Mapping[str, Any], desired: int | None = None, previous: object = None
 ) -> Status:
     """``status.replicas`` and ``status.selector`` of model ``model``: what ``kubectl scale``, an HPA and
     KEDA read through its scale subresource. The replicas are the workload's own count (a Deployment's
     pods, a LeaderWorkerSet's groups), at most the model's ``desired`` replicas: the extra pod of a
     restart's surge is the operator's, and an HPA that counted it would scale the model up by one for
     good. While the workload rolls a new template out (:func:`rolling_out`), the ``previous`` count
-    stands: a roll-out replaces pods one for one, and the dip between an old pod's end and its
-    successor's start (a single-replica model at 0 for a moment) is no change of scale, only two writes
-    per roll-out that every reader of the model would be sent. The selector is the pods' labels as a
-    selector string."""
+    (the model's ``status.replicas`` as it is; nothing when it has none) stands: a roll-out replaces
+    pods one for one, and the dip between an old pod's end and its successor's start (a single-replica
+    model at 0 for a moment) is no change of scale, only two writes per roll-out that every reader of
+    the model would be sent. The selector is the pods' labels as a selector string."""
     replicas = int((workload.get("status") or {}).get("replicas", 0) or 0)
     if desired is not None:
         replicas = min(replicas, desired)
-    if previous is not None and rolling_out(workload):
+    if isinstance(previous, int) and rolling_out(workload):
         replicas = previous
     selector = ",".join(f"{key}={value}" for key, value in sorted(pod_selector(model).items()))
     return _status_patch(replicas=replicas, selector=selector)
 
 
-def rolling_out(workload: Mapping[str, Any]) -> bool:
-    """Whether the workload's controller is replacing its pods with a new template's: it observed its
-    current spec, and fewer of its replicas than it wants are of that template yet. (A Deployment
-    leaves ``updatedReplicas`` out at 0; a status older than the spec is not taken as a roll-out.)"""
-    status = workload.get("status") or {}
-    if status.get("observedGeneration") is None or not workload_observed(workload):
-        return False
+def _updated_of_wanted(workload: Mapping[str, Any] | None) -> tuple[int, int] | None:
+    """(replicas of the current template, replicas wanted) as the workload's controller last counted
+    them, None when its status is not about the current spec (or says nothing). A Deployment leaves
+    ``updatedReplicas`` out at 0."""
+    status = (workload or {}).get("status") or {}
+    if not workload or status.get("observedGeneration") is None or not workload_observed(workload):
+        return None
     wanted = int((workload.get("spec") or {}).get("replicas", 1) or 0)
-    return int(status.get("updatedReplicas", 0) or 0) < wanted
+    return int(status.get("updatedReplicas", 0) or 0), wanted
+
+
+def rolling_out(workload: Mapping[str, Any]) -> bool:
+    """Whether the workload's controller is replacing its pods with a new template's: fewer of its
+    replicas than it wants are of that template yet."""
+    counts = _updated_of_wanted(workload)
+    return counts is not None and counts[0] < counts[1]
 
 
 def workload_observed(workload: Mapping[str, Any] | None) -> bool:
@@ -715,14 +722,9 @@ def new_pods_created(workload: Mapping[str, Any] | None) -> bool:
     """Whether a Deployment's controller has done its part of a roll-out: it saw the latest generation,
     is not paused, and every replica's pod is of the current template (created, maybe still starting:
     loading the weights is the node's work, not the control plane's). An unobserved status says no."""
-    if not workload or (workload.get("status") or {}).get("observedGeneration") is None:
-        return False
-    spec, status = workload.get("spec") or {}, workload.get("status") or {}
-    return (
-        not spec.get("paused")
-        and workload_observed(workload)
-        and int(status.get("updatedReplicas", 0) or 0) >= int(spec.get("replicas", 1) or 0)
-    )
+    counts = _updated_of_wanted(workload)
+    paused = bool(((workload or {}).get("spec") or {}).get("paused"))
+    return counts is not None and not paused and counts[0] >= counts[1]
 
 
 def rollout_complete(workload: Mapping[str, Any] | None) -> bool:
