@@ -68,6 +68,19 @@ def api_requests(replica: Any) -> Counter[tuple[str, str]]:
     return counts
 
 
+def metric_total(replica: Any, sample_name: str, **labels: str) -> float:
+    """One live replica's ``sample_name`` summed over its series whose labels include ``labels``."""
+    url = f"http://127.0.0.1:{replica.env['LOADLINE_METRICS_PORT']}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as answer:
+        text = answer.read().decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == sample_name and labels.items() <= sample.labels.items()
+    )
+
+
 def api_reads(replicas: Iterable[Any]) -> Counter[str]:
     """The operator's own reads of the API server so far (verbs get and list) by resource, summed over
     the live replicas; Leases left out (the election renews them at rest)."""

@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from chart import ChartOperator
+from conftest import OUTCOME_HORIZON_MINUTES
 from crash import crash_container, crashed_status, termination_for
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, kubectl_binary, wait_for
-from operator_helpers import example, pods_of, wait_phase
+from operator_helpers import example, metric_total, pods_of, wait_phase
 from test_prometheus import HISTORY, STEP, Pod, llama_0, openmetrics
 
 SAMPLER = (
@@ -306,6 +307,47 @@ def test_a_fix_that_did_not_work_is_not_repeated_the_next_rung_is_taken(
         said
     )
     rolled_out(kubectl, namespace, new_pod["metadata"]["name"])
+
+
+def outcome_count(operator: ChartOperator, action: str, result: str) -> float:
+    """``loadline_remediation_outcomes_total`` of the active replica for the sampler's class."""
+    labels = {"class": "batch_misconfiguration", "action": action, "result": result}
+    return metric_total(operator.active(), "loadline_remediation_outcomes_total", **labels)
+
+
+def test_a_fix_that_held_for_its_horizon_is_judged_worked_without_another_crash(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    """The sampler warm-up crash halves max_num_seqs and the new pod serves. The fix holds past its
+    horizon (the test dates the fix back, as if the model had served since): the operator judges it
+    worked on its own, with no crash to judge it by, in status, an Event and the outcome counter."""
+    pod = deploy_chat(kubectl, namespace)
+    age_container(kubectl, namespace, pod, 0)
+    crash_container(kubectl, pod["metadata"]["name"], namespace, "cuda-oom", message=SAMPLER)
+    remediation = handled(kubectl, namespace, 1)["status"]["remediation"]
+    assert [t["action"] for t in remediation["trials"]] == ["lower_max_num_seqs"], remediation
+    rolled_out(kubectl, namespace, pod["metadata"]["name"])
+    wait_phase(kubectl, namespace, "chat", "Ready")
+    before = outcome_count(operator, "lower_max_num_seqs", "worked")
+
+    applied = datetime.now(UTC) - timedelta(minutes=OUTCOME_HORIZON_MINUTES + 1)
+    dated = applied.replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    kubectl("patch", "inferencemodel", "chat", "-n", namespace, "--subresource=status", "--type=json", "-p",
+            json.dumps([{"op": "replace", "path": "/status/remediation/trials/0/appliedAt", "value": dated}]))  # fmt: skip
+
+    def judged() -> dict[str, Any] | None:
+        obj = kubectl.json("get", "inferencemodel", "chat", "-n", namespace)
+        return obj["status"]["remediation"] if obj["status"]["remediation"].get("outcomes") else None
+
+    # The timer looks every twelfth of the horizon (25 s here), then writes.
+    remediation = wait_for(judged, timeout=60, what="the fix judged on the clock")
+    assert [(o["action"], o["result"]) for o in remediation["outcomes"]] == [("lower_max_num_seqs", "worked")]
+    assert remediation["trials"] == [] and remediation["outcomeConfidence"] == {"batch_misconfiguration": 1.0}
+    assert remediation["overrides"]["maxNumSeqs"] == 128, "the fix that worked stays"
+    said = event_messages(kubectl, namespace).get("RemediationOutcome", [])
+    assert any("lower_max_num_seqs" in m and "worked" in m for m in said), said
+    assert outcome_count(operator, "lower_max_num_seqs", "worked") == before + 1
+    assert kubectl.json("get", "inferencemodel", "chat", "-n", namespace)["status"]["phase"] == "Ready"
 
 
 def test_a_crash_is_acted_on_once_and_a_fix_that_recurs_with_no_rung_left_needs_a_person(

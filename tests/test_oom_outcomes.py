@@ -3,6 +3,7 @@ fix that did not work is not repeated (the next rung, or a person with the histo
 
 from __future__ import annotations
 
+import copy
 import logging
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -10,10 +11,21 @@ from typing import Any
 import pytest
 
 from loadline.api import RemediationState, RemediationTrial
-from loadline.handlers import _events, _index, _kube, _metrics, _oom
+from loadline.handlers import _events, _index, _kube, _metrics, _oom, _outcomes
 from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
-from loadline.oom import Change, Diagnosis, OomClass, Option, Remediation
+from loadline.oom import (
+    Change,
+    Crash,
+    Diagnosis,
+    OomClass,
+    Option,
+    Remediation,
+    decide_crash,
+    judge_elapsed_trials,
+    judging_interval,
+    parse_incident,
+)
 from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confidence
 from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
 from loadline.oom._remediate import next_rung
@@ -214,3 +226,100 @@ def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
     assert parent.model["status"]["phase"] == "Degraded"
     assert any(reason == "RemediationOutcome" and "recurred" in message for reason, message in events)
     assert _metrics.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 1
+
+
+# ---- a fix that held, judged on the clock ---------------------------------------------------------------
+
+
+def sampler_fix_status(applied: datetime, generation: int = 3) -> dict[str, Any]:
+    """A model's status right after the sampler warm-up crash's fix (halve max_num_seqs) was applied at
+    ``applied``: what decide_crash writes, with its own clock."""
+    incident = parse_incident(
+        {"reason": "Error", "exit_code": 1, "config": {"max_num_seqs": 256},
+         "message": "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."}
+    )  # fmt: skip
+    crash = Crash("uid-1/vllm/1", "chat-0/vllm", "chat-0", "vllm")
+    decided = decide_crash(incident, {}, PolicyLimits(), applied, crash=crash, generation=generation)
+    assert decided is not None and decided.decision.apply
+    return {"phase": "Ready", "observedGeneration": generation, **decided.changes}
+
+
+def test_a_fix_that_held_past_its_horizon_is_judged_worked_without_another_crash() -> None:
+    status = sampler_fix_status(NOW - 25 * HOUR)
+    judged = judge_elapsed_trials(status, NOW, generation=3, horizon=24 * HOUR)
+    assert judged is not None
+    assert [(o.action, o.result) for o in judged.outcomes] == [("lower_max_num_seqs", "worked")]
+    remediation = judged.changes["remediation"]
+    assert remediation["trials"] == []
+    assert [(o["action"], o["result"]) for o in remediation["outcomes"]] == [("lower_max_num_seqs", "worked")]
+    assert remediation["outcomeConfidence"] == {"batch_misconfiguration": 1.0}
+    # The fix stays in force, and the stanza's revision moves (a decision made on the old one is refused).
+    assert remediation["overrides"] == status["remediation"]["overrides"] == {"maxNumSeqs": 128}
+    assert remediation["revision"] == status["remediation"]["revision"] + 1
+    [event] = judged.events
+    assert (event.reason, event.warning) == ("RemediationOutcome", False)
+    assert "lower_max_num_seqs for batch_misconfiguration" in event.message and "worked" in event.message
+
+
+def test_a_fix_within_its_horizon_or_of_an_older_spec_is_not_judged() -> None:
+    status = sampler_fix_status(NOW - 23 * HOUR)
+    assert judge_elapsed_trials(status, NOW, generation=3, horizon=24 * HOUR) is None
+    assert judge_elapsed_trials(status, NOW + 2 * HOUR, generation=3, horizon=24 * HOUR) is not None
+    # A person changed the spec since the fix (generation 4): the trial is void, judged neither way.
+    assert judge_elapsed_trials(status, NOW + 2 * HOUR, generation=4, horizon=24 * HOUR) is None
+    assert judge_elapsed_trials({"phase": "Ready"}, NOW, generation=3, horizon=24 * HOUR) is None
+
+
+def test_the_timer_looks_a_twelfth_of_the_horizon_apart_within_5_s_and_5_minutes() -> None:
+    assert judging_interval(timedelta(days=1)) == 300.0
+    assert judging_interval(timedelta(minutes=30)) == 150.0
+    assert judging_interval(timedelta(minutes=1)) == 5.0
+    settings = OperatorSettings(remediation_outcome_horizon_minutes=2)
+    assert _outcomes.interval_seconds(settings) == 10.0
+
+
+def test_the_timer_runs_for_models_with_fixes_of_their_current_spec_to_judge() -> None:
+    status = sampler_fix_status(NOW)
+    assert _outcomes.judging(status, 3)
+    assert not _outcomes.judging(status, 4)  # the spec changed since: nothing to judge
+    assert not _outcomes.judging({"phase": "Ready"}, 3)
+
+
+def test_the_timer_records_a_fix_that_held_in_status_an_event_and_the_metric(
+    model: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[tuple[bool, str, str]] = []
+    monkeypatch.setattr(
+        _events, "event", lambda obj, *, warning, reason, message: events.append((warning, reason, message))
+    )
+    generation = model.model["metadata"]["generation"]
+    model.model["status"] = sampler_fix_status(datetime.now(UTC) - 25 * HOUR, generation)
+    worked = _metrics.REMEDIATION_OUTCOMES.labels("batch_misconfiguration", "lower_max_num_seqs", "worked")
+    before = worked._value.get()
+    _outcomes.judge_trials(copy.deepcopy(model.model), OperatorSettings(), LOG)
+    remediation = model.model["status"]["remediation"]
+    assert remediation["trials"] == []
+    assert [(o["action"], o["result"]) for o in remediation["outcomes"]] == [("lower_max_num_seqs", "worked")]
+    assert [(w, r) for w, r, _ in events] == [(False, "RemediationOutcome")]
+    assert worked._value.get() == before + 1
+    # Judged once: the next tick finds nothing open.
+    _outcomes.judge_trials(copy.deepcopy(model.model), OperatorSettings(), LOG)
+    assert worked._value.get() == before + 1 and len(events) == 1
+
+
+def test_the_timer_never_overwrites_a_crash_decision_written_since_it_read_the_model(
+    model: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    events: list[str] = []
+    monkeypatch.setattr(_events, "event", lambda obj, *, warning, reason, message: events.append(reason))
+    generation = model.model["metadata"]["generation"]
+    model.model["status"] = sampler_fix_status(datetime.now(UTC) - 25 * HOUR, generation)
+    seen = copy.deepcopy(model.model)  # what the timer's tick read
+    model.model["status"]["remediation"]["revision"] += 1  # a crash's decision was written meanwhile
+    model.model["status"]["remediation"]["handledCrashes"].append("uid-1/vllm/2")
+    written = copy.deepcopy(model.model["status"])
+    worked = _metrics.REMEDIATION_OUTCOMES.labels("batch_misconfiguration", "lower_max_num_seqs", "worked")
+    before = worked._value.get()
+    _outcomes.judge_trials(seen, OperatorSettings(), LOG)
+    assert model.model["status"] == written, "the decision written meanwhile is kept whole"
+    assert not events and worked._value.get() == before  # nothing said or counted for a write refused

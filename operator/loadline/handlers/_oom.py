@@ -243,7 +243,7 @@ def _handle_crash(
             state.roll_outs.rolling(namespace, name)
             expected = True
         try:
-            written = _write_decision(parent, changes)
+            written = write_decision(parent, changes)
         except _kube.Changed:
             logger.info("crash %s: the InferenceModel changed meanwhile; deciding again", cid)
             time.sleep(min(0.05 * 2**attempt, 1.0))
@@ -382,7 +382,7 @@ def roll_out_request(parent: Mapping[str, Any], remediation: _rollout.Remediatio
     )
 
 
-def _write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
+def write_decision(parent: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str, Any]:
     """Write a crash's decision on condition that what it read still holds
     (:func:`_build.build_decision_patch`), else by the resourceVersion; :class:`_kube.Changed` when the
     model changed in what it read (or, in the fallback, at all)."""

@@ -25,6 +25,7 @@ from loadline.handlers import (
     _metrics,
     _observe,
     _oom,
+    _outcomes,
     _plan,
     _policies,
     _readiness,
@@ -260,6 +261,20 @@ def _observable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
 def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     """The fleet's learned corrections, for the plans this process makes (docs/observe.md)."""
     state_of(memo).observations.load(SETTINGS, logger)
+
+
+def _judging(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _outcomes.judging(status, meta.get("generation")) and _present(meta, kwargs)
+
+
+@kopf.timer(
+    GROUP, VERSION, PLURAL, interval=_outcomes.interval_seconds(SETTINGS),
+    initial_delay=_outcomes.interval_seconds(SETTINGS), when=_judging,
+)  # fmt: skip
+def remediation_outcomes(body: kopf.Body, logger: kopf.Logger, **_: Any) -> None:
+    # Only models with fixes not judged yet; a fix that held for its horizon is judged worked here
+    # (one that did not is judged at its crash, by the crash's decision).
+    _outcomes.judge_trials(body, SETTINGS, logger)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=_observe.INTERVAL_SECONDS, initial_delay=2, when=_observable)

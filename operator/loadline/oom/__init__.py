@@ -17,7 +17,15 @@ from typing import Any
 from loadline.api import RemediationOutcome
 from loadline.oom._classify import classify, start_up_phase
 from loadline.oom._confidence import ClassConfidence, class_confidences, parse_outcomes
-from loadline.oom._crash import Crash, CrashDecision, CrashEvent, decide_crash, remediation_in_force
+from loadline.oom._crash import (
+    Crash,
+    CrashDecision,
+    CrashEvent,
+    TrialsJudged,
+    decide_crash,
+    judge_elapsed_trials,
+    remediation_in_force,
+)
 from loadline.oom._model import (
     CAUSES,
     AllocatorFigures,
@@ -31,6 +39,7 @@ from loadline.oom._model import (
     Plan,
     Remediation,
 )
+from loadline.oom._outcome import judging_interval
 from loadline.oom._parse import parse_oom_text
 from loadline.oom._remediate import propose_remediation
 from loadline.oom._schema import parse_incident
@@ -53,10 +62,13 @@ __all__ = [
     "Plan",
     "Remediation",
     "SeenCrashes",
+    "TrialsJudged",
     "class_confidences",
     "classify",
     "decide_crash",
     "diagnose",
+    "judge_elapsed_trials",
+    "judging_interval",
     "parse_incident",
     "parse_oom_text",
     "parse_outcomes",

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from loadline.api import RemediationState, validate_known
+from loadline.api import RemediationOutcome, RemediationState, validate_known
 from loadline.maintenance import (
     MaintenanceRecord,
     crash_urgency,
@@ -26,7 +26,7 @@ from loadline.maintenance import (
 from loadline.oom._classify import classify
 from loadline.oom._model import Diagnosis, Incident
 from loadline.oom._outcome import DEFAULT_HORIZON
-from loadline.oom._policy import Decision, PolicyLimits, decide
+from loadline.oom._policy import Decision, PolicyLimits, decide, record_outcomes
 from loadline.oom._remediate import propose_remediation
 from loadline.status import build
 
@@ -139,6 +139,42 @@ def decide_crash(
     return CrashDecision(diagnosis, decision, changes, tuple(events), urgent)
 
 
+@dataclass(frozen=True)
+class TrialsJudged:
+    """Fixes judged on the clock alone: their horizon passed with no crash of their class."""
+
+    outcomes: tuple[RemediationOutcome, ...]
+    #: A merge patch of ``status``: the remediation stanza with the trials closed, the outcomes and the
+    #: confidence per class recorded, and its revision moved (a crash's decision made meanwhile on the
+    #: stanza before it is refused and made again; see ``build_decision_patch``).
+    changes: build.Status
+    events: tuple[CrashEvent, ...]
+
+
+def judge_elapsed_trials(
+    status: Mapping[str, Any], now: datetime, *, generation: int | None, horizon: timedelta = DEFAULT_HORIZON
+) -> TrialsJudged | None:
+    """The model's open trials whose horizon has passed, judged ``worked`` at ``now``; None when none has.
+
+    Without this a fix that worked would be judged only at the model's next crash, which a fix that
+    worked makes rare: the outcomes, and the confidence per class built on them, would hold the fixes
+    that failed and miss most of those that held. Trials of an older spec generation are void (the
+    remediation in force starts from the spec again: :func:`remediation_in_force`) and judged nothing."""
+    raw = status.get("remediation")
+    if not raw:
+        return None
+    current = validate_known(RemediationState, raw)
+    if current.observed_generation != generation or not current.trials:
+        return None
+    state = current.model_copy(deep=True)
+    outcomes = record_outcomes(state, None, now, horizon)
+    if not outcomes:
+        return None
+    state.revision = current.revision + 1
+    changes = build.build_remediation_status(state)
+    return TrialsJudged(outcomes, changes, tuple(_outcome_events(outcomes, state)))
+
+
 def _record_incident(
     status: Mapping[str, Any], diagnosis: Diagnosis, decision: Decision, crash: Crash, now: datetime
 ) -> list[dict[str, Any]]:
@@ -162,15 +198,7 @@ def _record_incident(
 def _events(crash: Crash, diagnosis: Diagnosis, decision: Decision, starting: str | None) -> list[CrashEvent]:
     """The Events of one decided crash: the fixes it judged, the crash itself, and the decision;
     ``starting``: the restart it starts now, said in the Remediated Event."""
-    events = []
-    for judged in decision.outcomes:
-        share = decision.state.outcome_confidence.get(judged.oom_class)
-        said = f" ({share:.0%} of this class's fixes worked here)" if share is not None else ""
-        message = (
-            f"{judged.action} for {judged.oom_class}, applied {judged.applied_at:%Y-%m-%d %H:%M}Z: "
-            f"{judged.result}{said}"
-        )
-        events.append(CrashEvent(judged.result == "recurred", "RemediationOutcome", message))
+    events = _outcome_events(decision.outcomes, decision.state)
     first = diagnosis.evidence[0] if diagnosis.evidence else ""
     said = (
         f"{crash.pod}/{crash.container}: {diagnosis.oom_class.value} (confidence {diagnosis.confidence:.2f})."
@@ -192,3 +220,18 @@ def _maintenance_events(record: MaintenanceRecord) -> list[CrashEvent]:
     """The Event for the state the decision put ``status.maintenance`` in (a fix that waits)."""
     said = restart_event(record)
     return [] if said is None else [CrashEvent(*said)]
+
+
+def _outcome_events(outcomes: tuple[RemediationOutcome, ...], state: RemediationState) -> list[CrashEvent]:
+    """A ``RemediationOutcome`` Event per judged fix (a warning when it recurred), with the share of its
+    class's fixes that worked on this model."""
+    events = []
+    for judged in outcomes:
+        share = state.outcome_confidence.get(judged.oom_class)
+        said = f" ({share:.0%} of this class's fixes worked here)" if share is not None else ""
+        message = (
+            f"{judged.action} for {judged.oom_class}, applied {judged.applied_at:%Y-%m-%d %H:%M}Z: "
+            f"{judged.result}{said}"
+        )
+        events.append(CrashEvent(judged.result == "recurred", "RemediationOutcome", message))
+    return events

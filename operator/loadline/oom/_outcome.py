@@ -21,15 +21,28 @@ from loadline.api import RemediationOutcome, RemediationTrial
 
 __all__ = [
     "DEFAULT_HORIZON",
+    "MAX_OUTCOMES",
     "Judgment",
     "failed_actions",
     "history_sentence",
     "judge_outcome",
+    "judging_interval",
     "outcome_confidence",
 ]
 
 #: How long a fix must hold before it counts as having worked (the operator's setting overrides it).
 DEFAULT_HORIZON = timedelta(hours=24)
+#: How many judged outcomes a model's status keeps (the newest).
+MAX_OUTCOMES = 50
+
+
+def judging_interval(horizon: timedelta) -> float:
+    """Seconds between two looks at a model's open trials for the ones whose horizon passed: a twelfth
+    of the horizon, between 5 s and 5 minutes. A fix is then judged ``worked`` at most that long after
+    its horizon ends (5 minutes for the default day, 5 s for a one-minute horizon), and a fleet of
+    models with open trials costs the operator at most one look per model every 5 s (short horizons)
+    and one every 5 minutes for horizons of an hour or more."""
+    return min(300.0, max(5.0, horizon.total_seconds() / 12))
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from loadline.api import AppliedChange, RemediationOutcome, RemediationState, Re
 from loadline.oom._model import Change, Diagnosis, OomClass, Remediation
 from loadline.oom._outcome import (
     DEFAULT_HORIZON,
+    MAX_OUTCOMES,
     failed_actions,
     history_sentence,
     judge_outcome,
@@ -156,12 +157,7 @@ def _decide(
     if state.day != day:
         state.day, state.actions_today, state.needs_person = day, 0, ""
     cls = diagnosis.oom_class.value
-    judged = judge_outcome(state.trials, cls, now, horizon, crash_started_at=crash_started_at)
-    state.trials = list(judged.open)
-    state.outcomes = [*state.outcomes, *judged.outcomes][-50:]
-    outcomes = judged.outcomes
-    if outcomes:
-        state.outcome_confidence = outcome_confidence(state.outcomes)
+    outcomes = record_outcomes(state, cls, now, horizon, crash_started_at=crash_started_at)
     if proposal.action != "none" and diagnosis.oom_class != OomClass.UNKNOWN:
         rung = next_rung(proposal, failed_actions(state.outcomes, cls))
         if rung is None:
@@ -179,6 +175,26 @@ def _decide(
         trial = RemediationTrial.model_validate({"class": cls, "action": decision.action, "appliedAt": now})
         decision.state.trials = [*decision.state.trials, trial][-20:]
     return replace(decision, outcomes=outcomes)
+
+
+def record_outcomes(
+    state: RemediationState,
+    incident_class: str | None,
+    now: datetime,
+    horizon: timedelta,
+    *,
+    crash_started_at: datetime | None = None,
+) -> tuple[RemediationOutcome, ...]:
+    """Judge ``state``'s open trials at ``now`` (:func:`judge_outcome`) and record the outcomes in it, in
+    place: the trials left open, the outcomes (the newest :data:`MAX_OUTCOMES`) and the confidence per
+    class. ``incident_class`` None: no incident, the clock alone (trials past their horizon worked).
+    Returns the outcomes judged now."""
+    judged = judge_outcome(state.trials, incident_class, now, horizon, crash_started_at=crash_started_at)
+    state.trials = list(judged.open)
+    if judged.outcomes:
+        state.outcomes = [*state.outcomes, *judged.outcomes][-MAX_OUTCOMES:]
+        state.outcome_confidence = outcome_confidence(state.outcomes)
+    return judged.outcomes
 
 
 def confidence_by_class(state: RemediationState) -> dict[str, float]:

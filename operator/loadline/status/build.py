@@ -496,6 +496,11 @@ def build_incident_status(
     return _status_patch(**fields)
 
 
+def build_remediation_status(remediation: RemediationState) -> Status:
+    """Status with the remediation stanza alone (outcomes judged on the clock, with no incident)."""
+    return _status_patch(remediation=remediation)
+
+
 #: Measured GPU memory is written only when it moved by at least this many GiB (or the GPU count, the
 #: plan's budget or the source changed): an idle model's readings stay within it and cause no writes.
 MEASURE_STEP_GIB = 0.5
