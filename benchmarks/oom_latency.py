@@ -43,8 +43,11 @@ import json
 import multiprocessing
 import queue
 import re
+import ssl
 import sys
+import threading
 import time
+import urllib.request
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
@@ -69,6 +72,7 @@ from _bench import (
     summary,
 )
 from kubernetes import client, config, watch
+from prometheus_client.parser import text_string_to_metric_families
 
 sys.path.insert(0, str(REPO / "e2e"))
 from crash import crashed_status, termination_for
@@ -119,6 +123,98 @@ def lane_waits(metrics_url: str) -> Counter[str]:
         elif sample.name == "loadline_lane_wait_seconds_sum":
             totals[f"{sample.labels['lane']} s"] += sample.value
     return totals
+
+
+KCM_PIDFILE = REPO / ".e2e" / "kwok" / "clusters" / "loadline-e2e" / "pids" / "kube-controller-manager.pid"
+"""The local control plane's kube-controller-manager (``make cluster-up``): its /metrics say how much
+work the storm gave the workload controllers, the roll-outs' bottleneck on this machine."""
+CONTROLLERS = ("deployment", "replicaset")
+
+
+class ControllerManager:
+    """The kube-controller-manager's own figures over a storm: each controller's syncs (its work queue's
+    adds; events of one object that arrive while it waits in the queue make one sync), the deepest its
+    queue got, and the requests it sent and how long its client's rate limit held them. Sampled every
+    second by a thread; nothing when the controller-manager cannot be found or read."""
+
+    def __init__(self) -> None:
+        self.url = self._url()
+        self.start: dict[str, float] = {}
+        self.end: dict[str, float] = {}
+        self.deepest: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _url() -> str | None:
+        try:
+            pid = KCM_PIDFILE.read_text().strip()
+            argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        except OSError:
+            return None
+        port = next((a.split("=", 1)[1] for a in argv if a.startswith("--secure-port=")), None)
+        return f"https://127.0.0.1:{port}/metrics" if port else None
+
+    def read(self) -> dict[str, float]:
+        """The counters now: ``adds <controller>``, ``depth <controller>``, ``requests``, ``throttled s``."""
+        figures: dict[str, float] = {}
+        if self.url is None:
+            return figures
+        context = ssl.create_default_context()
+        context.check_hostname, context.verify_mode = False, ssl.CERT_NONE  # the local cluster's own CA
+        try:
+            with urllib.request.urlopen(self.url, timeout=5, context=context) as answer:
+                text = answer.read().decode(errors="replace")
+        except OSError:
+            return figures
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                name = sample.labels.get("name")
+                if sample.name == "workqueue_adds_total" and name in CONTROLLERS:
+                    key = f"adds {name}"
+                elif sample.name == "workqueue_depth" and name in CONTROLLERS:
+                    key = f"depth {name}"
+                elif sample.name == "rest_client_requests_total":
+                    key = "requests"
+                elif sample.name == "rest_client_rate_limiter_duration_seconds_sum":
+                    key = "throttled s"
+                else:
+                    continue
+                figures[key] = figures.get(key, 0.0) + sample.value
+        return figures
+
+    def begin(self) -> None:
+        self.start = self.read()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            for key, value in self.read().items():
+                if key.startswith("depth "):
+                    self.deepest[key] = max(self.deepest.get(key, 0.0), value)
+
+    def finish(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.end = self.read()
+
+    def summary(self, crashes: int) -> str:
+        if not self.end:
+            return "not read (no local kube-controller-manager found)"
+        moved = {k: v - self.start.get(k, 0.0) for k, v in self.end.items() if not k.startswith("depth ")}
+        parts = [
+            f"{name} controller {moved[f'adds {name}'] / crashes:.1f} syncs per crash "
+            f"(its queue at most {self.deepest.get(f'depth {name}', 0.0):.0f} deep)"
+            for name in CONTROLLERS
+            if f"adds {name}" in moved
+        ]
+        parts.append(
+            f"{moved.get('requests', 0) / crashes:.1f} requests per crash, "
+            f"held {moved.get('throttled s', 0):.1f} s in all by its client's rate limit"
+        )
+        return "; ".join(parts)
 
 
 def per_crash(counts: Counter[str], crashes: int) -> str:
@@ -267,6 +363,7 @@ class Storm:
     waits: Counter[str] = field(default_factory=Counter)
     events: Counter[str] = field(default_factory=Counter)
     phases: str = ""
+    controllers: str = ""
 
     def note(self, what: str, key: str, when: float) -> None:
         if what in self.marks:
@@ -368,6 +465,8 @@ def run_storm(
             storm.crashed[raw["metadata"]["labels"]["loadline.dev/inferencemodel"]] = time.time()
             core.patch_namespaced_pod_status(raw["metadata"]["name"], namespace, json.loads(json.dumps(body)))
 
+        controllers = ControllerManager()
+        controllers.begin()
         cpu_before = cpu_seconds()
         start, wall_start = time.monotonic(), time.time()
         with ThreadPoolExecutor(args.injectors) as pool:
@@ -400,6 +499,8 @@ def run_storm(
             last_crash + READY_WITHIN_SECONDS,
             lambda: len(storm.serving_again()) >= len(storm.marks["rolled"]),
         )
+        controllers.finish()
+        storm.controllers = controllers.summary(max(1, len(storm.crashed)))
         storm.events = events_since(core, namespace, wall_start)
         if storm.operator:
             phases = Counter(
@@ -465,6 +566,7 @@ def report(storm: Storm, args: argparse.Namespace) -> None:
             f"{per_crash(storm.model_writes, crashes)}"
         )
     print(f"API server writes per crash (everyone's, by resource): {per_crash(storm.writes, crashes)}")
+    print(f"kube-controller-manager, from the first crash until all served again: {storm.controllers}")
     print(f"Events per crash (by who, reason): {per_crash(storm.events, crashes)}")
 
 
