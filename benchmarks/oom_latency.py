@@ -585,6 +585,10 @@ def compare(operator: Storm, floor: Storm) -> None:
     print("\n== loadline over the floor, same run, same cluster")
     print(ratio("crash → rolled", operator.since_crash("rolled"), floor.since_crash("rolled")))
     print(ratio("crash → serving again", operator.recovered(), floor.recovered()))
+    # What the pods did, whatever the model's status says: a model is Ready in status once its
+    # Deployment's controller reports the new pod available, which lags the pod itself while that
+    # controller's queue is deep.
+    print(ratio("crash → the new pod Ready (both)", operator.since_crash("started"), floor.recovered()))
     print(
         f"serving again within {READY_WITHIN_SECONDS:.0f} s: loadline {len(operator.recovered())} of "
         f"{len(operator.crashed)}, the floor {len(floor.recovered())} of {len(floor.crashed)}"
