@@ -83,15 +83,25 @@ class _Planner:
         action: Action,
         cooldown_end: datetime | None,
         locks: Sequence[RestartLock],
+        allowed: list[tuple[float, float]] | None,
+        given: MaintenanceRecord | None,
     ) -> None:
         self.model = model
         self.now = now
         self.zone = zone
         self.duration = duration
+        self.span = duration.total_seconds()
         self.persisted = persisted
         self.action = action
         self.cooldown_end = cooldown_end
+        self.earliest = cooldown_end or now
         self.locks = locks
+        #: The policies' allowed intervals (None: no policy limits the time).
+        self.allowed = allowed
+        #: The record as the caller gave it (None: none): a decision says whether it changes it.
+        self.given = given
+        #: Why an earlier schedule was given up, said before the new decision's reason.
+        self.notes: list[str] = []
 
     def local(self, moment: datetime) -> str:
         return f"{moment.astimezone(self.zone):%a %Y-%m-%d %H:%M %Z}"
@@ -189,6 +199,190 @@ class _Planner:
             scheduled_at=start,
         )
 
+    def keep(self, record: MaintenanceRecord, kind: str, at: datetime) -> MaintenanceDecision:
+        """The persisted record goes on as it is (``record``: it, with the pending action)."""
+        return MaintenanceDecision(kind, at, record.reason, record, record != self.given)  # type: ignore[arg-type]
+
+    def because(self, text: str) -> str:
+        return "; ".join([*self.notes, text])
+
+    def crash_loop(self) -> MaintenanceDecision:
+        """Rules 3 and 4: act now, unless the cool-down forbids it."""
+        if self.cooldown_end is not None:
+            return self.cooling("the model is crash-looping")
+        why = (
+            "the model is crash-looping: it is not serving, so waiting for a window spares no one "
+            "(windows and restart slots do not apply)"
+        )
+        return self.decision(
+            "act",
+            self.now,
+            f"{why}; starting the {self.what} now.",
+            state="Running",
+            trigger="crashLoop",
+            window=None,
+            scheduled_at=self.now,
+            started_at=self.now,
+        )
+
+    def predicted(self, risk: OOMRiskEstimate | None) -> tuple[datetime | None, str]:
+        """When an out-of-memory crash is predicted (None: none is), and the sentence that says so."""
+        deadline = risk.predicted_at.astimezone(UTC) if risk is not None and risk.predicted_at else None
+        crash = f"an out-of-memory crash is predicted {self.local(deadline)}" if deadline else ""
+        if deadline is not None and risk is not None and risk.deciding is not None:
+            crash += f" ({risk.deciding.evidence.split(':')[0]})"
+        return deadline, crash
+
+    def kept_schedule(self, deadline: datetime | None, crash: str) -> MaintenanceDecision | None:
+        """Rule 5: the persisted schedule while it holds; None, with a note saying why, when it does not."""
+        prev = self.persisted
+        if prev.state not in ("Scheduled", "WaitingForLock") or prev.scheduled_at is None:
+            return None
+        start = prev.scheduled_at.astimezone(UTC)
+        window_end = (prev.window_end or start + self.duration).astimezone(UTC)
+        window = (prev.window_start.astimezone(UTC) if prev.window_start else start, window_end)
+        ts = start.timestamp()
+        problems = []
+        if self.now >= window_end:
+            problems.append(f"its window ended at {self.local(window_end)}")
+        if self.cooldown_end is not None and start < self.cooldown_end:
+            problems.append("it falls within the cool-down of a later restart")
+        if not fits(self.allowed, ts, ts + self.span):
+            problems.append("the policy windows no longer allow it")
+        if deadline is not None and start + self.duration > deadline:
+            problems.append(f"{crash}, before it would be done")
+        if not problems:
+            if self.now < start:
+                return self.keep(replace(prev, action=self.action), "schedule", start)
+            return self.due(prev.trigger or "window", window, start, f"scheduled for {self.local(start)}")
+        self.notes.append(f"rescheduled from {self.local(start)} because " + " and ".join(problems))
+        return None
+
+    def before_crash(
+        self, deadline: datetime | None, crash: str, next_window: Window | None, forecast: Sequence[LoadSlot]
+    ) -> MaintenanceDecision | None:
+        """Rule 6: a predicted crash before the next window's restart would be done moves it earlier, to
+        the quietest slot; None (with a note when no policy window allows one) otherwise."""
+        if deadline is None or (next_window is not None and next_window.start + self.duration <= deadline):
+            return None
+        now, earliest, span, allowed = self.now, self.earliest, self.span, self.allowed
+        latest = deadline.timestamp() - span
+        if latest >= earliest.timestamp():
+            slot = quietest_start(forecast, earliest.timestamp(), latest, span, allowed)
+            if slot is not None:
+                start_ts, load = slot
+                quiet = (
+                    f"the quietest slot before it (expected load {load:.2f} of a typical day's mean)"
+                    if load is not None
+                    else "as soon as allowed (no traffic history to find a quieter slot)"
+                )
+                window = (_at(start_ts), _at(start_ts + span))
+                return self.at_time("oomRisk", window, _at(start_ts), self.because(f"{crash}: {quiet}"))
+        elif self.cooldown_end is not None:
+            return self.cooling(self.because(f"{crash}, sooner than a restart takes"))
+        elif fits(allowed, now.timestamp(), now.timestamp()):
+            window = (now, now + self.duration)
+            return self.due("oomRisk", window, now, self.because(f"{crash}, sooner than a restart takes"))
+        self.notes.append(f"{crash}, but the policy windows allow no restart before it")
+        return None
+
+    def in_next_window(self, next_window: Window | None, search: timedelta) -> MaintenanceDecision:
+        """Rule 7: the next window that fits; failing that, the first time every policy allows."""
+        if next_window is not None:
+            start = next_window.start.astimezone(UTC)
+            source = next_window.source
+            trigger: Trigger = "policyWindow" if source == "policy" else "window"
+            kind = {"learned": "learned low-traffic", "policy": "policy", "default": "default"}[source]
+            window = (start, next_window.end.astimezone(UTC))
+            return self.at_time(trigger, window, start, self.because(f"the next {kind} window"))
+        earliest, span = self.earliest, self.span
+        if self.allowed is not None:
+            first = first_fit(self.allowed, earliest.timestamp(), span)
+            if first is None:
+                raise PolicyWindowError(
+                    "spec.restarts.windows",
+                    f"the governing FleetPolicies together allow no {self.duration} restart in the next "
+                    f"{search.days} days",
+                    "widen a policy's windows so that they overlap for the restart's length",
+                )
+            return self.at_time(
+                "policyWindow",
+                (_at(first), _at(first + span)),
+                _at(first),
+                self.because("no learned window fits the policy windows; the first time every policy allows"),
+            )
+        return self.at_time(
+            "noWindow",
+            (earliest, earliest + self.duration),
+            earliest,
+            self.because("no restart window is known"),
+        )
+
+
+def _check_lengths(duration: timedelta, cooldown: timedelta) -> None:
+    if duration <= timedelta(0):
+        raise MaintenanceInputError(
+            "duration", f"{duration} is not positive", "pass the restart window length"
+        )
+    if cooldown < timedelta(0):
+        raise MaintenanceInputError(
+            "cooldown", f"{cooldown} is negative", "pass zero or a positive cool-down"
+        )
+
+
+def _restarted(
+    persisted: MaintenanceRecord | None, last_restart: datetime | None, cooldown: timedelta, now: datetime
+) -> tuple[MaintenanceRecord, datetime | None]:
+    """The record with the latest restart known (its own or ``last_restart``), and the end of that
+    restart's cool-down while it lasts (None once it is over)."""
+    prev = persisted or MaintenanceRecord()
+    lasts = [_utc(t, "last_restart") for t in (prev.last_restart_at, last_restart) if t is not None]
+    last = max(lasts) if lasts else None
+    prev = replace(prev, last_restart_at=last)
+    cooldown_end = last + cooldown if last is not None and cooldown > timedelta(0) else None
+    if cooldown_end is not None and cooldown_end <= now:
+        cooldown_end = None
+    return prev, cooldown_end
+
+
+def _next_window(
+    windows: Sequence[Window],
+    earliest: datetime,
+    allowed: list[tuple[float, float]] | None,
+    duration: timedelta,
+) -> Window | None:
+    """The first of ``windows`` after ``earliest`` whose restart fits inside every policy's windows."""
+    span = duration.total_seconds()
+    coming = sorted(
+        (
+            w
+            for w in windows
+            if _utc(w.start, "windows[].start") >= earliest
+            and fits(allowed, w.start.timestamp(), w.start.timestamp() + span)
+        ),
+        key=lambda w: w.start,
+    )
+    return coming[0] if coming else None
+
+
+def _idle(
+    prev: MaintenanceRecord, persisted: MaintenanceRecord | None, next_window: Window | None, zone: ZoneInfo
+) -> MaintenanceDecision:
+    """Rule 1: nothing pending; the record shows the next window."""
+    window = (next_window.start.astimezone(UTC), next_window.end.astimezone(UTC)) if next_window else None
+    reason = "nothing pending"
+    if next_window is not None:
+        reason += f"; the next window is {next_window.start.astimezone(zone):%a %Y-%m-%d %H:%M %Z}"
+    record = replace(
+        prev,
+        state="Done" if prev.state == "Done" else "Idle",
+        scheduled_at=None,
+        window_start=window[0] if window else None,
+        window_end=window[1] if window else None,
+        reason=reason + ".",
+    )
+    return MaintenanceDecision("idle", None, record.reason, record, record != persisted)
+
 
 def plan_maintenance(
     *,
@@ -224,52 +418,14 @@ def plan_maintenance(
     length within ``search``.
     """
     now = _utc(now, "now")
-    if duration <= timedelta(0):
-        raise MaintenanceInputError(
-            "duration", f"{duration} is not positive", "pass the restart window length"
-        )
-    if cooldown < timedelta(0):
-        raise MaintenanceInputError(
-            "cooldown", f"{cooldown} is negative", "pass zero or a positive cool-down"
-        )
+    _check_lengths(duration, cooldown)
     zone = parse_timezone(timezone)
-    prev = persisted or MaintenanceRecord()
-    lasts = [_utc(t, "last_restart") for t in (prev.last_restart_at, last_restart) if t is not None]
-    last = max(lasts) if lasts else None
-    prev = replace(prev, last_restart_at=last)
-    cooldown_end = last + cooldown if last is not None and cooldown > timedelta(0) else None
-    if cooldown_end is not None and cooldown_end <= now:
-        cooldown_end = None
-    earliest = cooldown_end or now
-    span = duration.total_seconds()
+    prev, cooldown_end = _restarted(persisted, last_restart, cooldown, now)
     allowed = allowed_intervals(policy_windows, zone, now - timedelta(days=1), now + search)
-    coming = sorted(
-        (
-            w
-            for w in windows
-            if _utc(w.start, "windows[].start") >= earliest
-            and fits(allowed, w.start.timestamp(), w.start.timestamp() + span)
-        ),
-        key=lambda w: w.start,
-    )
-    next_window = coming[0] if coming else None
-
+    next_window = _next_window(windows, cooldown_end or now, allowed, duration)
     pending = _merge(action, prev.action if prev.pending else None)
     if pending is None:
-        window = (next_window.start.astimezone(UTC), next_window.end.astimezone(UTC)) if next_window else None
-        reason = "nothing pending"
-        if next_window is not None:
-            reason += f"; the next window is {next_window.start.astimezone(zone):%a %Y-%m-%d %H:%M %Z}"
-        record = replace(
-            prev,
-            state="Done" if prev.state == "Done" else "Idle",
-            scheduled_at=None,
-            window_start=window[0] if window else None,
-            window_end=window[1] if window else None,
-            reason=reason + ".",
-        )
-        return MaintenanceDecision("idle", None, record.reason, record, record != persisted)
-
+        return _idle(prev, persisted, next_window, zone)
     plan = _Planner(
         model=model,
         now=now,
@@ -279,110 +435,21 @@ def plan_maintenance(
         action=pending,
         cooldown_end=cooldown_end,
         locks=locks,
+        allowed=allowed,
+        given=persisted,
     )
-
     # 2. A running restart goes on (it holds its slot; its start time says which pods are done).
     if prev.state == "Running" and prev.started_at is not None:
-        record = replace(prev, action=pending)
-        return MaintenanceDecision("act", now, record.reason, record, record != persisted)
-
+        return plan.keep(replace(prev, action=pending), "act", now)
     # 3./4. Crash loop: now, unless the cool-down forbids it.
     if crash_looping:
-        if cooldown_end is not None:
-            return plan.cooling("the model is crash-looping")
-        why = (
-            "the model is crash-looping: it is not serving, so waiting for a window spares no one "
-            "(windows and restart slots do not apply)"
-        )
-        return plan.decision(
-            "act",
-            now,
-            f"{why}; starting the {plan.what} now.",
-            state="Running",
-            trigger="crashLoop",
-            window=None,
-            scheduled_at=now,
-            started_at=now,
-        )
-
-    deadline = risk.predicted_at.astimezone(UTC) if risk is not None and risk.predicted_at else None
-    crash = f"an out-of-memory crash is predicted {plan.local(deadline)}" if deadline else ""
-    if deadline is not None and risk is not None and risk.deciding is not None:
-        crash += f" ({risk.deciding.evidence.split(':')[0]})"
-
-    # 5. Keep a persisted schedule while it holds.
-    notes: list[str] = []
-    if prev.state in ("Scheduled", "WaitingForLock") and prev.scheduled_at is not None:
-        start = prev.scheduled_at.astimezone(UTC)
-        window_end = (prev.window_end or start + duration).astimezone(UTC)
-        window = (prev.window_start.astimezone(UTC) if prev.window_start else start, window_end)
-        ts = start.timestamp()
-        problems = []
-        if now >= window_end:
-            problems.append(f"its window ended at {plan.local(window_end)}")
-        if cooldown_end is not None and start < cooldown_end:
-            problems.append("it falls within the cool-down of a later restart")
-        if not fits(allowed, ts, ts + span):
-            problems.append("the policy windows no longer allow it")
-        if deadline is not None and start + duration > deadline:
-            problems.append(f"{crash}, before it would be done")
-        if not problems:
-            if now < start:
-                record = replace(prev, action=pending)
-                return MaintenanceDecision("schedule", start, record.reason, record, record != persisted)
-            return plan.due(prev.trigger or "window", window, start, f"scheduled for {plan.local(start)}")
-        notes.append(f"rescheduled from {plan.local(start)} because " + " and ".join(problems))
-
-    def because(text: str) -> str:
-        return "; ".join([*notes, text])
-
-    # 6. A predicted crash before the next window's restart would be done: earlier, in the quietest slot.
-    if deadline is not None and (next_window is None or next_window.start + duration > deadline):
-        latest = deadline.timestamp() - span
-        if latest >= earliest.timestamp():
-            slot = quietest_start(forecast, earliest.timestamp(), latest, span, allowed)
-            if slot is not None:
-                start_ts, load = slot
-                quiet = (
-                    f"the quietest slot before it (expected load {load:.2f} of a typical day's mean)"
-                    if load is not None
-                    else "as soon as allowed (no traffic history to find a quieter slot)"
-                )
-                window = (_at(start_ts), _at(start_ts + span))
-                return plan.at_time("oomRisk", window, _at(start_ts), because(f"{crash}: {quiet}"))
-        elif cooldown_end is not None:
-            return plan.cooling(because(f"{crash}, sooner than a restart takes"))
-        elif fits(allowed, now.timestamp(), now.timestamp()):
-            window = (now, now + duration)
-            return plan.due("oomRisk", window, now, because(f"{crash}, sooner than a restart takes"))
-        notes.append(f"{crash}, but the policy windows allow no restart before it")
-
-    # 7. The next window.
-    if next_window is not None:
-        start = next_window.start.astimezone(UTC)
-        source = next_window.source
-        trigger: Trigger = "policyWindow" if source == "policy" else "window"
-        kind = {"learned": "learned low-traffic", "policy": "policy", "default": "default"}[source]
-        return plan.at_time(
-            trigger, (start, next_window.end.astimezone(UTC)), start, because(f"the next {kind} window")
-        )
-    if allowed is not None:
-        first = first_fit(allowed, earliest.timestamp(), span)
-        if first is None:
-            raise PolicyWindowError(
-                "spec.restarts.windows",
-                f"the governing FleetPolicies together allow no {duration} restart in the next "
-                f"{search.days} days",
-                "widen a policy's windows so that they overlap for the restart's length",
-            )
-        return plan.at_time(
-            "policyWindow",
-            (_at(first), _at(first + span)),
-            _at(first),
-            because("no learned window fits the policy windows; the first time every policy allows"),
-        )
-    return plan.at_time(
-        "noWindow", (earliest, earliest + duration), earliest, because("no restart window is known")
+        return plan.crash_loop()
+    deadline, crash = plan.predicted(risk)
+    # 5. Keep a persisted schedule while it holds; 6. earlier for a predicted crash; 7. the next window.
+    return (
+        plan.kept_schedule(deadline, crash)
+        or plan.before_crash(deadline, crash, next_window, forecast)
+        or plan.in_next_window(next_window, search)
     )
 
 
