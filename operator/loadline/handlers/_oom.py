@@ -223,10 +223,7 @@ def _handle_crash(
     reads = _Reads(pod, status, settings)
     expected = False  # whether reconcile was told to pass over versions older than this decision
     for attempt in range(CONFLICT_RETRIES):
-        use_known = attempt == 0 and known is not None and known.get("metadata", {}).get("resourceVersion")
-        parent = (
-            dict(known) if use_known and known is not None else _kube.get(API_VERSION, KIND, namespace, name)
-        )
+        parent = _model_of(known if attempt == 0 else None, namespace, name)
         if parent is None:
             return True
         decided = _decide(parent, reads, cid, policies, settings)
@@ -253,12 +250,8 @@ def _handle_crash(
                 state.roll_outs.forget(namespace, name)
                 state.pacer.cancel(f"{namespace}/{name}")
             raise
-        if indexes is not None and decided.rolls_out:
-            # At once, from the model as this write left it, and not on this thread: the crash lane
-            # holds a crash for its decision only. A fix that waits for a slot is applied paused.
-            roll_out_soon(state, settings, logger, written, cid, remediation, paused=waiting is not None)
-        elif decided.rolls_out:
-            _rollout.ask_reconcile(parent, cid, logger)
+        if decided.rolls_out:
+            _roll_out_written(state, settings, logger, parent, written, cid, remediation, waiting, indexes)
         _report(parent, decided, reads.term)
         return True
     if expected:
@@ -268,6 +261,34 @@ def _handle_crash(
         "crash %s: %d conflicts in a row; it is kept for the pod's next event", cid, CONFLICT_RETRIES
     )
     return False
+
+
+def _model_of(known: Mapping[str, Any] | None, namespace: str, name: str) -> dict[str, Any] | None:
+    """The model a crash is decided on: as the index last saw it when it has a resourceVersion (the
+    first attempt), else read from the API server (None: gone)."""
+    if known is not None and known.get("metadata", {}).get("resourceVersion"):
+        return dict(known)
+    return _kube.get(API_VERSION, KIND, namespace, name)
+
+
+def _roll_out_written(
+    state: OperatorState,
+    settings: OperatorSettings,
+    logger: logging.Logger | kopf.Logger,
+    parent: Mapping[str, Any],
+    written: dict[str, Any],
+    cid: str,
+    remediation: _rollout.Remediation | None,
+    waiting: Waiting | None,
+    indexes: Indexes | None,
+) -> None:
+    """A written decision's fix rolls out: at once, from the model as the write left it, and not on
+    this thread (the crash lane holds a crash for its decision only), paused when it waits for a
+    slot; without the fleet's indexes to plan it on, reconcile is asked to."""
+    if indexes is not None:
+        roll_out_soon(state, settings, logger, written, cid, remediation, paused=waiting is not None)
+    else:
+        _rollout.ask_reconcile(parent, cid, logger)
 
 
 class _Reads:
