@@ -194,6 +194,12 @@ def _fmt(value: float) -> str:
 
 def _static_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: EffectivePolicy) -> list[Violation]:
     """Checks that need no plan, for one policy; fixes quote the combined limit so each line is enough."""
+    checks = (_gpu_checks, _size_checks, _engine_checks, _offload_checks)  # in the order they are reported
+    return [violation for check in checks for violation in check(spec, policy, eff)]
+
+
+def _gpu_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: EffectivePolicy) -> list[Violation]:
+    """The GPU types, providers and GPUs per replica the policy allows."""
     lim, name, out = policy.spec.limits, policy.name, []
     if lim.gpu_types is not None and spec.gpu.types:
         own = set(_canon(lim.gpu_types))
@@ -251,6 +257,12 @@ def _static_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: Effective
                 f"set it to {best} or less",
             )
         )
+    return out
+
+
+def _size_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: EffectivePolicy) -> list[Violation]:
+    """The replicas (and the autoscaler's ceiling) and context length the policy allows."""
+    lim, name, out = policy.spec.limits, policy.name, []
     if lim.max_replicas is not None and spec.replicas > lim.max_replicas:
         best = eff.max_replicas.value if eff.max_replicas else lim.max_replicas
         out.append(
@@ -286,6 +298,12 @@ def _static_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: Effective
                 f"set spec.maxModelLen to {best} or less",
             )
         )
+    return out
+
+
+def _engine_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: EffectivePolicy) -> list[Violation]:
+    """The vLLM versions and image registries the policy allows."""
+    lim, name, out = policy.spec.limits, policy.name, []
     specifier = lim.specifier()
     if specifier is not None:
         version = spec.engine.version
@@ -315,6 +333,12 @@ def _static_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: Effective
                     f"set spec.engine.image to an image under {prefixes}",
                 )
             )
+    return out
+
+
+def _offload_checks(spec: InferenceModelSpec, policy: FleetPolicy, eff: EffectivePolicy) -> list[Violation]:
+    """The CPU KV offload (host memory per replica) the policy allows."""
+    lim, name, out = policy.spec.limits, policy.name, []
     offload = spec.kv_offload.cpu_gi_b if spec.kv_offload else None
     cap_gib = lim.max_cpu_offload_gi_b
     if cap_gib is not None and offload is not None and offload > cap_gib:
