@@ -43,7 +43,7 @@ from typing import Any
 
 from loadline.api import API_VERSION, KIND, InferenceModel, ModelCache
 from loadline.errors import RenderError
-from loadline.render._args import PORT, vllm_command
+from loadline.render._args import PORT, VllmCommand, vllm_command
 from loadline.render._conflicts import allocator_pool_flags
 from loadline.render._flags import Version, beyond_table, resolve_version, version_text
 from loadline.render._names import LWS_SUFFIX, pod_selector, service_name, workload_ref
@@ -334,20 +334,52 @@ def render_manifests(
     command = vllm_command(obj, plan, version)
     notes.extend(command.notes)
     env = _env(obj, notes, version)
-    res = pod_resources(obj, plan)
-    chosen = plan.chosen
-    multi_node = chosen.nodes > 1
-
     selector = pod_selector(name)
+    annotations = {ANNOTATION_PLAN: _plan_annotation(plan, version), ANNOTATION_VERSION: version_string}
+    if notes:
+        annotations[ANNOTATION_NOTES] = "\n".join(notes)
+    meta = _object_meta(obj, name, namespace, selector, annotations)
+    small_meta = {key: value for key, value in meta.items() if key != "annotations"}
+    multi_node = plan.chosen.nodes > 1
+    _, _, workload_name = workload_ref(name, multi_node)
+    pod = {
+        "image": _image(obj, version_string),
+        "env": env,
+        "res": pod_resources(obj, plan),
+        "gpu_product": plan.chosen.gpu.product,
+        "cache": obj.spec.model_cache,
+    }
+    pod_labels = {**selector, LABEL_MODEL: name}
+    render_workload = _leader_worker_set if multi_node else _deployment
+    workload, service_role = render_workload(
+        {**meta, "name": workload_name}, plan, selector, pod_labels, command, pod
+    )
+    # The same name in both layouts (the LWS's own headless Service is named after the LWS, not N).
+    service_meta = {**small_meta, "name": service_name(name)}
+    service = render_object(
+        "service.yaml.j2",
+        {"meta": service_meta, "selector": {**selector, LABEL_ROLE: service_role}, "port": PORT},
+    )
+    budget = render_object("poddisruptionbudget.yaml.j2", {"meta": small_meta, "selector": selector})
+    return [workload, service, budget]
+
+
+def _object_meta(
+    obj: InferenceModel,
+    name: str,
+    namespace: str | None,
+    selector: dict[str, str],
+    annotations: dict[str, str],
+) -> dict[str, Any]:
+    """The metadata every child carries: the model's labels with ours, the annotations, and the model
+    as its controller owner (when it has a uid: a model not stored yet, as ``loadline render`` sees it,
+    has none)."""
     labels = {
         **_string_map(obj.metadata.get("labels"), "metadata.labels"),
         **selector,
         LABEL_MANAGED_BY: MANAGED_BY,
         LABEL_MODEL: name,
     }
-    annotations = {ANNOTATION_PLAN: _plan_annotation(plan, version), ANNOTATION_VERSION: version_string}
-    if notes:
-        annotations[ANNOTATION_NOTES] = "\n".join(notes)
     meta: dict[str, Any] = {"name": name}
     if namespace is not None:
         meta["namespace"] = namespace
@@ -365,75 +397,58 @@ def render_manifests(
                 "blockOwnerDeletion": True,
             }
         ]
-    small_meta = {key: value for key, value in meta.items() if key != "annotations"}
-    _, _, workload_name = workload_ref(name, multi_node)
-    workload_meta = {**meta, "name": workload_name}
-    image = _image(obj, version_string)
-    pod_labels = {**selector, LABEL_MODEL: name}
+    return meta
 
-    objects: list[dict[str, Any]] = []
-    if not multi_node:
-        server = _pod(
-            labels={**pod_labels, LABEL_ROLE: "server"},
-            command=command.launcher,
-            args=command.args,
-            serves=True,
-            image=image,
-            env=env,
-            res=res,
-            gpu_product=chosen.gpu.product,
-            cache=obj.spec.model_cache,
-        )
-        objects.append(
-            render_object(
-                "deployment.yaml.j2",
-                {"meta": workload_meta, "replicas": plan.replicas, "selector": selector, "server": server},
-            )
-        )
-        service_role = "server"
-    else:
-        leader = _pod(
-            labels={**pod_labels, LABEL_ROLE: "leader"},
-            command=["/bin/sh", "-c", _leader_script(), "loadline-leader"],
-            args=[*command.launcher, *command.args],
-            serves=True,
-            image=image,
-            env=env,
-            res=res,
-            gpu_product=chosen.gpu.product,
-            cache=obj.spec.model_cache,
-        )
-        worker = _pod(
-            labels={**pod_labels, LABEL_ROLE: "worker"},
-            command=["ray", "start"],
-            args=["--address=$(LWS_LEADER_ADDRESS):6379", "--block", "--disable-usage-stats"],
-            serves=False,
-            image=image,
-            env=env,
-            res=res,
-            gpu_product=chosen.gpu.product,
-            cache=obj.spec.model_cache,
-        )
-        objects.append(
-            render_object(
-                "leaderworkerset.yaml.j2",
-                {
-                    "meta": workload_meta,
-                    "replicas": plan.replicas,
-                    "group_size": chosen.nodes,
-                    "leader": leader,
-                    "worker": worker,
-                },
-            )
-        )
-        service_role = "leader"
-    # The same name in both layouts (the LWS's own headless Service is named after the LWS, not N).
-    service_meta = {**small_meta, "name": service_name(name)}
-    objects.append(
-        render_object(
-            "service.yaml.j2",
-            {"meta": service_meta, "selector": {**selector, LABEL_ROLE: service_role}, "port": PORT},
-        )
+
+def _deployment(
+    meta: dict[str, Any],
+    plan: Plan,
+    selector: dict[str, str],
+    pod_labels: dict[str, str],
+    command: VllmCommand,
+    pod: dict[str, Any],
+) -> tuple[dict[str, Any], str]:
+    """One node per replica: a Deployment of vLLM servers (and the role its Service selects)."""
+    server = _pod(
+        labels={**pod_labels, LABEL_ROLE: "server"},
+        command=command.launcher,
+        args=command.args,
+        serves=True,
+        **pod,
     )
-    objects.append(render_object("poddisruptionbudget.yaml.j2", {"meta": small_meta, "selector": selector}))
-    return objects
+    context = {"meta": meta, "replicas": plan.replicas, "selector": selector, "server": server}
+    return render_object("deployment.yaml.j2", context), "server"
+
+
+def _leader_worker_set(
+    meta: dict[str, Any],
+    plan: Plan,
+    selector: dict[str, str],
+    pod_labels: dict[str, str],
+    command: VllmCommand,
+    pod: dict[str, Any],
+) -> tuple[dict[str, Any], str]:
+    """Several nodes per replica: a LeaderWorkerSet whose leader runs vLLM over a Ray cluster of its
+    workers (and the role its Service selects)."""
+    leader = _pod(
+        labels={**pod_labels, LABEL_ROLE: "leader"},
+        command=["/bin/sh", "-c", _leader_script(), "loadline-leader"],
+        args=[*command.launcher, *command.args],
+        serves=True,
+        **pod,
+    )
+    worker = _pod(
+        labels={**pod_labels, LABEL_ROLE: "worker"},
+        command=["ray", "start"],
+        args=["--address=$(LWS_LEADER_ADDRESS):6379", "--block", "--disable-usage-stats"],
+        serves=False,
+        **pod,
+    )
+    context = {
+        "meta": meta,
+        "replicas": plan.replicas,
+        "group_size": plan.chosen.nodes,
+        "leader": leader,
+        "worker": worker,
+    }
+    return render_object("leaderworkerset.yaml.j2", context), "leader"
