@@ -193,50 +193,12 @@ def plan_windows(
 
     first_day = datetime.fromtimestamp(start_at, zone).date()
     last_day = first_day + timedelta(days=tuning.search_days)
-    allowed: list[tuple[float, float]] | None = None
-    if policies:
-        allowed = sorted(
-            occ
-            for p in policies
-            for occ in p.occurrences(first_day - timedelta(days=1), last_day, zone)
-            if occ[1] - occ[0] >= span
-        )
-        if not allowed:
-            raise PolicyWindowError(
-                "windows", f"no policy window is {length} long", "widen a window or shorten the restart"
-            )
+    allowed = _allowed(policies, first_day, last_day, zone, length) if policies else None
     chosen: list[Window] = []
     notes: list[str] = []
     day = first_day
     while len(chosen) < days and day < last_day:
-        begin = _midnight(day, zone)
-        stop = _midnight(day + timedelta(days=1), zone)
-        if allowed is None:
-            spans = [(begin, stop + span)]  # any start on this day; the window may run past midnight
-        else:  # the occurrences that start on this day, however far past midnight they run
-            spans = [(a, b) for a, b in allowed if begin <= a < stop]
-        candidates = sorted(
-            {
-                float(t)
-                for a, b in spans
-                for t in range(math.ceil(a / slot) * slot, math.floor(b - span) + 1, slot)
-                if allowed is not None or t < stop
-            }
-        )
-        window: Window | None = None
-        if profile is not None and candidates:
-            best = _choose(profile, candidates, tuning)
-            if best is not None:
-                relative = best[1] / profile.level if profile.level > 0 else 0.0
-                window = _window(best[0], span, zone, relative, "learned")
-            elif allowed is not None:
-                notes.append(f"{day}: no history covers the policy windows; the first one is used")
-        if window is None and candidates and (profile is None or allowed is not None):
-            if allowed is not None:  # the policy as written: its own start, not the next bin's
-                window = _window(min(a for a, _b in spans), span, zone, None, "policy")
-            else:
-                wanted = datetime.combine(day, tuning.default_start, zone).timestamp()
-                window = _window(wanted, span, zone, None, "default")
+        window = _day_window(day, zone, span, slot, allowed, profile, tuning, notes)
         if window is not None and window.start.timestamp() >= start_at:
             chosen.append(window)  # a day whose window has begun or passed is skipped, not re-planned
         day += timedelta(days=1)
@@ -258,6 +220,68 @@ def plan_windows(
         weeks=profile.weeks if profile else 0,
         notes=tuple(notes),
     )
+
+
+def _allowed(
+    policies: Sequence[PolicyWindow], first_day: date, last_day: date, zone: ZoneInfo, length: timedelta
+) -> list[tuple[float, float]]:
+    """The policies' occurrences from the day before ``first_day`` to ``last_day`` that can hold a
+    window of ``length``; :class:`PolicyWindowError` when none can."""
+    span = length.total_seconds()
+    allowed = sorted(
+        occ
+        for p in policies
+        for occ in p.occurrences(first_day - timedelta(days=1), last_day, zone)
+        if occ[1] - occ[0] >= span
+    )
+    if not allowed:
+        raise PolicyWindowError(
+            "windows", f"no policy window is {length} long", "widen a window or shorten the restart"
+        )
+    return allowed
+
+
+def _day_window(
+    day: date,
+    zone: ZoneInfo,
+    span: float,
+    slot: int,
+    allowed: list[tuple[float, float]] | None,
+    profile: Profile | None,
+    tuning: Tuning,
+    notes: list[str],
+) -> Window | None:
+    """``day``'s window: the learned quietest start among the day's candidates (inside the policy
+    occurrences that start that day, when there are policies), else the policy's own start or the
+    default start; None when the day has no candidate. A note says when history does not cover the
+    policy windows."""
+    begin = _midnight(day, zone)
+    stop = _midnight(day + timedelta(days=1), zone)
+    # Without policies any start on this day (the window may run past midnight); with them the
+    # occurrences that start on this day, however far past midnight they run.
+    spans = [(begin, stop + span)] if allowed is None else [(a, b) for a, b in allowed if begin <= a < stop]
+    candidates = sorted(
+        {
+            float(t)
+            for a, b in spans
+            for t in range(math.ceil(a / slot) * slot, math.floor(b - span) + 1, slot)
+            if allowed is not None or t < stop
+        }
+    )
+    if not candidates:
+        return None
+    if profile is not None:
+        best = _choose(profile, candidates, tuning)
+        if best is not None:
+            relative = best[1] / profile.level if profile.level > 0 else 0.0
+            return _window(best[0], span, zone, relative, "learned")
+        if allowed is None:
+            return None
+        notes.append(f"{day}: no history covers the policy windows; the first one is used")
+    if allowed is not None:  # the policy as written: its own start, not the next bin's
+        return _window(min(a for a, _b in spans), span, zone, None, "policy")
+    wanted = datetime.combine(day, tuning.default_start, zone).timestamp()
+    return _window(wanted, span, zone, None, "default")
 
 
 def _window(start: float, span: float, zone: ZoneInfo, load: float | None, source: Method) -> Window:
