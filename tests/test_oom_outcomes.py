@@ -323,3 +323,19 @@ def test_the_timer_never_overwrites_a_crash_decision_written_since_it_read_the_m
     _outcomes.judge_trials(seen, OperatorSettings(), LOG)
     assert model.model["status"] == written, "the decision written meanwhile is kept whole"
     assert not events and worked._value.get() == before  # nothing said or counted for a write refused
+
+
+def test_a_process_that_took_over_has_the_series_that_judge_an_open_fix_at_zero(
+    model: FakeParent, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a hand-over the new process never applied the fix: its tick makes the outcome series (at 0)
+    before the fix is judged, so the judgment is an increase Prometheus sees."""
+    generation = model.model["metadata"]["generation"]
+    model.model["status"] = sampler_fix_status(datetime.now(UTC) - HOUR, generation)  # within its horizon
+    judged = ("batch_misconfiguration", "lower_max_num_seqs", "worked")
+    if series_of(_metrics.REMEDIATION_OUTCOMES, judged):
+        _metrics.REMEDIATION_OUTCOMES.remove(*judged)  # as in a process that did not apply the fix
+    _outcomes.judge_trials(copy.deepcopy(model.model), OperatorSettings(), LOG)
+    assert series_of(_metrics.REMEDIATION_OUTCOMES, judged)
+    assert _metrics.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 0
+    assert model.model["status"]["remediation"]["trials"], "nothing judged within the horizon"

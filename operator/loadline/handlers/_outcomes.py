@@ -44,6 +44,13 @@ def judge_trials(
     """Judge the model's trials whose horizon passed, and record what was judged."""
     meta = body["metadata"]
     status, now = body.get("status") or {}, datetime.now(UTC)
+    for trial in (status.get("remediation") or {}).get("trials") or []:
+        # The series that will judge it, at 0, in this process too: one that took over from the process
+        # that applied the fix (a hand-over, a restart) would otherwise show the judgment as the
+        # series' first sample, which increase() and rate() do not see.
+        _metrics.zero_trial(
+            meta["namespace"], meta["name"], str(trial.get("class")), str(trial.get("action"))
+        )
     judged = judge_elapsed_trials(status, now, generation=meta.get("generation"), horizon=horizon(settings))
     if judged is None:
         return
