@@ -22,6 +22,7 @@ from loadline.render import (
     child_kinds,
     flag_table,
     manifests_yaml,
+    pod_resources,
     render_manifests,
     service_name,
     version_text,
@@ -225,6 +226,19 @@ def test_startup_probe_scales_with_weights() -> None:
     # ~750 GiB at 50 MB/s is over four hours.
     assert big_budget >= 4 * 3600
     assert big_budget > small_budget
+
+
+def test_a_deployment_waits_its_pods_image_pull_and_start_up_budget_before_it_counts_as_stalled() -> None:
+    """Kubernetes' default progress deadline (600 s) is the smallest start-up budget alone: a model
+    still loading its weights would read as a failed roll-out (ProgressDeadlineExceeded) to Argo CD and
+    ``kubectl rollout status``."""
+    objects = by_kind(render(make_obj()))
+    probe = container(list(objects.values()), "server")["startupProbe"]
+    budget = probe["failureThreshold"] * probe["periodSeconds"]
+    assert objects["Deployment"]["spec"]["progressDeadlineSeconds"] >= budget + 300 > 600
+    # A bigger checkpoint takes longer to start, and the deadline follows it.
+    big = make_obj({"model": {"config": LLAMA_405B}, "gpu": {"types": ["H100-80GB"]}, "concurrency": 1})
+    assert pod_resources(big, plan_inference_model(big.spec)).progress_deadline_seconds >= 4 * 3600
 
 
 def test_host_resources_default_rule_and_overrides() -> None:

@@ -416,7 +416,13 @@ def _deployment(
         serves=True,
         **pod,
     )
-    context = {"meta": meta, "replicas": plan.replicas, "selector": selector, "server": server}
+    context = {
+        "meta": meta,
+        "replicas": plan.replicas,
+        "selector": selector,
+        "server": server,
+        "progress_deadline": pod["res"].progress_deadline_seconds,
+    }
     return render_object("deployment.yaml.j2", context), "server"
 
 

@@ -48,6 +48,10 @@ CACHE_EXTRA_GIB = 20
 STARTUP_OVERHEAD_SECONDS = 300
 MIN_STARTUP_SECONDS = 600
 STARTUP_PERIOD_SECONDS = 10
+#: What a Deployment's progress deadline allows beyond the start-up budget: pulling the image, which
+#: comes before the container (and its startup probe) starts. vLLM's CUDA images are several GB; 300 s
+#: is 15 GB at the download floor above.
+IMAGE_PULL_SECONDS = 300
 
 
 @dataclass(frozen=True)
@@ -67,6 +71,15 @@ class PodResources:
     @property
     def startup_failure_threshold(self) -> int:
         return math.ceil(self.startup_seconds / STARTUP_PERIOD_SECONDS)
+
+    @property
+    def progress_deadline_seconds(self) -> int:
+        """The Deployment's ``progressDeadlineSeconds``: a new pod may take its image pull and its whole
+        start-up budget before the roll-out counts as stalled. Kubernetes' default (600 s) is the
+        smallest start-up budget alone, so a model loading its weights would show
+        ``ProgressDeadlineExceeded`` (which Argo CD and ``kubectl rollout status`` read as failed)
+        while its pod is still starting as it should."""
+        return self.startup_seconds + IMAGE_PULL_SECONDS
 
 
 def weights_total_gib(plan: Plan) -> float:
