@@ -189,6 +189,8 @@ def test_namespace_scoped_install_grants_only_its_namespaces(kubectl: Kubectl, n
         kubectl("apply", "--server-side", "-f", "-", input=stream)
         user = f"system:serviceaccount:{release_ns}:scoped-loadline"
         assert can_i(kubectl, "patch", "deployments", "-n", namespace, user=user)
+        assert can_i(kubectl, "get", "replicasets", "-n", namespace, user=user)
+        assert not can_i(kubectl, "list", "replicasets", "-n", namespace, user=user)
         assert can_i(kubectl, "watch", "inferencemodels.loadline.dev", "-n", namespace, user=user)
         assert can_i(kubectl, "update", "leases/loadline", "-n", release_ns, user=user)
         assert not can_i(kubectl, "patch", "deployments", "-n", "default", user=user)

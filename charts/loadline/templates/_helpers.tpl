@@ -42,6 +42,11 @@ says by what. Granted by a ClusterRole when it watches every namespace, else by 
 - apiGroups: [apps]
   resources: [deployments]
   verbs: [get, list, watch, create, patch, delete]
+# A Deployment's ReplicaSets, read for their revision: a model is Ready once its current template's
+# pods are, before the Deployment's controller counts them.
+- apiGroups: [apps]
+  resources: [replicasets]
+  verbs: [get]
 - apiGroups: [leaderworkerset.x-k8s.io]
   resources: [leaderworkersets]
   verbs: [get, list, create, patch, delete]

@@ -1,5 +1,6 @@
-"""Whether a model's workload is available: mirrored from its Deployment's watch events, and looked at
-on a back-off while Deploying (with the scheduler's reason when its pods cannot be placed)."""
+"""Whether a model's workload is available: mirrored from its Deployment's watch events and from its
+current template's pods turning Ready, and looked at on a back-off while Deploying (with the scheduler's
+reason when its pods cannot be placed)."""
 
 from __future__ import annotations
 
@@ -42,9 +43,74 @@ def new_pods_created(state: OperatorState, workload: Mapping[str, Any], model: s
     return _build.new_pods_created(workload) and not says_nothing_yet(state, namespace, model, workload)
 
 
+def replica_set_revision(state: OperatorState, namespace: str, uid: str, name: str) -> str | None:
+    """A ReplicaSet's revision, read once a minute at most (:class:`_state.ReadyPods`); None when it is
+    gone, renamed, or the operator may not read it (a chart from before its RBAC rule)."""
+    revision = state.ready_pods.revisions.get(uid)
+    if revision is None:
+        try:
+            replica_set = _kube.get("apps/v1", "ReplicaSet", namespace, name)
+        except ApiException as exc:
+            logging.getLogger(__name__).debug("ReplicaSet %s/%s not read: %s", namespace, name, exc.status)
+            return None
+        meta = (replica_set or {}).get("metadata") or {}
+        if meta.get("uid") != uid:
+            return None
+        revision = str((meta.get("annotations") or {}).get(_build.REVISION_ANNOTATION) or "")
+        state.ready_pods.revisions[uid] = revision
+    return revision or None
+
+
+def current_ready_pods(state: OperatorState, workload: Mapping[str, Any] | None, model: str) -> int | None:
+    """How many of the model's pods of its Deployment's current template are Ready, from the pod watch
+    (:class:`_state.ReadyPods`): those of the ReplicaSet whose revision is the Deployment's current one
+    (:func:`_build.current_revision`). None when the Deployment's controller has not observed its spec
+    yet, or no ReplicaSet of the model has a Ready pod."""
+    revision = _build.current_revision(workload)
+    if revision is None or workload is None:
+        return None
+    namespace = str((workload.get("metadata") or {}).get("namespace"))
+    for (uid, name), ready in state.ready_pods.of_model(namespace, model).items():
+        if replica_set_revision(state, namespace, uid, name) == revision:
+            return ready
+    return None
+
+
+def readiness(
+    state: OperatorState, workload: Mapping[str, Any] | None, desired: int, model: str
+) -> tuple[bool, str]:
+    """(ready, message): the workload's own status, else its current template's Ready pods (only read
+    when the status does not say Ready, which is the steady state of a serving model)."""
+    ready, message = _build.readiness_from_workload(workload, desired)
+    if ready:
+        return ready, message
+    return _build.readiness_from_workload(workload, desired, current_ready_pods(state, workload, model))
+
+
+def on_pod_ready(
+    state: OperatorState,
+    pod: Mapping[str, Any],
+    logger: logging.Logger | kopf.Logger,
+    known: Mapping[str, Any] | None = None,
+) -> None:
+    """A model's pod turned Ready while the model is not: mirror the model's Deployment as its watch
+    last showed it, with its current template's Ready pods counted (:func:`readiness`)."""
+    meta = pod.get("metadata") or {}
+    model = str((meta.get("labels") or {}).get(INSTANCE_LABEL))
+    _, _, workload_name = workload_ref(model, False)
+    workload = state.workloads.get(str(meta.get("namespace")), workload_name)
+    if workload is not None:
+        on_workload_event(state, workload, logger, known)
+
+
+def needs_readiness(known: Mapping[str, Any] | None) -> bool:
+    """Whether a pod turning Ready can change the model's phase: it is Deploying, or not indexed yet."""
+    return known is None or (known.get("status") or {}).get("phase") == "Deploying"
+
+
 def on_workload_event(
     state: OperatorState,
-    body: kopf.Body,
+    body: Mapping[str, Any],
     logger: logging.Logger | kopf.Logger,
     known: Mapping[str, Any] | None = None,
 ) -> None:
@@ -74,7 +140,7 @@ def on_workload_event(
         if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
             return
         desired = int((parent.get("spec") or {}).get("replicas", 1))
-        ready, message = _build.readiness_from_workload(dict(body), desired)
+        ready, message = readiness(state, body, desired, owners[0]["name"])
         changes = _build.build_readiness_status(
             parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
         )
@@ -199,8 +265,8 @@ def read_readiness(
         workload = _kube.get(api_version, kind, meta["namespace"], workload_name)
     if says_nothing_yet(state, meta["namespace"], meta["name"], workload):
         return
-    ready, message = _build.readiness_from_workload(
-        workload, int((body.get("spec") or {}).get("replicas", 1))
+    ready, message = readiness(
+        state, workload, int((body.get("spec") or {}).get("replicas", 1)), meta["name"]
     )
     version = ((workload or {}).get("metadata") or {}).get("resourceVersion")
     unchanged = version is not None and memo.get("readiness_workload_version") == version

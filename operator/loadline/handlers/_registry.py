@@ -360,11 +360,16 @@ def workload_event(
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
 async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
-    # Most pod events are no crash: decided on the event loop; a crash takes a CRASHES lane thread.
+    # Most pod events are no crash: decided on the event loop; a crash takes a CRASHES lane thread, a
+    # Deploying model's pod turning Ready a CHECKS lane thread.
     state = state_of(memo)
+    model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
+    if state.ready_pods.note(body, deleted=kwargs.get("type") == "DELETED"):
+        known = next(iter(kwargs["owned_models"].get(model, ())), None)
+        if state.shards.owns_key(model, kwargs["owned_models"]) and _readiness.needs_readiness(known):
+            await state.lanes.checks.run(_readiness.on_pod_ready, state, body, logger, known)
     if kwargs.get("type") == "DELETED" or not _oom.has_new_crash(state, body):
         return
-    model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
     if not state.shards.owns_key(model, kwargs["owned_models"]):
         return
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())

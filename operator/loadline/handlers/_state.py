@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from cachetools import LRUCache
+from cachetools import LRUCache, TTLCache
 from kubernetes.client import CoordinationV1Api
 
 from loadline.handlers._election import coordination_api
@@ -37,6 +37,7 @@ from loadline.oom import SeenCrashes
 from loadline.pacing import PacingLimits
 from loadline.sharding import ShardAssignment
 from loadline.sizing import CapacityBook
+from loadline.status.build import REVISION_ANNOTATION
 
 #: How many Deployments :class:`SeenWorkloads` keeps: an LRU, as Deployments deleted with their model by
 #: the garbage collector may never show this process a DELETED.
@@ -48,6 +49,9 @@ CLAIM_SECONDS = 300.0
 #: before its decision (the decision's own version normally reaches the operator within seconds; one
 #: that never comes, because the write failed, must not hold reconcile off for longer than this).
 ROLL_OUT_GUARD_SECONDS = 60.0
+
+#: How long a ReplicaSet's revision, once read, is taken as still its own (seconds).
+REVISION_SECONDS = 60.0
 
 ModelKey = tuple[str, str]
 
@@ -199,15 +203,77 @@ class SeenWorkloads:
             if deleted:
                 self._seen.pop(key, None)
                 return
+            spec = body.get("spec") or {}
+            revision = (meta.get("annotations") or {}).get(REVISION_ANNOTATION)
             self._seen[key] = {
-                "metadata": {k: meta.get(k) for k in ("name", "namespace", "generation", "resourceVersion")},
-                "spec": {"replicas": (body.get("spec") or {}).get("replicas")},
+                "metadata": {
+                    **{k: meta.get(k) for k in ("name", "namespace", "uid", "generation", "resourceVersion")},
+                    "annotations": {REVISION_ANNOTATION: revision} if revision else {},
+                    "ownerReferences": list(meta.get("ownerReferences") or []),
+                },
+                "spec": {"replicas": spec.get("replicas"), "paused": bool(spec.get("paused"))},
                 "status": dict(body.get("status") or {}),
             }
 
     def get(self, namespace: str, name: str) -> dict[str, Any] | None:
         with self._lock:
             return self._seen.get((namespace, name))
+
+
+class ReadyPods:
+    """The Ready pods of each model by the ReplicaSet that owns them, as the pod watch shows them, and
+    each ReplicaSet's revision once read: what makes a model Ready when its current template's pods
+    are, before the Deployment's controller writes its ready count (:func:`loadline.status.build.
+    readiness_from_workload`). Noted on kopf's event loop with no I/O."""
+
+    def __init__(
+        self, revision_seconds: float = REVISION_SECONDS, max_revisions: int = SEEN_WORKLOADS_MAX
+    ) -> None:
+        self._lock = threading.Lock()
+        #: (namespace, model) -> ReplicaSet (uid, name) -> its Ready pods' names.
+        self._ready: dict[ModelKey, dict[tuple[str, str], set[str]]] = {}
+        #: ReplicaSet uid -> its revision annotation; kept for a while only, as a roll-back to a
+        #: template an older ReplicaSet holds moves that ReplicaSet's revision up.
+        self.revisions: TTLCache[str, str] = TTLCache(maxsize=max_revisions, ttl=revision_seconds)
+
+    def note(self, pod: Mapping[str, Any], deleted: bool = False) -> bool:
+        """Record the pod's readiness; True when it has just turned Ready."""
+        meta = pod.get("metadata") or {}
+        model = (meta.get("labels") or {}).get(INSTANCE_LABEL)
+        owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == "ReplicaSet"), None)
+        if not model or owner is None:
+            return False
+        key = (str(meta.get("namespace") or ""), str(model))
+        replica_set = (str(owner.get("uid") or ""), str(owner.get("name") or ""))
+        conditions = (pod.get("status") or {}).get("conditions") or []
+        ready = (
+            not deleted
+            and not meta.get("deletionTimestamp")
+            and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        )
+        name = str(meta.get("name"))
+        with self._lock:
+            sets = self._ready.setdefault(key, {})
+            pods = sets.setdefault(replica_set, set())
+            was = name in pods
+            if ready:
+                pods.add(name)
+            else:
+                pods.discard(name)
+                if not pods:
+                    del sets[replica_set]
+                if not sets:
+                    del self._ready[key]
+            return ready and not was
+
+    def of_model(self, namespace: str, model: str) -> dict[tuple[str, str], int]:
+        """The model's ReplicaSets (uid, name) that have Ready pods, with how many."""
+        with self._lock:
+            return {rs: len(pods) for rs, pods in self._ready.get((namespace, model), {}).items()}
+
+    def forget_model(self, namespace: str, name: str) -> None:
+        with self._lock:
+            self._ready.pop((namespace, name), None)
 
 
 class RestartClaims:
@@ -272,6 +338,8 @@ class OperatorState:
     roll_outs: RollOuts = field(default_factory=RollOuts)
     #: Deployments as their watch events last showed them.
     workloads: SeenWorkloads = field(default_factory=SeenWorkloads)
+    #: The models' Ready pods by ReplicaSet, as their watch events last showed them.
+    ready_pods: ReadyPods = field(default_factory=ReadyPods)
     #: config.json files fetched from the hub, keyed with the credential that fetched them and expiring
     #: (loadline.hub.ConfigCache says why).
     hub: ConfigCache = field(default_factory=lambda: ConfigCache(ttl=3600, max_entries=512))
@@ -307,3 +375,4 @@ class OperatorState:
         self.pacer.cancel(f"{namespace}/{name}")
         self.applied.forget(namespace, name)
         self.roll_outs.forget_model(namespace, name)
+        self.ready_pods.forget_model(namespace, name)

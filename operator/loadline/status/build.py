@@ -159,12 +159,37 @@ def workload_observed(workload: Mapping[str, Any] | None) -> bool:
     return generation is None or observed is None or observed >= generation
 
 
+#: The Deployment controller's revision of a Deployment's current template, and of each ReplicaSet.
+REVISION_ANNOTATION = "deployment.kubernetes.io/revision"
+
+
+def current_revision(workload: Mapping[str, Any] | None) -> str | None:
+    """The revision of a Deployment's current template: its ``deployment.kubernetes.io/revision``,
+    which its controller sets to the ReplicaSet of the current template's revision in the same sync
+    that observes a new generation, and before it writes that generation as observed. So it is the
+    current template's only once ``status.observedGeneration`` reached the generation; None before,
+    and for a paused Deployment (its template is not rolled out)."""
+    if not workload or not workload_observed(workload):
+        return None
+    meta, spec = workload.get("metadata") or {}, workload.get("spec") or {}
+    if spec.get("paused") or (workload.get("status") or {}).get("observedGeneration") is None:
+        return None
+    revision = (meta.get("annotations") or {}).get(REVISION_ANNOTATION)
+    return str(revision) if revision else None
+
+
 def readiness_from_workload(
-    workload: Mapping[str, Any] | None, desired: int | None = None
+    workload: Mapping[str, Any] | None, desired: int | None = None, current_ready: int | None = None
 ) -> tuple[bool, str]:
     """(ready, message) from a Deployment's or LeaderWorkerSet's status. ``desired``: the model's own
     replicas; a workload asking for more is a restart's surge, and the model is Ready while its own
-    replicas are available (the extra pod is starting so that none of them goes before it)."""
+    replicas are available (the extra pod is starting so that none of them goes before it).
+
+    ``current_ready``: the Ready pods of the current template's ReplicaSet (:func:`current_revision`),
+    as the pods' own watch events show them. Its controller writes the Deployment's ready count last,
+    after its queue gives it another sync: with a fleet's roll-outs queued, tens of seconds after the
+    pods are serving. A Deployment whose controller observed its spec is Ready once that many pods of
+    its current template are."""
     if not workload:
         return False, "workload not created yet"
     spec = workload.get("spec", {}) or {}
@@ -183,6 +208,8 @@ def readiness_from_workload(
         return True, "scaled to 0 replicas"
     if available >= wanted and updated >= wanted:
         return True, f"{available}/{wanted} replicas available"
+    if current_ready is not None and current_ready >= wanted:
+        return True, f"{current_ready}/{wanted} replicas available"
     return False, f"{available}/{wanted} replicas available, {updated} updated"
 
 
