@@ -125,11 +125,23 @@ def test_the_precision_loadline_reports_is_the_current_measurement() -> None:
 
 
 def test_the_blind_sets_stay_at_their_measurement() -> None:
-    # The blind sets (held out whole; the second gathered after the rules and measured once): 17/22 on
-    # 2026-11-28, then 20/22 with the RAM, long-prompt and warm-up rules, every miss `unknown`. A rule change must not lose a blind
-    # case nor call one wrongly.
-    blind = [c for c in CASES if c.split == "blind"]
-    result = score(blind, _predict)
+    # The first two blind sets (held out whole; the second gathered after the rules and measured once):
+    # 17/22 on 2026-11-28, then 20/22 with the RAM, long-prompt and warm-up rules, every miss `unknown`.
+    # A rule change must not lose one of their cases nor call one wrongly.
+    first_two = [c for c in CASES if c.split == "blind" and "blind set 3" not in (c.collected or "")]
+    result = score(first_two, _predict)
     assert result.total >= 20
     assert result.right >= 17, result.misses
     assert all(got == "unknown" for _, _, got in result.misses), result.misses
+
+
+def test_blind_set_3_stays_at_its_measurement() -> None:
+    # Gathered 2026-11-29 from threads none of the rules were written beside, labelled before the
+    # classifier ran: 6/19 measured once (4/12 real), one wrong class (a start-up CUDA error that a
+    # shorter max_model_len fixed, called batch settings). 8/19 after the wrapped-sentence and
+    # not-enough-memory rules, a tuning figure since.
+    third = [c for c in CASES if "blind set 3" in (c.collected or "")]
+    result = score(third, _predict)
+    assert result.total == 19
+    assert result.right >= 8, result.misses
+    assert sum(got != "unknown" for _, _, got in result.misses) <= 1, result.misses

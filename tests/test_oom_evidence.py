@@ -393,3 +393,42 @@ def test_host_memory_climbing_is_not_fragmentation() -> None:
     d = classify(make(message=msg, ever_ready=True))
     assert d.oom_class is OomClass.HOST_MEMORY
     assert "memory_climbing_text" not in d.signals
+
+
+# ---- blind set 3's lessons (2026-11-29): wrapped sentences and other words for running out ----------
+
+
+def test_an_engine_sentence_wrapped_across_lines_is_still_read() -> None:
+    # vLLM raises its refusals as one line; a report, a terminal or a log collector wraps or re-spaces it.
+    wrapped = (
+        "ValueError: To serve at least one request with the model's max seq len (65536),\n"
+        "  (9.0 GiB KV cache is needed, which is larger than\n"
+        "the available KV cache memory (6.25 GiB)."
+    )
+    d = classify(make(message=wrapped, ever_ready=False))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW and "max_len_exceeds_kv" in d.signals
+    assert d.kv_capacity_tokens == 45511  # 65536 x 6.25 / 9.0: the figures were read, not only the words
+    sampler = "RuntimeError: CUDA out of memory occurred when\nwarming up sampler with 512 dummy requests."
+    d = classify(make(message=sampler, ever_ready=False))
+    assert "sampler_warmup" in d.signals and d.warmup_requests == 512
+
+
+def test_not_enough_memory_in_a_start_up_step_naming_a_batch_setting_is_batch_settings() -> None:
+    # Engines other than PyTorch's allocator say "not enough memory" / "insufficient memory" for the same
+    # refusal; a start-up step that names a batch setting decides it as it does for "out of memory".
+    for msg in (
+        'Error: Warmup(Generation("Not enough memory to handle 8192 prefill tokens. You need to decrease '
+        '`--max-batch-prefill-tokens`"))',
+        "RuntimeError: insufficient GPU memory for the profiling batch; lower max_num_batched_tokens",
+    ):
+        d = classify(make(message=msg, ever_ready=False, phase="starting"))
+        assert d.oom_class is OomClass.BATCH_MISCONFIGURATION, msg
+
+
+def test_gpu_memory_named_as_not_enough_is_a_gpu_out_of_memory() -> None:
+    # "not enough GPU memory" and the Chinese 显存 (video memory) wordings name the GPU, as 内存 names
+    # the host's memory: while loading the weights that is the model too big.
+    for msg in ("RuntimeError: not enough GPU memory to allocate the embedding", "加载模型时显存不足"):
+        d = classify(make(message=msg, ever_ready=False, phase="loading"))
+        assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM, msg
+    assert classify(make(message="服务器内存不足，进程被杀", ever_ready=True)).oom_class is OomClass.HOST_MEMORY

@@ -134,7 +134,11 @@ def _cut_inside(text: str, t: Tables, fact: str) -> str | None:
 def _read_text(text: str, t: Tables) -> _Facts:
     p = t.patterns
     f = _Facts()
-    m = p["sampler_warmup"].search(text)
+    # The engines' own sentences (a refusal, a warm-up's failure) are one line where they are raised,
+    # and reach a report, a log collector or a terminal wrapped or re-spaced: they are looked for in the
+    # text with every run of whitespace made one space.
+    flat = " ".join(text.split())
+    m = p["sampler_warmup"].search(flat)
     if m:
         f.sampler_warmup = True
         f.warmup = int(m.group(1)) if m.group(1) else None
@@ -166,15 +170,15 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.gpu_oom = bool(p["gpu_oom"].search(text)) or bool(
         oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
     )
-    f.no_cache_blocks = bool(p["no_cache_blocks"].search(text))
-    m = p["max_len_kv_v0"].search(text)
+    f.no_cache_blocks = bool(p["no_cache_blocks"].search(flat))
+    m = p["max_len_kv_v0"].search(flat)
     if m:
         f.max_len, f.kv_capacity = int(m.group(1)), int(m.group(2))
-    m = p["max_len_kv_v1"].search(text)
+    m = p["max_len_kv_v1"].search(flat)
     if m:
         f.max_len = int(m.group(1))
         needed, available = float(m.group(2)), float(m.group(3))
-        estimate = p["max_len_estimate"].search(text)
+        estimate = p["max_len_estimate"].search(flat)
         if estimate:
             f.kv_capacity = int(estimate.group(1))
         elif needed > 0:
@@ -185,7 +189,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         m = p["kv_cache_size"].search(text)
         if m:
             f.kv_capacity = int(m.group(1).replace(",", ""))
-    f.load_failed = bool(p["load_failed"].search(text))
+    f.load_failed = bool(p["load_failed"].search(flat))
     f.load_phase = bool(p["load_phase"].search(text))
     f.weights_loaded = bool(p["weights_loaded"].search(text))
     f.serving = bool(p["serving"].search(text))
