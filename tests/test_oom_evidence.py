@@ -431,4 +431,6 @@ def test_gpu_memory_named_as_not_enough_is_a_gpu_out_of_memory() -> None:
     for msg in ("RuntimeError: not enough GPU memory to allocate the embedding", "加载模型时显存不足"):
         d = classify(make(message=msg, ever_ready=False, phase="loading"))
         assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM, msg
-    assert classify(make(message="服务器内存不足，进程被杀", ever_ready=True)).oom_class is OomClass.HOST_MEMORY
+    assert (
+        classify(make(message="服务器内存不足，进程被杀", ever_ready=True)).oom_class is OomClass.HOST_MEMORY
+    )
