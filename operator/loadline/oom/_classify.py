@@ -646,6 +646,64 @@ def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None
     return None
 
 
+def _has_gpu_signal(
+    incident: Incident, facts: _Facts, t: Tables, runtime: bool, host_signal: bool, growing: bool
+) -> bool:
+    """Whether anything speaks of the GPU's memory: the text, else (with no host signal either) the
+    plan, the metrics or the report's own words while serving."""
+    if (
+        facts.gpu_oom
+        or facts.sampler_warmup
+        or facts.no_cache_blocks
+        or facts.max_len is not None
+        or facts.kv_cut is not None
+        or facts.kv_words is not None
+        or facts.load_failed
+    ):
+        return True
+    if host_signal:
+        return False
+    # The plan alone says the weights do not fit: a crash with no wording is still evidence then.
+    return _plan_exceeds(incident) or (
+        runtime
+        and (
+            # A crash with no message after serving: GPU memory creeping up under a load that did not
+            # grow is the evidence (the allocator's cache, not the requests, grew).
+            _creeping(incident, t, growing)
+            # The same, or prompts growing (an app's long context), said in the report's own words
+            # rather than measured.
+            or (facts.oom and bool(facts.climbing_words or facts.prompt_words))
+        )
+    )
+
+
+def _decided_by(s: _Score, decision: _Decision, timing: _Verdict | None) -> tuple[str, str] | None:
+    """The evidence that decided: the timing row when it did, else the signal weighing most for the
+    class (or the timing row when no signal weighs for it)."""
+    if decision.by_timing and timing is not None:
+        return timing.row.id, timing.sentence
+    if decision.oom_class is OomClass.UNKNOWN:
+        return None
+    decided_by = s.strongest_for(decision.oom_class)
+    if decided_by is None and timing is not None and timing.row.oom_class is decision.oom_class:
+        return timing.row.id, timing.sentence
+    return decided_by
+
+
+def _caller_note(incident: Incident) -> str:
+    """What the app team is told when its callers' prompts grew until the crash."""
+    mml = incident.config.max_model_len
+    limit = (
+        f"vLLM answers any request longer than max_model_len ({mml} tokens now) with a clear 400 error "
+        "instead of crashing the server, so a max_model_len that fits the KV cache keeps the server "
+        "up while the caller is fixed."
+        if mml
+        else "A max_model_len that fits the KV cache makes vLLM answer longer requests with a clear "
+        "400 error instead of crashing the server."
+    )
+    return _AGENT_NOTE.format(limit=limit)
+
+
 def classify(incident: Incident) -> Diagnosis:
     """Classify one out-of-memory incident. Pure: same incident, same diagnosis."""
     t = tables()
@@ -656,32 +714,10 @@ def classify(incident: Incident) -> Diagnosis:
 
     runtime = bool(incident.ever_ready) or facts.serving or incident.phase == "serving"
     before_load_done = (facts.load_phase and not facts.weights_loaded) or facts.load_failed
-    gpu_signal = (
-        facts.gpu_oom
-        or facts.sampler_warmup
-        or facts.no_cache_blocks
-        or facts.max_len is not None
-        or facts.kv_cut is not None
-        or facts.kv_words is not None
-        or facts.load_failed
-    )
     reason = incident.reason.strip().lower()
-    host_signal = reason == "oomkilled" or incident.exit_code == 137 or facts.host_text
-    if not gpu_signal and not host_signal and _plan_exceeds(incident):
-        # The plan alone says the weights do not fit: a crash with no wording is still evidence then.
-        gpu_signal = True
+    host_signal = reason == "oomkilled" or incident.exit_code == 137 or bool(facts.host_text)
     growing = _prompt_growth(incident, t)
-    if not gpu_signal and not host_signal and runtime and _creeping(incident, t, growing[0]):
-        # A crash with no message after serving: GPU memory creeping up under a load that did not grow
-        # is the evidence (the allocator's cache, not the requests, grew).
-        gpu_signal = True
-    if not gpu_signal and not host_signal and runtime and facts.oom and facts.climbing_words:
-        # The same, said in the report's own words rather than measured.
-        gpu_signal = True
-    if not gpu_signal and not host_signal and runtime and facts.oom and facts.prompt_words:
-        # Prompts growing, said in the report's words rather than measured (an app's long context).
-        gpu_signal = True
-
+    gpu_signal = _has_gpu_signal(incident, facts, t, runtime, host_signal, growing[0])
     if not gpu_signal and not host_signal:
         return Diagnosis(
             oom_class=OomClass.UNKNOWN,
@@ -706,48 +742,26 @@ def classify(incident: Incident) -> Diagnosis:
     host_only = reason == "oomkilled" or facts.host_text
     timing = _timing_verdict(t, incident, facts, runtime, host_only, gpu_signal, growing[0], pieces)
     decision = _decide(s, timing)
-    oom_class, confidence, notes = decision.oom_class, decision.confidence, decision.notes
-    decided_by: tuple[str, str] | None = None
-    if decision.by_timing and timing is not None:
-        decided_by = (timing.row.id, timing.sentence)
-    elif oom_class is not OomClass.UNKNOWN:
-        decided_by = s.strongest_for(oom_class)
-        if decided_by is None and timing is not None and timing.row.oom_class is oom_class:
-            decided_by = (timing.row.id, timing.sentence)
     evidence = [e for e in s.evidence if e]
     fired = list(s.fired)
     if timing is not None:
         evidence.append(timing.sentence)
         fired.append(timing.row.id)
-    evidence += notes
+    evidence += decision.notes
 
     caller_side = growing[0] and runtime and gpu_signal
-    caller_note = None
-    if caller_side:
-        mml = incident.config.max_model_len
-        limit = (
-            f"vLLM answers any request longer than max_model_len ({mml} tokens now) with a clear 400 error "
-            "instead of crashing the server, so a max_model_len that fits the KV cache keeps the server "
-            "up while the caller is fixed."
-            if mml
-            else "A max_model_len that fits the KV cache makes vLLM answer longer requests with a clear "
-            "400 error instead of crashing the server."
-        )
-        caller_note = _AGENT_NOTE.format(limit=limit)
-
     kv_capacity = facts.kv_capacity if facts.kv_capacity is not None else incident.plan.kv_cache_tokens
-    scores = tuple((c, round(min(1.0, s.scores[c]), 2)) for c in CAUSES)
     return Diagnosis(
-        oom_class=oom_class,
-        confidence=confidence,
+        oom_class=decision.oom_class,
+        confidence=decision.confidence,
         evidence=tuple(evidence),
         caller_side=caller_side,
-        caller_note=caller_note,
-        scores=scores,
+        caller_note=_caller_note(incident) if caller_side else None,
+        scores=tuple((c, round(min(1.0, s.scores[c]), 2)) for c in CAUSES),
         figures=figures,
         kv_capacity_tokens=kv_capacity,
         logged_max_model_len=facts.max_len,
         warmup_requests=facts.warmup,
         signals=tuple(fired),
-        decided_by=decided_by,
+        decided_by=_decided_by(s, decision, timing),
     )

@@ -29,7 +29,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Literal
 
 from loadline.risk._errors import RiskInputError
-from loadline.risk._trend import Sample, bin_medians, fit_trend
+from loadline.risk._trend import Sample, Trend, bin_medians, fit_trend
 
 __all__ = [
     "OOMRiskEstimate",
@@ -239,6 +239,26 @@ def _project(
             limit=limit,
             points=len(points),
         )
+    return _judge_trend(
+        signal, trend, points, limit, now, tuning, counts=counts, why_not_counted=why_not_counted
+    )
+
+
+def _judge_trend(
+    signal: SignalName,
+    trend: Trend,
+    points: Sequence[Sample],
+    limit: float,
+    now: datetime,
+    tuning: RiskTuning,
+    *,
+    counts: bool,
+    why_not_counted: str,
+) -> Projection:
+    """The verdict on a trend fitted over enough points: at the limit, flat, noise, beyond the
+    horizon, or rising to the limit at a time it names."""
+    name = _UNITS[signal][0]
+    end = now.timestamp()
     per_hour = trend.slope * 3600
     # The line's value now, but never above what was observed: a series pinned at its ceiling (KV
     # usage at 1.0) would otherwise be extrapolated past it.

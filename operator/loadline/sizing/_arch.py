@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
-from typing import Any
+from typing import Any, NamedTuple, TypedDict
 
 from loadline.errors import ModelConfigError
 
@@ -525,6 +525,71 @@ def _state_space(
     )
 
 
+#: Families whose MLP is two matrices (no gate): GPT-2, Phi-2, Falcon and the BERT encoders.
+_TWO_MATRIX_MLP = frozenset(
+    {"phi", "gpt2", "gpt_neox", "falcon", "gpt_bigcode", "bert", "roberta", "xlm-roberta"}
+)
+
+
+class _PerLayerInputs(TypedDict):
+    per_layer_vocab: int
+    per_layer_hidden: int
+    altup_inputs: int
+    laurel_rank: int
+    kv_shared_layers: int
+    double_wide_shared_mlp: bool
+
+
+def _per_layer_inputs(text: Mapping[str, Any], layers: int) -> _PerLayerInputs:
+    """Gemma 3n's extra parts (per-layer input embeddings, AltUp, LAuReL, KV shared between layers);
+    zeros for every other family."""
+    per_layer_vocab = _int(text, "vocab_size_per_layer_input", default=0) or 0
+    return _PerLayerInputs(
+        per_layer_vocab=per_layer_vocab,
+        per_layer_hidden=(_int(text, "hidden_size_per_layer_input", default=0) or 0)
+        if per_layer_vocab
+        else 0,
+        altup_inputs=_int(text, "altup_num_inputs", default=0) or 0,
+        laurel_rank=_int(text, "laurel_rank", default=0) or 0,
+        kv_shared_layers=min(_int(text, "num_kv_shared_layers", default=0) or 0, layers - 1),
+        double_wide_shared_mlp=text.get("use_double_wide_mlp") is True,
+    )
+
+
+class _Moe(NamedTuple):
+    """A mixture-of-experts model's expert layout, as its config.json names it (zeros for a dense model)."""
+
+    experts: int
+    experts_per_token: int
+    intermediate: int
+    shared_intermediate: int
+    dense_layers: int
+
+
+def _moe(text: Mapping[str, Any], layers: int, intermediate: int) -> _Moe:
+    """The expert layout under each family's key names: routed and shared experts' sizes, and the
+    layers that stay dense (the first k, the listed MLP-only ones, and those between sparse steps)."""
+    experts = (
+        _int(text, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0
+    )
+    experts_per_tok = _int(text, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0
+    moe_inter = _int(text, "moe_intermediate_size", "expert_intermediate_size", default=0) or 0
+    if experts and not moe_inter:
+        moe_inter = intermediate  # Mixtral/gpt-oss: experts use intermediate_size.
+    shared_inter = _int(text, "shared_expert_intermediate_size", default=0) or 0
+    n_shared = _int(text, "n_shared_experts", "num_shared_experts", default=0) or 0
+    if n_shared and not shared_inter:
+        shared_inter = n_shared * moe_inter
+    dense_layers = _int(text, "first_k_dense_replace", default=0) or 0
+    mlp_only = text.get("mlp_only_layers")
+    if experts and isinstance(mlp_only, list):
+        dense_layers += len(mlp_only)
+    step = _int(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1
+    if experts and step > 1:
+        dense_layers += layers - layers // step
+    return _Moe(experts, experts_per_tok, moe_inter, shared_inter, dense_layers)
+
+
 def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.model.config") -> Architecture:
     """Build an :class:`Architecture` from a Hugging Face ``config.json`` mapping.
 
@@ -559,50 +624,21 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
     model_type = str(text.get("model_type") or config.get("model_type") or "")
     hidden_act = str(text.get("hidden_act") or text.get("hidden_activation") or "")
     # Non-gated (two-matrix) MLPs: GPT-2/Phi-2/Falcon style models with a plain GELU.
-    gated = not (
-        model_type in {"phi", "gpt2", "gpt_neox", "falcon", "gpt_bigcode", "bert", "roberta", "xlm-roberta"}
-        or hidden_act == "gelu_new"
-    )
+    gated = model_type not in _TWO_MATRIX_MLP and hidden_act != "gelu_new"
 
-    experts = (
-        _int(text, "num_local_experts", "n_routed_experts", "num_experts", "moe_num_experts", default=0) or 0
-    )
-    experts_per_tok = _int(text, "num_experts_per_tok", "moe_topk", "top_k", default=0) or 0
-    moe_inter = _int(text, "moe_intermediate_size", "expert_intermediate_size", default=0) or 0
-    if experts and not moe_inter:
-        moe_inter = intermediate  # Mixtral/gpt-oss: experts use intermediate_size.
-    shared_inter = _int(text, "shared_expert_intermediate_size", default=0) or 0
-    n_shared = _int(text, "n_shared_experts", "num_shared_experts", default=0) or 0
-    if n_shared and not shared_inter:
-        shared_inter = n_shared * moe_inter
-    dense_layers = _int(text, "first_k_dense_replace", default=0) or 0
-    mlp_only = text.get("mlp_only_layers")
-    if experts and isinstance(mlp_only, list):
-        dense_layers += len(mlp_only)
-    step = _int(text, "decoder_sparse_step", "interleave_moe_layer_step", default=1) or 1
-    if experts and step > 1:
-        dense_layers += layers - layers // step
-
+    moe = _moe(text, layers, intermediate)
     kv_lora = _int(text, "kv_lora_rank")
     layer_types, window = _layer_types(text, layers)
     tie = text.get("tie_word_embeddings", config.get("tie_word_embeddings"))
     max_pos = context_window(text, config)
     dtype = text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or config.get("dtype")
-    per_layer_vocab = _int(text, "vocab_size_per_layer_input", default=0) or 0
     position_rows = 0
     if kind == "encoder" and model_type in {"bert", "roberta", "xlm-roberta", "ernie"}:
         # Learned absolute positions and token types (BERT-style embeddings).
         position_rows = (_int(text, "max_position_embeddings") or 0) + (_int(text, "type_vocab_size") or 0)
     return Architecture(
         kind=kind,
-        per_layer_vocab=per_layer_vocab,
-        per_layer_hidden=(_int(text, "hidden_size_per_layer_input", default=0) or 0)
-        if per_layer_vocab
-        else 0,
-        altup_inputs=_int(text, "altup_num_inputs", default=0) or 0,
-        laurel_rank=_int(text, "laurel_rank", default=0) or 0,
-        kv_shared_layers=min(_int(text, "num_kv_shared_layers", default=0) or 0, layers - 1),
-        double_wide_shared_mlp=text.get("use_double_wide_mlp") is True,
+        **_per_layer_inputs(text, layers),
         position_rows=position_rows,
         rotary=any(key in text or key in config for key in _ROTARY_KEYS),
         architectures=architectures,
@@ -621,11 +657,11 @@ def parse_hf_config(config: Mapping[str, Any], *, field_prefix: str = "spec.mode
         gated_mlp=gated,
         layer_types=layer_types,
         sliding_window=window,
-        num_experts=experts,
-        num_experts_per_tok=experts_per_tok,
-        moe_intermediate_size=moe_inter,
-        shared_expert_intermediate_size=shared_inter,
-        num_dense_layers=min(dense_layers, layers) if experts else 0,
+        num_experts=moe.experts,
+        num_experts_per_tok=moe.experts_per_token,
+        moe_intermediate_size=moe.intermediate,
+        shared_expert_intermediate_size=moe.shared_intermediate,
+        num_dense_layers=min(moe.dense_layers, layers) if moe.experts else 0,
         kv_lora_rank=kv_lora,
         q_lora_rank=_int(text, "q_lora_rank"),
         qk_rope_head_dim=_int(text, "qk_rope_head_dim", default=0) or 0,

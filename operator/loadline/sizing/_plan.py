@@ -26,7 +26,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cache
-from typing import Any, Generic, NamedTuple, Protocol, TypeVar, overload
+from typing import Any, Generic, NamedTuple, NoReturn, Protocol, TypeVar, overload
 
 from loadline.api import InferenceModelSpec, MemoryBreakdown, NodeShapeSummary, PlanSummary
 from loadline.errors import NoCapacityError, NoFeasiblePlanError
@@ -1273,12 +1273,7 @@ def plan_inference_model(
     inputs = resolve_inputs(spec, model)
     if cluster_shapes is not None:
         inputs = dataclasses.replace(inputs, cluster=cluster_shapes)
-    said: dict[str, str] = {}
-    if corrections is not None:
-        found = corrections.reserves(model.architecture.model_type, inputs.quantization, inputs.version)
-        said = {gpu: note for gpu, _, note in found}
-        reserve = tuple(sorted((gpu, gib) for gpu, gib, _ in found))
-        inputs = dataclasses.replace(inputs, kv_reserve=reserve)
+    inputs, said = _with_corrections(inputs, model, corrections)
     names = list(spec.gpu.types) or list(gpu_catalog())
     max_gpus = spec.gpu.max_gpus_per_replica or _MAX_NODES * 8
     catalog_file = os.environ.get(GPU_CATALOG_ENV, "")
@@ -1305,39 +1300,12 @@ def plan_inference_model(
         verdicts = all_verdicts()
         feasible_verdicts = [v for v in verdicts if v[4]]
         if not feasible_verdicts:
-            candidates = [materialize(v) for v in verdicts]
-            fixes = refusal_fixes(spec, inputs, candidates)
-            fix_text = "; or ".join(f["text"] for f in fixes) or (
-                "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
-                "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
-            )
-            aligned = alignment_notes(inputs)
-            limits = f"; kernel alignment: {'; '.join(aligned)}" if aligned else ""
-            raise NoFeasiblePlanError(
-                f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
-                f"concurrency {inputs.concurrency}{limits} (fix: {fix_text})",
-                [f"{c.label}: {c.rejection}" for c in candidates],
-                fixes=[f["spec"] for f in fixes],
-            )
+            _refuse(spec, inputs, model, [materialize(v) for v in verdicts])
         first = feasible_verdicts[0]
     chosen = best = materialize(first)
-    fallback_from = ""
     if free_gpus is not None and verdicts is not None:
         feasible = [best, *(materialize(v) for v in verdicts if v[4] and v is not first)]
-        placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
-        if placeable and placeable[0] is not best:
-            if not spec.gpu.allow_fallback:
-                raise NoCapacityError(
-                    f"spec.gpu.allowFallback: {best.label} is the cheapest plan but the cluster has no free "
-                    f"{best.gpu.name} GPUs for it (fix: add capacity or set spec.gpu.allowFallback: true)"
-                )
-            chosen, fallback_from = placeable[0], best.gpu.name
-        elif not placeable:
-            raise NoCapacityError(
-                f"spec: no free GPUs in the cluster for any feasible plan of {model.model_id} "
-                f"(cheapest: {best.label}; fix: add GPU nodes or lower replicas)",
-                [f"{c.label}: not enough free {c.gpu.name} GPUs" for c in feasible],
-            )
+        chosen = _placeable_choice(spec, model, feasible, free_gpus)
     by_verification = chosen is best and verified_prices_first(inputs.providers, inputs.cluster)
 
     def considered() -> tuple[Candidate, ...]:
@@ -1347,19 +1315,69 @@ def plan_inference_model(
             c if c.rejection or c is chosen else _note_cost(c, chosen, by_verification) for c in candidates
         )
 
-    notes = (said[chosen.gpu.name],) if chosen.gpu.name in said else ()
-    top = spec.autoscaling.max_replicas if spec.autoscaling is not None else None
     return Plan(
         model,
         inputs,
         chosen,
         spec.replicas,
         Later(considered),
-        fallback_from,
+        best.gpu.name if chosen is not best else "",  # the cheapest type had no free GPUs for it
         _layout_notes(inputs, chosen),
-        notes,
-        top,
+        (said[chosen.gpu.name],) if chosen.gpu.name in said else (),
+        spec.autoscaling.max_replicas if spec.autoscaling is not None else None,
     )
+
+
+def _with_corrections(
+    inputs: SpecInputs, model: ResolvedModel, corrections: KvCorrections | None
+) -> tuple[SpecInputs, dict[str, str]]:
+    """The inputs with the KV reserves learned for this model's kind on each GPU type, and what each
+    correction says (by GPU type) for the plan's notes."""
+    if corrections is None:
+        return inputs, {}
+    found = corrections.reserves(model.architecture.model_type, inputs.quantization, inputs.version)
+    reserve = tuple(sorted((gpu, gib) for gpu, gib, _ in found))
+    return dataclasses.replace(inputs, kv_reserve=reserve), {gpu: note for gpu, _, note in found}
+
+
+def _refuse(
+    spec: InferenceModelSpec, inputs: SpecInputs, model: ResolvedModel, candidates: list[Candidate]
+) -> NoReturn:
+    """No candidate can serve the spec: one line naming the nearest fixes, and each rejection."""
+    fixes = refusal_fixes(spec, inputs, candidates)
+    fix_text = "; or ".join(f["text"] for f in fixes) or (
+        "none found by changing maxModelLen, concurrency or GPUs (up to 64 of any catalog type): "
+        "quantize the weights (spec.quantization) or add a larger GPU type to the catalog"
+    )
+    aligned = alignment_notes(inputs)
+    limits = f"; kernel alignment: {'; '.join(aligned)}" if aligned else ""
+    raise NoFeasiblePlanError(
+        f"spec: no GPU candidate can serve {model.model_id} at maxModelLen {inputs.max_model_len} × "
+        f"concurrency {inputs.concurrency}{limits} (fix: {fix_text})",
+        [f"{c.label}: {c.rejection}" for c in candidates],
+        fixes=[f["spec"] for f in fixes],
+    )
+
+
+def _placeable_choice(
+    spec: InferenceModelSpec, model: ResolvedModel, feasible: list[Candidate], free_gpus: FreeGPUs
+) -> Candidate:
+    """The cheapest feasible plan the cluster's free GPUs can place (``feasible[0]`` is the cheapest
+    of all): another GPU type only with ``spec.gpu.allowFallback``; none placeable is refused."""
+    best = feasible[0]
+    placeable = [c for c in feasible if _placeable(c, spec.replicas, free_gpus)]
+    if not placeable:
+        raise NoCapacityError(
+            f"spec: no free GPUs in the cluster for any feasible plan of {model.model_id} "
+            f"(cheapest: {best.label}; fix: add GPU nodes or lower replicas)",
+            [f"{c.label}: not enough free {c.gpu.name} GPUs" for c in feasible],
+        )
+    if placeable[0] is not best and not spec.gpu.allow_fallback:
+        raise NoCapacityError(
+            f"spec.gpu.allowFallback: {best.label} is the cheapest plan but the cluster has no free "
+            f"{best.gpu.name} GPUs for it (fix: add capacity or set spec.gpu.allowFallback: true)"
+        )
+    return placeable[0]
 
 
 def _layout_notes(inputs: SpecInputs, chosen: Candidate) -> tuple[str, ...]:

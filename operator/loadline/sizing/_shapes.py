@@ -645,6 +645,27 @@ def choose_shape(
         rank = next((i for i, (_, s) in enumerate(pool) if s.price_verified), 0)
         best = pool[rank][1]
     charge = charges[id(best)]
+    price = charged(best) if best.price_per_hour is not None else math.inf
+    notes += _choice_notes(gpu, pod, nodes, best, charge, price, [s for _, s in misfits], pool[:rank])
+    if best.unverified_price and verified_first:
+        notes.append(f"no {gpu.name} shape with a verified price takes the pod")
+    return ShapeChoice(best, nodes, "; ".join(notes), "", charge)
+
+
+def _choice_notes(
+    gpu: GPUType,
+    pod: PodRequest,
+    nodes: int,
+    best: NodeShape,
+    charge: NodeCharge,
+    price: float,
+    misfits: Sequence[NodeShape],
+    passed_over: Sequence[tuple[int, NodeShape]],
+) -> list[str]:
+    """What a plan says about the shape chosen: its GPUs left idle or to other pods, the cheaper
+    shapes that do not take the pod and why, those with unverified prices passed over, and where its
+    own price comes from."""
+    notes = []
     left = best.gpus - pod.gpus
     if left and charge.whole:
         notes.append(f"{left} of {best.gpus} GPUs per instance stay idle ({charge.why})")
@@ -652,18 +673,14 @@ def choose_shape(
         notes.append(f"{left} of {best.gpus} GPUs per instance left to other pods")
     # Shapes with too few GPUs are not alternatives worth naming; those whose host was too small and
     # whose whole instance costs less than the charge (so any share of it would) are.
-    # (Too few GPUs is the first misfit _problem tells, so those are passed over before it writes why.)
-    price = charged(best) if best.price_per_hour is not None else math.inf
     cheaper = [
-        p
-        for _, s in misfits
+        _problem(s, pod, nodes)
+        for s in misfits
         if s.price_per_hour is not None and s.price_per_hour < price and s.gpus >= pod.gpus
-        for p in (_problem(s, pod, nodes),)
-        if " GPUs < " not in p
     ]
     if cheaper:
         notes.append("cheaper shapes rejected: " + "; ".join(cheaper))
-    passed = [s for _, s in pool[:rank] if s.unverified_price]
+    passed = [s for _, s in passed_over if s.unverified_price]
     if passed:
         notes.append(
             "cheaper shapes with unverified prices passed over (verified prices are compared first): "
@@ -671,8 +688,6 @@ def choose_shape(
         )
     if best.unverified_price:
         notes.append(f"priced from an unverified figure ({best.price_text()}): {best.price_source}")
-        if verified_first:
-            notes.append(f"no {gpu.name} shape with a verified price takes the pod")
     elif best.price_per_hour is None:
         notes.append(f"no price ({best.price_source or 'none in the catalog'}); ranked after priced shapes")
-    return ShapeChoice(best, nodes, "; ".join(notes), "", charge)
+    return notes
