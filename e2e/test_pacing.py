@@ -95,7 +95,7 @@ def one_at_a_time(operator: ChartOperator) -> Iterator[ChartOperator]:
     try:
         yield operator
     finally:
-        _restart_with(operator, {"settings": {"remediation": {"rolloutsAtOnce": 100}}})
+        _restart_with(operator, {"settings": {"remediation": {"rolloutsAtOnce": 0}}})
 
 
 def test_two_models_crashing_together_roll_out_one_at_a_time_and_both_serve_with_the_fix(

@@ -193,7 +193,7 @@ class OperatorSettings(BaseSettings):
     remediation_min_confidence: float = Field(default=0.6, ge=0, le=1, description="Act only above this.")
     remediation_max_memory_gib: float = Field(default=1024, gt=0, description="Cap on raised pod memory.")
     rollouts_at_once: int = Field(
-        default=100,
+        default=0,
         ge=0,
         description="Crash remediations rolling out at once in this replica; more wait their turn, in "
         "order of spec.priority and of what they serve (0: no limit).",
