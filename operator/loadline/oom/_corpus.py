@@ -50,6 +50,7 @@ BLIND_COLLECTIONS = frozenset(
         "2026-11-28 blind set (issue 34; held out whole, measured before any rule change)",
         "2026-11-28 blind set 2 (issue 34; gathered after the rules, measured once)",
         "2026-11-29 blind set 3 (issue 34; gathered after the rules, measured once)",
+        "2026-11-29 blind set 4 (issue 34; gathered after the rules, measured once)",
     }
 )
 
