@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from loadline.oom import Incident, OomClass, classify, parse_incident, parse_oom_text
+from loadline.oom import Incident, OomClass, classify, parse_incident, parse_oom_text, propose_remediation
 
 ADVICE = (
     " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
@@ -434,3 +434,20 @@ def test_gpu_memory_named_as_not_enough_is_a_gpu_out_of_memory() -> None:
     assert (
         classify(make(message="服务器内存不足，进程被杀", ever_ready=True)).oom_class is OomClass.HOST_MEMORY
     )
+
+
+def test_an_oom_in_vllms_sleep_mode_pool_is_its_utilization_on_a_shared_gpu() -> None:
+    # Sleep mode (vLLM's CuMemAllocator) exists to share the GPU with another process; its pool takes
+    # gpu_memory_utilization of the whole GPU whatever the other holds: the fix is a lower utilization.
+    trace = (
+        'File "/opt/venv/lib/python3.12/site-packages/vllm/device_allocator/cumem.py", line 211, in wake_up\n'
+        "RuntimeError: CUDA Error: out of memory at /src/csrc/cumem_allocator.cpp:71"
+    )
+    d = classify(make(message=trace, config={"gpu_memory_utilization": 0.85}))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION and "sleep_pool_oom" in d.signals
+    assert propose_remediation(d, make(message=trace, config={"gpu_memory_utilization": 0.85})).action == (
+        "lower_gpu_memory_utilization"
+    )
+    # While the weights load, the same pool's failure is no evidence about the budget.
+    loading = "Loading safetensors checkpoint shards: 40% Completed\n" + trace
+    assert "sleep_pool_oom" not in classify(make(message=loading, ever_ready=False)).signals

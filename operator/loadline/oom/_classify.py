@@ -41,6 +41,8 @@ class _Facts:
     graph_capture: bool = False
     profiling: bool = False
     warmup_step: str | None = None
+    #: vLLM's sleep-mode allocator (its CuMemAllocator pool, wake_up) named in the text.
+    sleep_pool: str | None = None
     no_cache_blocks: bool = False
     max_len: int | None = None
     kv_capacity: int | None = None
@@ -146,6 +148,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.graph_capture = bool(p["graph_capture"].search(text)) and not p["graph_capture_done"].search(text)
     f.profiling = bool(p["profiling"].search(text))
     f.warmup_step = _found(p["warmup_step"], text)
+    f.sleep_pool = _found(p["sleep_pool"], text)
     oom_word = p["oom_word"].search(text)
     f.oom = bool(oom_word)
     # The engines' standard advice (vLLM's CUDA graph notice names max_num_seqs at every capture, SGLang's
@@ -283,6 +286,8 @@ def _score_text(
         s.add("max_len_exceeds_kv_cut", what=f.kv_cut)
     elif f.kv_words:
         s.add("kv_refusal_words", what=f.kv_words)
+    if f.gpu_oom and f.sleep_pool and not before_load_done:
+        s.add("sleep_pool_oom", what=f.sleep_pool)
     if f.load_failed:
         s.add("load_failed")
     elif f.gpu_oom and before_load_done and not f.sampler_warmup:
