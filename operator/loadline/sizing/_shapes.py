@@ -646,9 +646,8 @@ def choose_shape(
         best = pool[rank][1]
     charge = charges[id(best)]
     price = charged(best) if best.price_per_hour is not None else math.inf
-    notes += _choice_notes(gpu, pod, nodes, best, charge, price, [s for _, s in misfits], pool[:rank])
-    if best.unverified_price and verified_first:
-        notes.append(f"no {gpu.name} shape with a verified price takes the pod")
+    misfit_shapes = [s for _, s in misfits]
+    notes += _choice_notes(gpu, pod, nodes, best, charge, price, misfit_shapes, pool[:rank], verified_first)
     return ShapeChoice(best, nodes, "; ".join(notes), "", charge)
 
 
@@ -661,6 +660,7 @@ def _choice_notes(
     price: float,
     misfits: Sequence[NodeShape],
     passed_over: Sequence[tuple[int, NodeShape]],
+    verified_first: bool,
 ) -> list[str]:
     """What a plan says about the shape chosen: its GPUs left idle or to other pods, the cheaper
     shapes that do not take the pod and why, those with unverified prices passed over, and where its
@@ -688,6 +688,8 @@ def _choice_notes(
         )
     if best.unverified_price:
         notes.append(f"priced from an unverified figure ({best.price_text()}): {best.price_source}")
+        if verified_first:
+            notes.append(f"no {gpu.name} shape with a verified price takes the pod")
     elif best.price_per_hour is None:
         notes.append(f"no price ({best.price_source or 'none in the catalog'}); ranked after priced shapes")
     return notes
