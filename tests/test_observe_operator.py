@@ -13,7 +13,9 @@ import pytest
 
 from loadline.api import parse_inference_model
 from loadline.handlers import _kube, _observe
+from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._settings import OperatorSettings
+from loadline.handlers._state import ReadyPods
 from loadline.observe import CorrectionStore, plan_fingerprint
 from loadline.sizing import plan_inference_model
 
@@ -282,3 +284,57 @@ def test_a_new_plan_or_ready_again_is_looked_at_at_once() -> None:
     again = "2026-11-28T11:30:00+00:00"
     ready_again = _ready({"gpu": "L4", "gpuMemoryUtilization": 0.95}, again)
     assert _looks(ready_again, memo, datetime.fromisoformat(again).timestamp(), 40) == [0, 10, 30]
+
+
+def test_the_pod_watch_names_the_pod_to_read_without_a_list(monkeypatch: pytest.MonkeyPatch) -> None:
+    # In a storm every model Ready again is looked at: the pod watch's Ready pods name the pod (and its
+    # engine's container), so the look is one log read, not a LIST of the namespace's pods first.
+    cluster = FakeCluster(monkeypatch, LOG)
+    reads: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        _observe, "_read_log", lambda ns, pod, container: reads.append((ns, pod, container)) or LOG
+    )
+
+    def no_list(namespace: str, name: str) -> None:
+        raise AssertionError("listed the pods although the pod watch shows a Ready one")
+
+    monkeypatch.setattr(_observe, "_running_pod", no_list)
+    ready = ReadyPods()
+    for name in ("llama-b", "llama-a"):
+        ready.note(
+            {
+                "metadata": {
+                    "name": name,
+                    "namespace": "team-b",
+                    "labels": {INSTANCE_LABEL: "llama"},
+                    "ownerReferences": [{"kind": "ReplicaSet", "name": "llama-1", "uid": "rs-1"}],
+                },
+                "spec": {"containers": [{"name": "engine"}, {"name": "sidecar"}]},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
+            }
+        )
+    plan = plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": SPEC,
+            }
+        ).spec
+    )
+    patch = kopf.Patch()
+    body = _body(SPEC, plan.summary().model_dump(by_alias=True, mode="json"))
+    settings = OperatorSettings(lease_namespace="loadline")
+    _observe.observe(body, patch, settings, _observe.Observations(), _logger(), ready)
+    assert reads == [("team-b", "llama-a", "engine")]
+    assert patch.status["observed"]["pod"] == "llama-a"
+    # No Ready pod in the watch's view (a LeaderWorkerSet's pods have no ReplicaSet): the pods are listed.
+    monkeypatch.setattr(
+        _observe,
+        "_running_pod",
+        lambda ns, name: {"metadata": {"name": "llama-x"}, "spec": {"containers": [{"name": "vllm"}]}},
+    )
+    patch = kopf.Patch()
+    _observe.observe(body, patch, settings, _observe.Observations(), _logger(), ReadyPods())
+    assert reads[-1] == ("team-b", "llama-x", "vllm") and cluster.configmap is not None

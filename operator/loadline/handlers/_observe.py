@@ -23,7 +23,7 @@ import threading
 import time
 from collections.abc import Mapping, MutableMapping
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -51,6 +51,9 @@ from loadline.observe import (
 )
 from loadline.status import build as _build
 from loadline.traffic import CACHE_CONFIG_INFO, PrometheusClient, cache_config_query, samples
+
+if TYPE_CHECKING:
+    from loadline.handlers._state import ReadyPods
 
 #: Phases in which the model's engine runs and has logged its start-up figures.
 OBSERVED_PHASES = frozenset({"Ready", "Degraded"})
@@ -206,20 +209,25 @@ def observe(
     settings: OperatorSettings,
     store: Observations,
     logger: logging.Logger | kopf.Logger,
+    ready: ReadyPods | None = None,
 ) -> None:
     """Read the model's running engine's start-up figures into ``patch.status`` (nothing until its log
-    holds them), keep them in the store, and ask for a new plan when they hold less than the spec."""
+    holds them), keep them in the store, and ask for a new plan when they hold less than the spec.
+    ``ready``: the pod watch's Ready pods, which name the pod to read without a LIST (in a storm every
+    model Ready again is looked at, and that LIST was one request per crash)."""
     status = dict(body.get("status") or {})
     if not observing(status):
         return
     plan = status["plan"]
     meta = body["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])
-    pod = _running_pod(namespace, name)
-    if pod is None:
-        return
-    pod_name = str(pod["metadata"]["name"])
-    container = str(pod["spec"]["containers"][0]["name"])
+    serving = ready.serving(namespace, name) if ready is not None else None
+    if serving is None:  # not in the pod watch's view (a LeaderWorkerSet's pods): asked for
+        pod = _running_pod(namespace, name)
+        if pod is None:
+            return
+        serving = str(pod["metadata"]["name"]), str(pod["spec"]["containers"][0]["name"])
+    pod_name, container = serving
     found = _from_log(namespace, pod_name, container) or _from_prometheus(settings, namespace, pod_name)
     if found is None:
         return  # not yet: the engine has not said its figures (looked at again on the next tick)

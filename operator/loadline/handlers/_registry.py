@@ -286,7 +286,8 @@ def observed_memory(
     # pool: in a storm the models Ready again read their logs all at once, and on the CHECKS lane those
     # reads kept its threads from the readiness looks (18 s waits).
     if _observe.look_due(body, memo):
-        _observe.observe(body, patch, SETTINGS, state_of(memo).observations, logger)
+        state = state_of(memo)
+        _observe.observe(body, patch, SETTINGS, state.observations, logger, state.ready_pods)
 
 
 @kopf.index(GROUP, VERSION, PLURAL)

@@ -230,8 +230,9 @@ class ReadyPods:
         self, revision_seconds: float = REVISION_SECONDS, max_revisions: int = SEEN_WORKLOADS_MAX
     ) -> None:
         self._lock = threading.Lock()
-        #: (namespace, model) -> ReplicaSet (uid, name) -> its Ready pods' names.
-        self._ready: dict[ModelKey, dict[tuple[str, str], set[str]]] = {}
+        #: (namespace, model) -> ReplicaSet (uid, name) -> its Ready pods' names -> their first
+        #: container's name (the engine's, whose log the observation reads).
+        self._ready: dict[ModelKey, dict[tuple[str, str], dict[str, str]]] = {}
         #: ReplicaSet uid -> its revision annotation; kept for a while only, as a roll-back to a
         #: template an older ReplicaSet holds moves that ReplicaSet's revision up.
         self.revisions: TTLCache[str, str] = TTLCache(maxsize=max_revisions, ttl=revision_seconds)
@@ -252,14 +253,15 @@ class ReadyPods:
             and any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
         )
         name = str(meta.get("name"))
+        containers = (pod.get("spec") or {}).get("containers") or [{}]
         with self._lock:
             sets = self._ready.setdefault(key, {})
-            pods = sets.setdefault(replica_set, set())
+            pods = sets.setdefault(replica_set, {})
             was = name in pods
             if ready:
-                pods.add(name)
+                pods[name] = str(containers[0].get("name") or "")
             else:
-                pods.discard(name)
+                pods.pop(name, None)
                 if not pods:
                     del sets[replica_set]
                 if not sets:
@@ -270,6 +272,15 @@ class ReadyPods:
         """The model's ReplicaSets (uid, name) that have Ready pods, with how many."""
         with self._lock:
             return {rs: len(pods) for rs, pods in self._ready.get((namespace, model), {}).items()}
+
+    def serving(self, namespace: str, model: str) -> tuple[str, str] | None:
+        """(pod, container) of the model's Ready pod with the smallest name, whichever ReplicaSet owns
+        it; None when the pod watch shows none (a LeaderWorkerSet's pods have no ReplicaSet)."""
+        with self._lock:
+            pods = [
+                pod for by_name in self._ready.get((namespace, model), {}).values() for pod in by_name.items()
+            ]
+        return min(pods) if pods else None
 
     def forget_model(self, namespace: str, name: str) -> None:
         with self._lock:
