@@ -39,6 +39,20 @@ def _body(spec: dict[str, Any], plan: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+def _plan_of(spec: dict[str, Any]) -> Any:
+    """The plan of model ``llama`` with ``spec``, as reconcile makes it."""
+    return plan_inference_model(
+        parse_inference_model(
+            {
+                "apiVersion": "loadline.dev/v1alpha1",
+                "kind": "InferenceModel",
+                "metadata": {"name": "llama"},
+                "spec": spec,
+            }
+        ).spec
+    )
+
+
 class FakeCluster:
     def __init__(self, monkeypatch: pytest.MonkeyPatch, log: str) -> None:
         self.configmap: dict[str, Any] | None = None
@@ -68,16 +82,7 @@ class FakeCluster:
 
 
 def _observe_once(monkeypatch: pytest.MonkeyPatch, spec: dict[str, Any]) -> tuple[kopf.Patch, FakeCluster]:
-    plan = plan_inference_model(
-        parse_inference_model(
-            {
-                "apiVersion": "loadline.dev/v1alpha1",
-                "kind": "InferenceModel",
-                "metadata": {"name": "llama"},
-                "spec": spec,
-            }
-        ).spec
-    )
+    plan = _plan_of(spec)
     cluster = FakeCluster(monkeypatch, LOG)
     patch = kopf.Patch()
     settings = OperatorSettings(lease_namespace="loadline")
@@ -198,16 +203,7 @@ def test_from_prometheus_when_the_log_does_not_say(monkeypatch: pytest.MonkeyPat
     its labels as vLLM sets them, with the figures of the 0.19 log: 15269 blocks of 16 tokens."""
     from tests.promserver import FakePrometheus
 
-    plan = plan_inference_model(
-        parse_inference_model(
-            {
-                "apiVersion": "loadline.dev/v1alpha1",
-                "kind": "InferenceModel",
-                "metadata": {"name": "llama"},
-                "spec": SPEC,
-            }
-        ).spec
-    )
+    plan = _plan_of(SPEC)
     cluster = FakeCluster(monkeypatch, "no figures in this log\n")
     labels = {"__name__": "vllm:cache_config_info", "namespace": "team-b", "pod": "llama-abc", "block_size": "16",
               "num_gpu_blocks": "15269", "cache_dtype": "auto", "gpu_memory_utilization": "0.95"}  # fmt: skip
@@ -313,16 +309,7 @@ def test_the_pod_watch_names_the_pod_to_read_without_a_list(monkeypatch: pytest.
                 "status": {"conditions": [{"type": "Ready", "status": "True"}]},
             }
         )
-    plan = plan_inference_model(
-        parse_inference_model(
-            {
-                "apiVersion": "loadline.dev/v1alpha1",
-                "kind": "InferenceModel",
-                "metadata": {"name": "llama"},
-                "spec": SPEC,
-            }
-        ).spec
-    )
+    plan = _plan_of(SPEC)
     patch = kopf.Patch()
     body = _body(SPEC, plan.summary().model_dump(by_alias=True, mode="json"))
     settings = OperatorSettings(lease_namespace="loadline")
