@@ -41,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import multiprocessing
+import os
 import queue
 import re
 import ssl
@@ -246,10 +247,25 @@ def handled_crashes(model: dict[str, Any]) -> list[Any]:
     return list(((model.get("status") or {}).get("remediation") or {}).get("handledCrashes") or [])
 
 
+def exit_with_parent() -> None:
+    """Stop this spawned helper once the benchmark that started it is gone. A benchmark killed by a
+    signal does not stop its daemon children: the watchers and the floor's responder of one killed here
+    ran on for 22 minutes, into the next run (same namespace and kubeconfig path)."""
+    parent = os.getppid()
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(1)
+        os._exit(0)
+
+    threading.Thread(target=watch, daemon=True).start()
+
+
 def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
     """In a process of its own (the injecting threads of the main one would hold up its reads): when
     each model's decision first shows in its status, when it is Ready again after Deploying its fix,
     and what each write to a model changed."""
+    exit_with_parent()
     last: dict[str, dict[str, Any]] = {}
     deploying: set[str] = set()  # decided, and Deploying since (the roll-out of the fix)
     handled: dict[str, int] = json.loads(baseline.get("", "{}"))  # crashes handled before this storm
@@ -275,6 +291,7 @@ def watch_models(namespace: str, baseline: dict[str, str], seen: Any) -> None:
 def watch_deployments(namespace: str, baseline: dict[str, str], seen: Any) -> None:
     """In a process of its own: when each Deployment's pod template first carries a memory limit other
     than the one it had before the crashes."""
+    exit_with_parent()
     for event in watch_events("list_namespaced_deployment", namespace):
         dep, now = event["object"], time.time()
         limits = dep.spec.template.spec.containers[0].resources.limits or {}
@@ -288,6 +305,7 @@ def watch_pods(namespace: str, baseline: dict[str, str], seen: Any) -> None:
     """In a process of its own: for each model's pods that were not there before the crashes (the
     roll-out's), when one was first seen (created by the Deployment controller), bound to a node (the
     scheduler) and Ready (started: KWOK stands in for the kubelet). ``baseline``: the uids before."""
+    exit_with_parent()
     for event in watch_events("list_namespaced_pod", namespace):
         pod, now = event["object"], time.time()
         model = (pod.metadata.labels or {}).get("loadline.dev/inferencemodel")
@@ -303,6 +321,7 @@ def watch_pods(namespace: str, baseline: dict[str, str], seen: Any) -> None:
 def respond_directly(namespace: str, threads: int) -> None:
     """In a process of its own (the floor): the least any responder does for a host OOM kill, one
     patch of the model's Deployment raising its container's memory limit by a quarter, once per pod."""
+    exit_with_parent()
     from kubernetes.utils import parse_quantity
 
     Path("/proc/self/comm").write_text("responder")  # its own line in the CPU table
