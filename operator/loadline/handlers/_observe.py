@@ -222,7 +222,7 @@ def observe(
     meta = body["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])
     serving = ready.serving(namespace, name) if ready is not None else None
-    if serving is None:  # not in the pod watch's view (a LeaderWorkerSet's pods): asked for
+    if serving is None:  # not in the pod watch's view (a LeaderWorkerSet's pods): listed
         pod = _running_pod(namespace, name)
         if pod is None:
             return
