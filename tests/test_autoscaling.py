@@ -247,3 +247,41 @@ def test_a_restart_waits_while_the_model_is_being_scaled() -> None:
     assert scaling_in_progress(1, 3)  # scaling down
     assert not scaling_in_progress(2, 2)
     assert not scaling_in_progress(2, None)  # not mirrored yet: nothing to wait for
+
+
+def test_a_scale_status_write_refused_for_a_conflict_is_written_on_the_fresh_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A single-replica Deployment turning available sends no event after that one: a status.replicas
+    write refused because reconcile wrote the model at the same moment must still land."""
+    import logging
+
+    from kubernetes.client.exceptions import ApiException
+
+    from loadline.handlers import _kube
+    from loadline.handlers._scale import sync_scale_status
+
+    owner = {"kind": "InferenceModel", "name": "chat", "uid": "u1"}
+    workload = {
+        "metadata": {"namespace": "team-a", "name": "chat", "ownerReferences": [owner]},
+        "spec": {"replicas": 1},
+        "status": {"replicas": 1, "observedGeneration": 1, "updatedReplicas": 1},
+    }
+    known = {"metadata": {"name": "chat", "uid": "u1", "resourceVersion": "5"}, "spec": {"replicas": 1}}
+    versions = iter(["6", "7"])  # each read finds the model written again since
+    writes: list[tuple[str, dict[str, Any]]] = []
+
+    def get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
+        return {**known, "metadata": {**known["metadata"], "resourceVersion": next(versions)}}
+
+    def patch_status(obj: dict[str, Any], changes: dict[str, Any]) -> dict[str, Any]:
+        writes.append((obj["metadata"]["resourceVersion"], changes))
+        if len(writes) == 1:
+            raise ApiException(status=409, reason="Conflict")
+        return obj
+
+    monkeypatch.setattr(_kube, "get", get)
+    monkeypatch.setattr(_kube, "patch_status", patch_status)
+    sync_scale_status(workload, known, logging.getLogger("test"))
+    assert [version for version, _ in writes] == ["6", "7"]
+    assert writes[-1][1]["replicas"] == 1

@@ -30,32 +30,55 @@ from loadline.units import GIB
 __all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
 
 
+#: Conflicting writes of the model (its reconcile, readiness, a crash's decision) that the mirror
+#: re-reads and writes again after: a single-replica Deployment that turns available sends no event after
+#: that one, so a count dropped on a 409 stayed unwritten (status.replicas missing for good).
+SCALE_WRITE_ATTEMPTS = 4
+
+
 def sync_scale_status(
     workload: Mapping[str, Any], known: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger
 ) -> None:
     """Write the owner's ``status.replicas``/``status.selector`` when the workload's count moved.
 
     ``known``: the owner as the index last saw it; its status decides whether a write is needed, so an
-    unchanged count costs no request. A conflict or a vanished owner is left to the next event."""
+    unchanged count costs no request. A write refused for a conflict is decided again on the owner as
+    the API server then holds it (the workload's event may be its last); a vanished owner is left."""
     meta = workload.get("metadata") or {}
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None or known is None:
         return
-    desired = int((known.get("spec") or {}).get("replicas", 1))
-    status = known.get("status") or {}
+    if _scale_changes(workload, owner, known) is None:
+        return  # the index's copy already holds it: no request
+    for _ in range(SCALE_WRITE_ATTEMPTS):
+        try:
+            parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owner["name"])
+            if parent is None or parent["metadata"].get("uid") != owner.get("uid"):
+                return
+            changes = _scale_changes(workload, owner, parent)
+            if changes is None:
+                return
+            _kube.patch_status(parent, changes)
+            return
+        except ApiException as exc:
+            if exc.status == 404:
+                return
+            if exc.status != 409:
+                raise
+    logger.info("status.replicas of %s/%s not written (%d conflicts); the next event writes it",
+                meta.get("namespace"), owner["name"], SCALE_WRITE_ATTEMPTS)  # fmt: skip
+
+
+def _scale_changes(
+    workload: Mapping[str, Any], owner: Mapping[str, Any], model: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """The scale status ``model`` needs for ``workload``'s count; None when it already holds it."""
+    desired = int((model.get("spec") or {}).get("replicas", 1))
+    status = model.get("status") or {}
     changes = build_scale_status(str(owner["name"]), workload, desired, status.get("replicas"))
     if all(status.get(key) == value for key, value in changes.items()):
-        return
-    try:
-        parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owner["name"])
-        if parent is None or parent["metadata"].get("uid") != owner.get("uid"):
-            return
-        _kube.patch_status(parent, changes)
-    except ApiException as exc:
-        if exc.status not in (404, 409):
-            raise
-        logger.info("status.replicas of %s/%s not written (%s); the next event writes it",
-                    meta.get("namespace"), owner["name"], exc.status)  # fmt: skip
+        return None
+    return dict(changes)
 
 
 OOM_CLASSES = tuple(c.value for c in OomClass)
