@@ -13,9 +13,9 @@ from prometheus_client import REGISTRY
 
 from loadline.api import FleetPolicy, parse_fleet_policy
 from loadline.handlers import _admission, _events, _kube, _reconcile
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
+from loadline.settings import OperatorSettings
 from tests.conftest import inference_model
 
 SETTINGS = OperatorSettings(hf_fetch=False)

@@ -13,9 +13,9 @@ import pytest
 from loadline.api import RemediationState, parse_fleet_policy, parse_inference_model, validate_known
 from loadline.errors import SpecError
 from loadline.handlers import _admission
-from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache
 from loadline.oom import remediation_in_force
+from loadline.settings import OperatorSettings
 from loadline.status.build import merge_incident
 from tests.conftest import inference_model
 

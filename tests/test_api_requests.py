@@ -13,7 +13,8 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from prometheus_client import REGISTRY
 
-from loadline.handlers import _kube, _metrics
+from loadline import telemetry
+from loadline.handlers import _kube
 
 APPLY = {"Content-Type": "application/apply-patch+yaml"}
 
@@ -44,7 +45,7 @@ APPLY = {"Content-Type": "application/apply-patch+yaml"}
 def test_requests_are_named_as_the_api_server_names_them(
     method: str, url: str, headers: dict[str, str] | None, expected: tuple[str, str]
 ) -> None:
-    assert _metrics.api_verb_and_resource(method, url, headers) == expected
+    assert telemetry.api_verb_and_resource(method, url, headers) == expected
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

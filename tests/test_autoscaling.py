@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from prometheus_client import REGISTRY, generate_latest
 
+from loadline import telemetry
 from loadline.api import parse_fleet_policy, parse_inference_model, parse_spec
 from loadline.errors import RenderError, SpecError
-from loadline.handlers import _metrics
 from loadline.handlers._scale import model_gauges
 from loadline.oom import OomClass
 from loadline.policy import combine, evaluate
@@ -228,16 +228,16 @@ def test_model_gauges_follow_spec_and_status_and_go_with_the_model() -> None:
     }
     model_gauges(body)
     labels = {"namespace": "team-z", "inferencemodel": "gauged"}
-    sample = _metrics.MODEL_REPLICAS.labels(*labels.values(), "desired")._value.get()
-    assert sample == 3 and _metrics.MODEL_REPLICAS.labels(*labels.values(), "ready")._value.get() == 2
-    assert _metrics.MODEL_GPU_MEMORY.labels(*labels.values(), "measured")._value.get() == 21.5 * 1024**3
+    sample = telemetry.MODEL_REPLICAS.labels(*labels.values(), "desired")._value.get()
+    assert sample == 3 and telemetry.MODEL_REPLICAS.labels(*labels.values(), "ready")._value.get() == 2
+    assert telemetry.MODEL_GPU_MEMORY.labels(*labels.values(), "measured")._value.get() == 21.5 * 1024**3
     # Its incident series exist at 0 for every class before a crash, so that the crash-loop alert's
     # increase() counts the first crash of a loop.
     exported = generate_latest(REGISTRY).decode()
     for oom_class in OomClass:
         line = f'loadline_oom_incidents_total{{inferencemodel="gauged",namespace="team-z",oom_class="{oom_class}"}} 0.0'
         assert line in exported
-    assert _metrics.forget("team-z", "gauged") == 4 + len(OomClass)
+    assert telemetry.forget("team-z", "gauged") == 4 + len(OomClass)
 
 
 def test_a_restart_waits_while_the_model_is_being_scaled() -> None:

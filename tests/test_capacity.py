@@ -529,7 +529,7 @@ def test_two_plans_made_before_either_is_applied_never_count_the_same_free_gpu(s
     while a's children are still being applied. b must see the L4 taken. Before, a plan's GPUs were
     recorded only after its apply, so b was planned onto the same L4 and stayed Deploying, "cannot be
     scheduled ... Insufficient nvidia.com/gpu" (issue 41: one model over a 240-GPU fleet's capacity)."""
-    from loadline.handlers._settings import OperatorSettings
+    from loadline.settings import OperatorSettings
 
     settings = OperatorSettings(hf_fetch=False, capacity_aware=True)
     view = ([node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)], [])
@@ -555,7 +555,7 @@ def test_a_gpu_type_the_scheduler_refused_is_full_for_its_models_replan_until_it
     a falls back to the L40S, or, allowed only L4, is Pending naming the scheduler's reason. Once the
     scheduler binds a's L4 pod (room was made), the refusal lapses and L4 is planned as usual."""
     from loadline.errors import NoCapacityError
-    from loadline.handlers._settings import OperatorSettings
+    from loadline.settings import OperatorSettings
 
     settings = OperatorSettings(hf_fetch=False, capacity_aware=True)
     nodes = [node("l4-a", "NVIDIA-L4", 1), node("l40s", "NVIDIA-L40S", 1)]

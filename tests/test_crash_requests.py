@@ -11,8 +11,8 @@ import kopf
 import pytest
 
 from loadline.handlers import _events, _index, _kube, _oom, _readiness, _rollout, _state
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from tests.test_oom_operator_side import pod
 from tests.test_reconcile_requests import FakeParent, available_deployment
@@ -344,8 +344,7 @@ def test_a_fix_that_waits_for_a_roll_out_slot_says_so_in_its_decision_and_is_han
     crashes meanwhile are not decided again (they are the crash the fix is for)."""
     from types import SimpleNamespace
 
-    from loadline.handlers._pacing import Pacer
-    from loadline.pacing import PacingLimits, RollOutRequest
+    from loadline.pacing import Pacer, PacingLimits, RollOutRequest
 
     state = OperatorState(pacer=Pacer(PacingLimits(at_once=1)))
     assert state.pacer.ask(RollOutRequest("team-b/other", "L4")) is None

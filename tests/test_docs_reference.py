@@ -224,7 +224,7 @@ def test_every_operator_setting_is_in_the_reference() -> None:
     assert not missing, _missing_message(
         "operator settings",
         missing,
-        "add each row below, from handlers/_settings.py, under 'Operator settings', with the chart "
+        "add each row below, from settings.py, under 'Operator settings', with the chart "
         "value that sets it (charts/loadline/templates/deployment.yaml) instead of —",
     )
 

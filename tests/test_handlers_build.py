@@ -8,8 +8,8 @@ from typing import Any
 import pydantic
 import pytest
 
+from loadline import telemetry
 from loadline.api import Condition, PlanSummary, RemediationState, parse_inference_model
-from loadline.handlers import _metrics
 from loadline.sizing import plan_inference_model
 from loadline.status import build as _build
 from loadline.status.build import (
@@ -245,15 +245,15 @@ def test_a_refused_apply_keeps_the_plan_and_says_deployed_false() -> None:
 
 
 def test_a_deleted_models_metric_series_are_removed() -> None:
-    _metrics.OOM_INCIDENTS.labels("ns-gone", "chat", "host_memory").inc()
-    _metrics.REMEDIATIONS.labels("ns-gone", "chat", "raise_memory", "applied").inc()
-    _metrics.OOM_INCIDENTS.labels("ns-kept", "chat", "host_memory").inc()
-    assert _metrics.forget("ns-gone", "chat") == 2
+    telemetry.OOM_INCIDENTS.labels("ns-gone", "chat", "host_memory").inc()
+    telemetry.REMEDIATIONS.labels("ns-gone", "chat", "raise_memory", "applied").inc()
+    telemetry.OOM_INCIDENTS.labels("ns-kept", "chat", "host_memory").inc()
+    assert telemetry.forget("ns-gone", "chat") == 2
 
     def series(namespace: str) -> int:
         return sum(
             1
-            for metric in (_metrics.OOM_INCIDENTS, _metrics.REMEDIATIONS)
+            for metric in (telemetry.OOM_INCIDENTS, telemetry.REMEDIATIONS)
             for family in metric.collect()
             for sample in family.samples
             if sample.labels.get("namespace") == namespace

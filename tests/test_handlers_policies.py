@@ -76,7 +76,7 @@ def test_a_policy_counts_the_models_that_name_it() -> None:
 
 def test_remediation_limits_come_from_the_governing_policy_else_the_environment() -> None:
     from loadline.handlers import _oom
-    from loadline.handlers._settings import OperatorSettings
+    from loadline.settings import OperatorSettings
 
     strict = parse_fleet_policy(
         {

@@ -19,7 +19,7 @@ def test_kopf_waits_for_its_own_patch_as_long_as_a_loaded_watch_lags(monkeypatch
     Events would be a write per handler run, which a resync must not make."""
     # The metrics endpoint is not what this checks: binding its real port (9464) failed the test
     # whenever another process on the machine held it (an operator of an e2e run).
-    monkeypatch.setattr(_registry._metrics, "serve", lambda port: None)
+    monkeypatch.setattr(_registry.telemetry, "serve", lambda port: None)
     settings = kopf.OperatorSettings()
     memo = kopf.Memo()
     _registry.configure(settings=settings, memo=memo)

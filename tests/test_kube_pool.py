@@ -85,8 +85,8 @@ def test_recent_reads_share_one_read_in_flight_and_read_again_when_old() -> None
 @pytest.mark.parametrize("workers", [1, 4, 16, 64, 256])
 def test_the_pool_holds_every_thread_that_may_call_the_api_server(workers: int) -> None:
     """kopf's pool and the three lanes each take up to their size in threads at once."""
-    from loadline.handlers._lanes import Lanes
-    from loadline.handlers._settings import OperatorSettings
+    from loadline.lanes import Lanes
+    from loadline.settings import OperatorSettings
 
     lanes = Lanes.sized(workers)
     threads = workers + lanes.models.workers + lanes.crashes.workers + lanes.checks.workers

@@ -14,16 +14,17 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.handlers import _lanes, _oom, _reconcile, _registry, _rollout
-from loadline.handlers._settings import OperatorSettings
+from loadline import lanes
+from loadline.handlers import _oom, _reconcile, _registry, _rollout
 from loadline.handlers._state import OperatorState
+from loadline.settings import OperatorSettings
 from tests.test_oom_operator_side import pod
 
 WHO = contextvars.ContextVar("who", default="nobody")
 
 
 def test_a_lane_runs_at_most_its_size_at_once_in_the_callers_context() -> None:
-    lane = _lanes.Lane("test", 2)
+    lane = lanes.Lane("test", 2)
     running, peak = 0, 0
     lock = threading.Lock()
     seen: list[tuple[str, str]] = []
@@ -51,7 +52,7 @@ def test_a_full_lane_does_not_delay_another() -> None:
     """Crashes are handled while every models thread is busy (and the other way round): the models
     lane's one thread waits for an event only the crashes lane's work sets. Were the crash queued
     behind it, the wait would run out (after 30 s) instead of seeing the event."""
-    models, crashes = _lanes.Lane("m", 1), _lanes.Lane("c", 1)
+    models, crashes = lanes.Lane("m", 1), lanes.Lane("c", 1)
     release = threading.Event()
 
     async def main() -> bool:
@@ -66,7 +67,7 @@ def test_a_full_lane_does_not_delay_another() -> None:
 def test_a_stopping_run_waits_for_its_lanes_work() -> None:
     """kopf's cleanup shuts the run's lanes down and waits: a roll-out submitted by a crash still
     writes when kopf stops, and must be done before a standby or the next run starts."""
-    state = OperatorState(lanes=_lanes.Lanes.sized(4))
+    state = OperatorState(lanes=lanes.Lanes.sized(4))
     done: list[str] = []
     state.lanes.models.submit(lambda: (time.sleep(0.2), done.append("rolled")))
     _registry.stop_lanes(memo=kopf.Memo(state=state))

@@ -29,12 +29,13 @@ from kubernetes import client
 from kubernetes.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
+import loadline.settings
 from loadline import _cli_run
 from loadline.election import LeaseAction, LeaseRecord, format_micro_time
 from loadline.errors import SpecError
-from loadline.handlers import _election, _settings
+from loadline.handlers import _election
 from loadline.handlers._election import LeaderElector, StandbyHealth, apply_record, lease_record
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 
 NS = "loadline-system"
 
@@ -493,7 +494,7 @@ def clean_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[Path]
         if name.startswith("LOADLINE_") or name in ("POD_NAME", "POD_NAMESPACE"):
             monkeypatch.delenv(name)
     sa_file = tmp_path / "namespace"
-    monkeypatch.setattr(_settings, "SERVICE_ACCOUNT_NAMESPACE_FILE", sa_file)
+    monkeypatch.setattr(loadline.settings, "SERVICE_ACCOUNT_NAMESPACE_FILE", sa_file)
     yield sa_file
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from loadline.api import Overrides, RemediationState, parse_fleet_policy
 from loadline.handlers import _inputs, _kube, _maintenance, _reconcile, _state
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
 from loadline.maintenance import (
@@ -23,6 +22,7 @@ from loadline.maintenance import (
     pending_remediation,
     record_from_status,
 )
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.traffic import model_load_query
 from tests.conftest import inference_model

@@ -14,7 +14,7 @@ import pytest
 
 from loadline.api import parse_inference_model
 from loadline.handlers import _measure
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 from loadline.sizing import plan_inference_model
 from loadline.status import build as _build
 from tests.conftest import inference_model

@@ -19,8 +19,9 @@ from typing import Any
 import pytest
 import yaml
 
+from loadline import lanes, telemetry
 from loadline.agent._metrics import METRIC_NAMES as AGENT_METRICS
-from loadline.handlers import _election, _lanes, _metrics
+from loadline.handlers import _election
 from loadline.traffic._names import KV_CACHE_USAGE_NAMES, REQUESTS_WAITING_NAMES
 from tests.conftest import REPO
 
@@ -111,7 +112,7 @@ def test_monitors_select_the_pods_the_operator_and_the_renderer_label(tmp_path: 
 def _exported() -> set[str]:
     """Every series name the operator, the agent and vLLM (its table) export, as Prometheus names them."""
     names: set[str] = set()
-    for metric in (*vars(_metrics).values(), _election.LEADER, _lanes.LANE_WAIT):
+    for metric in (*vars(telemetry).values(), _election.LEADER, lanes.LANE_WAIT):
         if hasattr(metric, "collect") and hasattr(metric, "_name"):
             base = metric._name
             kind = metric._type
@@ -144,11 +145,11 @@ def test_every_webhook_answer_is_a_series_at_zero_before_the_first() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    for webhook in _metrics.WEBHOOKS:
-        for result in _metrics.ADMISSION_RESULTS:
+    for webhook in telemetry.WEBHOOKS:
+        for result in telemetry.ADMISSION_RESULTS:
             with contextlib.suppress(KeyError):
-                _metrics.ADMISSIONS.remove(webhook, result)
-    _metrics.serve(port)
+                telemetry.ADMISSIONS.remove(webhook, result)
+    telemetry.serve(port)
     with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
         text = r.read().decode()
     for webhook in ("mutate-inferencemodel", "validate-inferencemodel", "validate-fleetpolicy"):

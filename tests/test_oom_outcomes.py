@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
+from loadline import telemetry
 from loadline.api import RemediationState, RemediationTrial
-from loadline.handlers import _events, _index, _kube, _metrics, _oom, _outcomes
-from loadline.handlers._settings import OperatorSettings
+from loadline.handlers import _events, _index, _kube, _oom, _outcomes
 from loadline.handlers._state import OperatorState
 from loadline.oom import (
     Change,
@@ -29,6 +29,7 @@ from loadline.oom import (
 from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confidence
 from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
 from loadline.oom._remediate import next_rung
+from loadline.settings import OperatorSettings
 from tests.test_crash_requests import crashed_pod
 from tests.test_reconcile_requests import FakeParent
 
@@ -194,18 +195,18 @@ def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
     meta = parent.model["metadata"]
     labels = (meta["namespace"], meta["name"])
     judged = ("host_memory", "raise_memory_limit", "recurred")
-    _metrics.forget(*labels)  # this process's earlier tests' series of the model
-    if series_of(_metrics.REMEDIATION_OUTCOMES, judged):
-        _metrics.REMEDIATION_OUTCOMES.remove(*judged)
+    telemetry.forget(*labels)  # this process's earlier tests' series of the model
+    if series_of(telemetry.REMEDIATION_OUTCOMES, judged):
+        telemetry.REMEDIATION_OUTCOMES.remove(*judged)
     known = _index.model_entry(parent.model)
     _oom.on_pod_event(state, crashed_pod(), LOG, OperatorSettings(), [], known)  # type: ignore[arg-type]
     remediation = parent.model["status"]["remediation"]
     assert [t["action"] for t in remediation["trials"]] == ["raise_memory_limit"]
     # The fix rolls now (the crash recurs at every start): a roll-out started, counted by its trigger.
-    assert _metrics.RESTARTS.labels(*labels, "remediation", "crashLoop")._value.get() == 1
+    assert telemetry.RESTARTS.labels(*labels, "remediation", "crashLoop")._value.get() == 1
     # The series that judge the fix exist at 0 before it is judged: the first recurrence is an increase.
-    assert series_of(_metrics.REMEDIATION_OUTCOMES, judged)
-    assert series_of(_metrics.REMEDIATIONS, (*labels, "raise_memory_limit", "needs_person"))
+    assert series_of(telemetry.REMEDIATION_OUTCOMES, judged)
+    assert series_of(telemetry.REMEDIATIONS, (*labels, "raise_memory_limit", "needs_person"))
 
     # The pod restarted with the raised limit and was OOMKilled again: that instance ran the fix.
     again = crashed_pod()
@@ -225,7 +226,7 @@ def test_the_handler_records_a_recurrence_and_hands_the_model_to_a_person(
     assert "raise_memory_limit" in remediation["needsPerson"]
     assert parent.model["status"]["phase"] == "Degraded"
     assert any(reason == "RemediationOutcome" and "recurred" in message for reason, message in events)
-    assert _metrics.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 1
+    assert telemetry.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 1
 
 
 # ---- a fix that held, judged on the clock ---------------------------------------------------------------
@@ -294,7 +295,7 @@ def test_the_timer_records_a_fix_that_held_in_status_an_event_and_the_metric(
     )
     generation = model.model["metadata"]["generation"]
     model.model["status"] = sampler_fix_status(datetime.now(UTC) - 25 * HOUR, generation)
-    worked = _metrics.REMEDIATION_OUTCOMES.labels("batch_misconfiguration", "lower_max_num_seqs", "worked")
+    worked = telemetry.REMEDIATION_OUTCOMES.labels("batch_misconfiguration", "lower_max_num_seqs", "worked")
     before = worked._value.get()
     _outcomes.judge_trials(copy.deepcopy(model.model), OperatorSettings(), LOG)
     remediation = model.model["status"]["remediation"]
@@ -318,7 +319,7 @@ def test_the_timer_never_overwrites_a_crash_decision_written_since_it_read_the_m
     model.model["status"]["remediation"]["revision"] += 1  # a crash's decision was written meanwhile
     model.model["status"]["remediation"]["handledCrashes"].append("uid-1/vllm/2")
     written = copy.deepcopy(model.model["status"])
-    worked = _metrics.REMEDIATION_OUTCOMES.labels("batch_misconfiguration", "lower_max_num_seqs", "worked")
+    worked = telemetry.REMEDIATION_OUTCOMES.labels("batch_misconfiguration", "lower_max_num_seqs", "worked")
     before = worked._value.get()
     _outcomes.judge_trials(seen, OperatorSettings(), LOG)
     assert model.model["status"] == written, "the decision written meanwhile is kept whole"
@@ -333,9 +334,9 @@ def test_a_process_that_took_over_has_the_series_that_judge_an_open_fix_at_zero(
     generation = model.model["metadata"]["generation"]
     model.model["status"] = sampler_fix_status(datetime.now(UTC) - HOUR, generation)  # within its horizon
     judged = ("batch_misconfiguration", "lower_max_num_seqs", "worked")
-    if series_of(_metrics.REMEDIATION_OUTCOMES, judged):
-        _metrics.REMEDIATION_OUTCOMES.remove(*judged)  # as in a process that did not apply the fix
+    if series_of(telemetry.REMEDIATION_OUTCOMES, judged):
+        telemetry.REMEDIATION_OUTCOMES.remove(*judged)  # as in a process that did not apply the fix
     _outcomes.judge_trials(copy.deepcopy(model.model), OperatorSettings(), LOG)
-    assert series_of(_metrics.REMEDIATION_OUTCOMES, judged)
-    assert _metrics.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 0
+    assert series_of(telemetry.REMEDIATION_OUTCOMES, judged)
+    assert telemetry.REMEDIATION_OUTCOMES.labels(*judged)._value.get() == 0
     assert model.model["status"]["remediation"]["trials"], "nothing judged within the horizon"

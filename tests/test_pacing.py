@@ -1,5 +1,5 @@
 """A storm's roll-outs paced: which start, in what order, what the waiting ones are told
-(loadline.pacing), the queue that carries it out (loadline.handlers._pacing), and a crash's fix applied
+(loadline.pacing), the queue that carries it out (loadline.pacing._pacer), and a crash's fix applied
 paused while it waits and rolled when a slot frees (loadline.handlers._rollout)."""
 
 from __future__ import annotations
@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from loadline.handlers import _kube, _rollout
-from loadline.handlers._pacing import Pacer
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
-from loadline.pacing import PacingLimits, RollOutRequest, plan_pacing
+from loadline.pacing import Pacer, PacingLimits, RollOutRequest, plan_pacing
+from loadline.settings import OperatorSettings
 
 LOG = logging.getLogger("test")
 

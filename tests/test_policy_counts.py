@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from loadline.handlers._fleet import CountRefresher
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 
 
 class Recorder:

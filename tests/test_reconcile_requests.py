@@ -16,8 +16,8 @@ import yaml
 
 from loadline.handlers import _events, _index, _kube, _plan, _readiness, _reconcile, _rollout
 from loadline.handlers._index import INSTANCE_LABEL
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from tests.test_capacity import node, pod
 

@@ -17,7 +17,6 @@ import pytest
 
 from loadline.api import FleetPolicy, parse_fleet_policy
 from loadline.handlers import _kube, _maintenance, _restart_slots, _state
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.maintenance import (
     SLOT_CLAIM_GRACE,
@@ -27,6 +26,7 @@ from loadline.maintenance import (
     parse_slot_claims,
     standing_claims,
 )
+from loadline.settings import OperatorSettings
 from tests.conftest import inference_model
 from tests.test_leader_elector import NS, FakeLeases
 from tests.test_maintenance_handler import pod

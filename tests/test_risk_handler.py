@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from loadline.handlers import _risk
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 from tests.promserver import FakePrometheus
 
 PLAN = {"engineVersion": "0.19.0", "kvCacheTokens": 34112, "memory": {"totalGiB": 22.05}}

@@ -17,7 +17,7 @@ from loadline import sharding
 from loadline.errors import SpecError
 from loadline.handlers import _kube, _shards
 from loadline.handlers._lease_watch import LeaseWatch
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 from tests.test_leader_elector import NS, FakeLeases
 
 # --- the API server's hash and ranges (k8s.io/apimachinery/pkg/sharding: FNV-1a 64 of the field) ---

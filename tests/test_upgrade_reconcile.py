@@ -11,8 +11,8 @@ import pytest
 
 from loadline import __version__
 from loadline.handlers import _events, _kube, _reconcile, _upgrade
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.upgrade import (
     ANNOTATION_APPROVE,

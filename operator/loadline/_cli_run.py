@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any, TypeVarTuple, Unpack
 from loadline.sharding import ShardAssignment
 
 if TYPE_CHECKING:
-    from loadline.handlers._settings import OperatorSettings
+    from loadline.settings import OperatorSettings
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
@@ -94,7 +94,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         os.environ["LOADLINE_NAMESPACES"] = ",".join(args.namespace)
     import kopf
 
-    from loadline.handlers import _kube, _metrics, _registry
+    from loadline import telemetry
+    from loadline.handlers import _kube, _registry
 
     settings = _registry.SETTINGS.__class__()  # re-read env after the flags above
     _registry.SETTINGS.__dict__.update(settings.__dict__)
@@ -103,7 +104,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     # /metrics from the start, for as long as the process lives: standbys serve it too
     # (loadline_leader_election_status says which replica leads), and a kopf run restarted with other
     # shards keeps the same counters.
-    _metrics.serve(settings.metrics_port)
+    telemetry.serve(settings.metrics_port)
     # Before the first request (a sharded run checks the API server before kopf starts): the shared
     # client's pool is made once, with a connection per thread that may use it.
     _kube.set_pool_size(settings.api_connections)
@@ -175,13 +176,13 @@ class _Admission:
             os.kill(os.getpid(), signal.SIGTERM)
 
     def _relay_metrics(self) -> None:
-        from loadline.handlers import _metrics
+        from loadline import telemetry
 
         while True:
             item = self._relay.get()
             if item is None:
                 return
-            _metrics.record_admission(*item)
+            telemetry.record_admission(*item)
 
     def stop(self, timeout: float = 10) -> None:
         self._stopping = True

@@ -4,6 +4,6 @@ Importing :mod:`loadline.handlers._registry` registers every handler with kopf; 
 that and starts kopf's operator loop.
 """
 
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 
 __all__ = ["OperatorSettings"]

@@ -32,10 +32,10 @@ from typing import Any
 
 import kopf
 
+from loadline import telemetry
 from loadline.api import FleetPolicy, parse_fleet_policy, parse_inference_model
 from loadline.errors import LoadlineError, SpecError
-from loadline.handlers import _inputs, _metrics, _policies
-from loadline.handlers._settings import OperatorSettings
+from loadline.handlers import _inputs, _policies
 from loadline.hub import ConfigCache
 from loadline.policy import (
     admit,
@@ -47,6 +47,7 @@ from loadline.policy import (
     spec_problems,
 )
 from loadline.render import render_manifests
+from loadline.settings import OperatorSettings
 
 log = logging.getLogger("loadline.admission")
 
@@ -59,14 +60,14 @@ def spec_unchanged(operation: str | None, body: Mapping[str, Any], old: Mapping[
     return operation == "UPDATE" and old is not None and (old.get("spec") or {}) == (body.get("spec") or {})
 
 
-#: Where an answer's result and time go: :func:`loadline.handlers._metrics.record_admission` in the
+#: Where an answer's result and time go: :func:`loadline.telemetry.record_admission` in the
 #: process serving /metrics, a relay to it in the admission process (its kopf memo's ``record_admission``).
 Recorder = Callable[[str, str, float], None]
 
 
 @contextmanager
 def _reviewed(
-    webhook: str, warnings: list[str] | None = None, record: Recorder = _metrics.record_admission
+    webhook: str, warnings: list[str] | None = None, record: Recorder = telemetry.record_admission
 ) -> Iterator[None]:
     """Count the answer (``loadline_admission_reviews_total``) and time it."""
     started, warned_before = time.monotonic(), len(warnings or [])
@@ -100,10 +101,10 @@ def mutate_model(
     policies: list[FleetPolicy],
     settings: OperatorSettings,
     hub: ConfigCache,
-    record: Recorder = _metrics.record_admission,
+    record: Recorder = telemetry.record_admission,
 ) -> None:
     """Fill the spec's unset fields with the enforcing policies' defaults (highest priority first)."""
-    with _reviewed(_metrics.MUTATE_MODEL, record=record):
+    with _reviewed(telemetry.MUTATE_MODEL, record=record):
         if spec_unchanged(operation, body, old) or not policies:
             return
         try:
@@ -145,12 +146,12 @@ def validate_model(
     policies: list[FleetPolicy],
     settings: OperatorSettings,
     hub: ConfigCache,
-    record: Recorder = _metrics.record_admission,
+    record: Recorder = telemetry.record_admission,
 ) -> None:
     """Refuse a spec loadline cannot read or never run, one the operator's safe defaults refuse, or one
     a deny policy forbids, one line per problem; warn for what depends on other objects, warn and
     dryrun policies."""
-    with _reviewed(_metrics.VALIDATE_MODEL, warnings, record):
+    with _reviewed(telemetry.VALIDATE_MODEL, warnings, record):
         if spec_unchanged(operation, body, old):
             return
         try:
@@ -184,10 +185,10 @@ def validate_model(
             raise kopf.AdmissionError(admission.decision.message, code=DENIED)
 
 
-def validate_policy(body: Mapping[str, Any], record: Recorder = _metrics.record_admission) -> None:
+def validate_policy(body: Mapping[str, Any], record: Recorder = telemetry.record_admission) -> None:
     """Refuse a FleetPolicy the operator could not apply (a version range, a timezone, a window the
     schema cannot check), naming the field and the fix."""
-    with _reviewed(_metrics.VALIDATE_POLICY, record=record):
+    with _reviewed(telemetry.VALIDATE_POLICY, record=record):
         try:
             parse_fleet_policy(
                 body, source=f"FleetPolicy {body.get('metadata', {}).get('name', '?')}", unknown="ignore"

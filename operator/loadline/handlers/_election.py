@@ -50,7 +50,7 @@ from loadline.election import (
     release_record,
 )
 from loadline.handlers import _kube
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 
 __all__ = [
     "LEADER",

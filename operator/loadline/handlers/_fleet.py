@@ -21,8 +21,8 @@ from kubernetes.client.exceptions import ApiException
 from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.errors import LoadlineError
 from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile
-from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache
+from loadline.settings import OperatorSettings
 from loadline.sharding import ShardAssignment
 
 if TYPE_CHECKING:  # _state holds this module's CountRefresher

@@ -20,9 +20,9 @@ from loadline.api import (
 )
 from loadline.errors import ReferencedObjectError
 from loadline.handlers import _kube
-from loadline.handlers._settings import OperatorSettings
 from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.oom import remediation_in_force
+from loadline.settings import OperatorSettings
 from loadline.sizing import Plan, find_catalog_model, plan_inference_model
 
 

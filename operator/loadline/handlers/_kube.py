@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
-from loadline.handlers import _metrics
+from loadline import telemetry
 
 _lock = threading.Lock()
 _client: DynamicClient | None = None
@@ -97,12 +97,12 @@ class CountingApiClient(client.ApiClient):
         try:
             response = super().call_api(method, url, header_params, body, post_params, _request_timeout)
         except ApiException as exc:
-            _metrics.record_api_request(method, url, header_params, str(exc.status))
+            telemetry.record_api_request(method, url, header_params, str(exc.status))
             raise
         except Exception:
-            _metrics.record_api_request(method, url, header_params, "error")
+            telemetry.record_api_request(method, url, header_params, "error")
             raise
-        _metrics.record_api_request(method, url, header_params, str(response.status))
+        telemetry.record_api_request(method, url, header_params, str(response.status))
         return response
 
 

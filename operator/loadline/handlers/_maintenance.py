@@ -29,10 +29,10 @@ from typing import TYPE_CHECKING, Any, cast
 
 import kopf
 
+from loadline import telemetry
 from loadline.api import FleetPolicy, OOMRisk, RemediationState, validate_known
-from loadline.handlers import _events, _kube, _metrics, _oom, _policies, _reconcile, _restart_slots, _upgrade
+from loadline.handlers import _events, _kube, _oom, _policies, _reconcile, _restart_slots, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
-from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
     LoadSlot,
     MaintenanceDecision,
@@ -48,6 +48,7 @@ from loadline.maintenance import (
 from loadline.policy import combine, enforced, policy_governs, restart_window_sets, select_policies
 from loadline.render import workload_ref
 from loadline.risk import OOMRiskEstimate
+from loadline.settings import OperatorSettings
 from loadline.sizing import free_rooms_by_type
 from loadline.status import build as _build
 from loadline.traffic import model_load_query, query_range
@@ -346,7 +347,7 @@ def _start(
     """The restart is due: write it as Running, then its first step."""
     record = decision.record
     meta = body["metadata"]
-    _metrics.RESTARTS.labels(
+    telemetry.RESTARTS.labels(
         meta["namespace"], meta["name"], record.action or "restart", record.trigger or ""
     ).inc()
     logger.info("restart of %s/%s starts: %s", meta["namespace"], meta["name"], decision.reason)

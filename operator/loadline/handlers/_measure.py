@@ -18,7 +18,7 @@ import kopf
 
 from loadline.handlers import _kube, _risk
 from loadline.handlers._index import INSTANCE_LABEL
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.traffic import PrometheusClient, gpu_memory_used_query, measured_gpu_memory
 

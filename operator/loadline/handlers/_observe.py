@@ -33,7 +33,6 @@ from loadline.api._observed import OBSERVATIONS_CONFIGMAP, OBSERVATIONS_KEY, Obs
 from loadline.errors import LoadlineError
 from loadline.handlers import _kube
 from loadline.handlers._index import INSTANCE_LABEL
-from loadline.handlers._settings import OperatorSettings
 from loadline.observe import (
     CAPACITY_CONDITION,
     CorrectionStore,
@@ -49,6 +48,7 @@ from loadline.observe import (
     record_of,
     uncorrected_kv_gib,
 )
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.traffic import CACHE_CONFIG_INFO, PrometheusClient, cache_config_query, samples
 

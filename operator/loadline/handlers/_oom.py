@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from loadline import telemetry
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _events, _index, _kube, _metrics, _policies, _rollout
-from loadline.handlers._settings import OperatorSettings
+from loadline.handlers import _events, _index, _kube, _policies, _rollout
 from loadline.oom import (
     Crash,
     CrashDecision,
@@ -42,6 +42,7 @@ from loadline.oom._observe import build_incident, crash_id, loop_key, parse_time
 from loadline.oom._policy import PolicyLimits
 from loadline.pacing import RollOutRequest, Waiting
 from loadline.policy import combine, enforced, remediation_limits, select_policies
+from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView
 from loadline.status import build as _build
 from loadline.traffic import incident_metrics
@@ -374,7 +375,7 @@ def _with_remediation(
     """The decision's changes with the plan of its remediation, planned before the write from the model
     as the write will leave it, so that the write carries the plan: no reconcile has to follow the
     roll-out to write it. The phase the roll-out puts the model in is said now, and whether it waits
-    for a roll-out slot (:class:`loadline.handlers._pacing.Pacer`): its steps then write nothing."""
+    for a roll-out slot (:class:`loadline.pacing._pacer.Pacer`): its steps then write nothing."""
     stored = parent.get("status") or {}
     changes = decided.changes
     leaves = {**parent, "status": {**stored, **changes}}
@@ -433,18 +434,18 @@ def _report(parent: Mapping[str, Any], decided: CrashDecision, term: Mapping[str
     meta = parent["metadata"]
     labels = (meta["namespace"], meta["name"])
     diagnosis, decision = decided.diagnosis, decided.decision
-    _metrics.OOM_INCIDENTS.labels(*labels, diagnosis.oom_class.value).inc()
+    telemetry.OOM_INCIDENTS.labels(*labels, diagnosis.oom_class.value).inc()
     outcome = "applied" if decision.apply else ("needs_person" if decision.needs_person else "recommended")
-    _metrics.REMEDIATIONS.labels(*labels, decision.action, outcome).inc()
+    telemetry.REMEDIATIONS.labels(*labels, decision.action, outcome).inc()
     if decision.apply:
-        _metrics.zero_trial(*labels, diagnosis.oom_class.value, decision.action)
+        telemetry.zero_trial(*labels, diagnosis.oom_class.value, decision.action)
     if decision.apply and decided.urgent is not None:
         # The fix rolls now, from this decision (not from the maintenance timer, which counts the rest).
-        _metrics.RESTARTS.labels(*labels, "remediation", "crashLoop").inc()
+        telemetry.RESTARTS.labels(*labels, "remediation", "crashLoop").inc()
     for judged in decision.outcomes:
-        _metrics.REMEDIATION_OUTCOMES.labels(judged.oom_class, judged.action, judged.result).inc()
+        telemetry.REMEDIATION_OUTCOMES.labels(judged.oom_class, judged.action, judged.result).inc()
     for said in decided.events:
         _events.event(parent, warning=said.warning, reason=said.reason, message=said.message)
     finished = _finished_at(term)
     if finished is not None:
-        _metrics.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))
+        telemetry.DETECTION_TO_ACTION.observe(max(0.0, time.time() - finished))

@@ -14,10 +14,11 @@ from typing import Any
 
 import kopf
 
-from loadline.handlers import _events, _kube, _metrics
+from loadline import telemetry
+from loadline.handlers import _events, _kube
 from loadline.handlers._oom import write_decision
-from loadline.handlers._settings import OperatorSettings
 from loadline.oom import judge_elapsed_trials, judging_interval
+from loadline.settings import OperatorSettings
 
 __all__ = ["interval_seconds", "judge_trials", "judging"]
 
@@ -48,7 +49,7 @@ def judge_trials(
         # The series that will judge it, at 0, in this process too: one that took over from the process
         # that applied the fix (a hand-over, a restart) would otherwise show the judgment as the
         # series' first sample, which increase() and rate() do not see.
-        _metrics.zero_trial(
+        telemetry.zero_trial(
             meta["namespace"], meta["name"], str(trial.get("class")), str(trial.get("action"))
         )
     judged = judge_elapsed_trials(status, now, generation=meta.get("generation"), horizon=horizon(settings))
@@ -59,7 +60,7 @@ def judge_trials(
     except _kube.Changed:
         return  # a crash's decision (or a spec change) came first: the next tick judges what it left
     for outcome in judged.outcomes:
-        _metrics.REMEDIATION_OUTCOMES.labels(outcome.oom_class, outcome.action, outcome.result).inc()
+        telemetry.REMEDIATION_OUTCOMES.labels(outcome.oom_class, outcome.action, outcome.result).inc()
     for said in judged.events:
         _events.event(body, warning=said.warning, reason=said.reason, message=said.message)
     logger.info(

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 
 from loadline.handlers import _inputs, _kube, _scale
 from loadline.handlers._index import INSTANCE_LABEL
-from loadline.handlers._settings import OperatorSettings
 from loadline.render import render_manifests
+from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan, workload_demand
 
 if TYPE_CHECKING:

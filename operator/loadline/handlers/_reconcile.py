@@ -32,8 +32,8 @@ from loadline.errors import (
 )
 from loadline.handlers import _apply, _events, _kube, _plan, _policies, _upgrade
 from loadline.handlers._inputs import ModelInputs
-from loadline.handlers._settings import OperatorSettings
 from loadline.policy import select_policies, spec_problems
+from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan, beyond_tables
 from loadline.status import build as _build
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import kopf
 
+from loadline import telemetry
 from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION
 from loadline.handlers import (
     _admission,
@@ -22,7 +23,6 @@ from loadline.handlers import (
     _kube,
     _maintenance,
     _measure,
-    _metrics,
     _observe,
     _oom,
     _outcomes,
@@ -35,13 +35,12 @@ from loadline.handlers import (
     _storage,
     _toggles,
 )
-from loadline.handlers._lanes import Lanes
-from loadline.handlers._pacing import Pacer
-from loadline.handlers._settings import OperatorSettings
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
-from loadline.pacing import PacingLimits
+from loadline.lanes import Lanes
+from loadline.pacing import Pacer, PacingLimits
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
+from loadline.settings import OperatorSettings
 from loadline.sharding import ShardAssignment
 
 SETTINGS = OperatorSettings()
@@ -395,7 +394,7 @@ async def model_deleted(namespace: str | None, name: str, memo: kopf.Memo, **_: 
     Not a deletion handler: that needs a finalizer on every model, and an optional one ran only while a
     timer's finalizer happened to be there (a Ready model's reservation outlived it, holding GPUs that
     no pod used)."""
-    _metrics.forget(namespace or "", name)
+    telemetry.forget(namespace or "", name)
     state_of(memo).forget_model(namespace or "", name)
 
 
@@ -420,7 +419,7 @@ def configure_admission(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: A
     # config.json files fetched from the hub while admitting (loadline.hub.ConfigCache says why).
     memo["hub"] = ConfigCache(ttl=3600, max_entries=512)
     # Where the answers' metrics go: the process serving /metrics relays them (loadline run).
-    memo.setdefault("record_admission", _metrics.record_admission)
+    memo.setdefault("record_admission", telemetry.record_admission)
     settings.watching.server_timeout = SETTINGS.watch_server_timeout
     settings.watching.client_timeout = SETTINGS.watch_client_timeout
     settings.peering.standalone = True
@@ -455,7 +454,7 @@ def _index_policies(kwargs: dict[str, Any]) -> list[Any]:
     return _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
 
 
-@kopf.on.mutate(GROUP, VERSION, PLURAL, id=_metrics.MUTATE_MODEL, operations=["CREATE", "UPDATE"],
+@kopf.on.mutate(GROUP, VERSION, PLURAL, id=telemetry.MUTATE_MODEL, operations=["CREATE", "UPDATE"],
                 registry=ADMISSION)  # fmt: skip
 def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **kwargs: Any) -> None:
     # kopf passes `old` and `operation` among the kwargs (its WebhookFn protocol does not name them).
@@ -466,7 +465,7 @@ def mutate_inference_model(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, 
     )
 
 
-@kopf.on.validate(GROUP, VERSION, PLURAL, id=_metrics.VALIDATE_MODEL, operations=["CREATE", "UPDATE"],
+@kopf.on.validate(GROUP, VERSION, PLURAL, id=telemetry.VALIDATE_MODEL, operations=["CREATE", "UPDATE"],
                   registry=ADMISSION)  # fmt: skip
 def validate_inference_model(body: kopf.Body, warnings: list[str], memo: kopf.Memo, **kwargs: Any) -> None:
     policies = _index_policies(kwargs)
@@ -484,8 +483,8 @@ def validate_inference_model_scale(
     _scale.validate_scale(body, warnings, policies, SETTINGS, memo["hub"], memo["record_admission"])
 
 
-@kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id=_metrics.VALIDATE_POLICY, operations=["CREATE", "UPDATE"],
-                  registry=ADMISSION)  # fmt: skip
+@kopf.on.validate(GROUP, VERSION, POLICY_PLURAL, id=telemetry.VALIDATE_POLICY,
+                  operations=["CREATE", "UPDATE"], registry=ADMISSION)  # fmt: skip
 def validate_fleet_policy(body: kopf.Body, memo: kopf.Memo, **_: Any) -> None:
     _admission.validate_policy(body, memo["record_admission"])
 

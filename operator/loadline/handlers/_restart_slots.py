@@ -23,7 +23,6 @@ import urllib3
 from kubernetes.client import CoordinationV1Api, V1Lease, V1LeaseSpec, V1ObjectMeta
 from kubernetes.client.exceptions import ApiException
 
-from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import (
     SLOT_CLAIM_GRACE,
     MaintenanceDecision,
@@ -33,6 +32,7 @@ from loadline.maintenance import (
     parse_slot_claims,
     standing_claims,
 )
+from loadline.settings import OperatorSettings
 
 __all__ = ["SLOTS_ANNOTATION", "give_back", "lease_name", "take"]
 

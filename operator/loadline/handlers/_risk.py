@@ -19,8 +19,7 @@ from typing import Any, cast
 
 import kopf
 
-from loadline.handlers import _metrics
-from loadline.handlers._settings import OperatorSettings
+from loadline import telemetry
 from loadline.risk import (
     OOMRiskEstimate,
     RiskSignals,
@@ -29,6 +28,7 @@ from loadline.risk import (
     oom_risk_condition,
     oom_risk_status,
 )
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.traffic import (
     busiest_gpu_memory_query,
@@ -169,7 +169,7 @@ def assess(
     estimate = estimate_oom_risk(signals, datetime.fromtimestamp(now, UTC))
     changes = build_risk_status(status, estimate, meta.get("generation"), _build.now_iso())
     predicted = estimate.predicted_at.timestamp() if estimate.predicted_at is not None else None
-    _metrics.record_oom_risk(meta["namespace"], meta["name"], estimate.signal, predicted)
+    telemetry.record_oom_risk(meta["namespace"], meta["name"], estimate.signal, predicted)
     if changes:
         patch.status.update(changes)
         conditions: list[dict[str, Any]] = list(status.get("conditions") or [])

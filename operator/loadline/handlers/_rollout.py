@@ -22,7 +22,7 @@ from loadline.api import FleetPolicy
 from loadline.errors import LoadlineError
 from loadline.handlers import _events, _kube, _plan, _policies
 from loadline.handlers._apply import WORKLOAD_KINDS, fingerprint
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan
 from loadline.status import build as _build
 from loadline.upgrade import stamped

@@ -18,12 +18,13 @@ from typing import Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
+from loadline import telemetry
 from loadline.api import API_VERSION, KIND, InferenceModel
-from loadline.handlers import _admission, _kube, _metrics
-from loadline.handlers._settings import OperatorSettings
+from loadline.handlers import _admission, _kube
 from loadline.hub import ConfigCache
 from loadline.oom import OomClass
 from loadline.render import SCALEDOBJECT, render_scaled_object
+from loadline.settings import OperatorSettings
 from loadline.status.build import build_scale_status
 from loadline.units import GIB
 
@@ -89,9 +90,9 @@ def model_gauges(body: Mapping[str, Any]) -> None:
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
     spec, status = body.get("spec") or {}, body.get("status") or {}
-    _metrics.MODEL_REPLICAS.labels(namespace, name, "desired").set(int(spec.get("replicas", 1) or 0))
-    _metrics.MODEL_REPLICAS.labels(namespace, name, "ready").set(int(status.get("replicas", 0) or 0))
-    _metrics.zero_model(namespace, name, OOM_CLASSES)
+    telemetry.MODEL_REPLICAS.labels(namespace, name, "desired").set(int(spec.get("replicas", 1) or 0))
+    telemetry.MODEL_REPLICAS.labels(namespace, name, "ready").set(int(status.get("replicas", 0) or 0))
+    telemetry.zero_model(namespace, name, OOM_CLASSES)
     measured = status.get("measuredGpuMemory") or {}
     budget = ((status.get("plan") or {}).get("memory")) or {}
     parts = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
@@ -102,7 +103,7 @@ def model_gauges(body: Mapping[str, Any]) -> None:
         planned = sum(float(budget[p]) for p in parts)
     for source, value in (("plan", planned), ("measured", measured.get("maxUsedGiB"))):
         if isinstance(value, int | float):
-            _metrics.MODEL_GPU_MEMORY.labels(namespace, name, source).set(float(value) * GIB)
+            telemetry.MODEL_GPU_MEMORY.labels(namespace, name, source).set(float(value) * GIB)
 
 
 def _had_autoscaling(body: Mapping[str, Any]) -> bool:
@@ -135,7 +136,7 @@ def validate_scale(
     policies: list[Any],
     settings: OperatorSettings,
     hub: ConfigCache,
-    record: _admission.Recorder = _metrics.record_admission,
+    record: _admission.Recorder = telemetry.record_admission,
 ) -> None:
     """Admission of a write to the scale subresource (``kubectl scale``, an HPA, KEDA): the model with
     the new ``spec.replicas`` is judged as an update of its spec would be (a FleetPolicy's maxReplicas,

@@ -27,7 +27,7 @@ from loadline.errors import SpecError
 from loadline.handlers import _kube
 from loadline.handlers._election import LeaderElector, coordination_api
 from loadline.handlers._lease_watch import LeaseWatch
-from loadline.handlers._settings import OperatorSettings
+from loadline.settings import OperatorSettings
 
 log = logging.getLogger("loadline.shards")
 

@@ -29,12 +29,11 @@ from loadline.handlers._election import coordination_api
 from loadline.handlers._fleet import CountRefresher
 from loadline.handlers._index import INSTANCE_LABEL, Views
 from loadline.handlers._kube import AppliedVersions, RecentReads
-from loadline.handlers._lanes import Lanes
 from loadline.handlers._observe import Observations
-from loadline.handlers._pacing import Pacer
 from loadline.hub import ConfigCache
+from loadline.lanes import Lanes
 from loadline.oom import SeenCrashes
-from loadline.pacing import PacingLimits
+from loadline.pacing import Pacer, PacingLimits
 from loadline.sharding import ShardAssignment
 from loadline.sizing import CapacityBook
 from loadline.status.build import REVISION_ANNOTATION
@@ -371,7 +370,7 @@ class OperatorState:
     counts: CountRefresher = field(default_factory=CountRefresher)
     #: The client of the restart slots' Lease (shared between shards).
     leases: LeaseClient = field(default_factory=LeaseClient)
-    #: The thread pools of the handlers that wait on the network (loadline.handlers._lanes).
+    #: The thread pools of the handlers that wait on the network (loadline.lanes).
     lanes: Lanes = field(default_factory=lambda: Lanes.sized(16))
     #: The shards of the models this run reconciles (every model, unless sharded).
     shards: ShardAssignment = field(default_factory=ShardAssignment)

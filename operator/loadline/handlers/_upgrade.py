@@ -28,8 +28,8 @@ import kopf
 from loadline import __version__
 from loadline.api import RenderState
 from loadline.handlers import _kube
-from loadline.handlers._settings import OperatorSettings
 from loadline.maintenance import MaintenanceRecord, pending_record, record_from_status
+from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.upgrade import (
     ANNOTATION_APPROVE,

@@ -9,10 +9,11 @@ in order, while the control plane's work is the same: the fleet as a whole serve
 :func:`plan_pacing` decides, from the roll-outs running and those waiting, which start now (at most
 ``PacingLimits.at_once`` fleet-wide and ``per_pool`` per GPU pool), in order of the models' priority,
 then of what they serve (replicas × concurrency), then of when they asked; and, for each one left
-waiting, how many are ahead of it and which limit holds it. Pure: :mod:`loadline.handlers._pacing`
-keeps the queue and applies what this decides.
+waiting, how many are ahead of it and which limit holds it. Pure. :class:`Pacer` keeps the queue
+(in memory) and answers with what this decides; the handlers carry it out.
 """
 
+from loadline.pacing._pacer import Pacer
 from loadline.pacing._plan import PacingLimits, PacingPlan, RollOutRequest, Waiting, plan_pacing
 
-__all__ = ["PacingLimits", "PacingPlan", "RollOutRequest", "Waiting", "plan_pacing"]
+__all__ = ["Pacer", "PacingLimits", "PacingPlan", "RollOutRequest", "Waiting", "plan_pacing"]

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from loadline.pacing import PacingLimits, RollOutRequest, Waiting, plan_pacing
+from loadline.pacing._plan import PacingLimits, RollOutRequest, Waiting, plan_pacing
 
 __all__ = ["SLOT_SECONDS", "Pacer"]
 

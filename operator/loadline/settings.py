@@ -245,7 +245,7 @@ class OperatorSettings(BaseSettings):
     @property
     def api_connections(self) -> int:
         """Connections the Kubernetes client keeps: one per thread that may call the API server at once
-        (kopf's pool, the models and crashes lanes, the readiness lane: loadline.handlers._lanes) and a
+        (kopf's pool, the models and crashes lanes, the readiness lane: loadline.lanes) and a
         few spare; with fewer, threads queue for a connection ("Connection pool is full")."""
         return self.max_workers * 3 + max(1, self.max_workers // 4) + 4
 
