@@ -325,3 +325,21 @@ def test_the_pod_watch_names_the_pod_to_read_without_a_list(monkeypatch: pytest.
     patch = kopf.Patch()
     _observe.observe(body, patch, settings, _observe.Observations(), _logger(), ReadyPods())
     assert reads[-1] == ("team-b", "llama-x", "vllm") and cluster.configmap is not None
+
+
+@pytest.mark.parametrize(("concurrency", "below"), [(8, False), (64, True)])
+def test_the_observed_status_is_decided_without_the_cluster(concurrency: int, below: bool) -> None:
+    """The pure builder the handler writes from: vLLM's room (29.82 sequences in this log) against
+    spec.concurrency decides the KVCapacity condition and whether the model is planned again."""
+    from loadline.observe import parse_startup_log
+    from loadline.status.build import build_observed_status
+
+    spec = {**SPEC, "concurrency": concurrency}
+    plan = _plan_of(spec).to_dict()["plan"]
+    changes, replan = build_observed_status(
+        _body(spec, plan), parse_startup_log(LOG), pod="llama-abc", source="log", now="2026-11-29T00:00:00Z"
+    )
+    assert replan is below
+    assert changes["observed"]["pod"] == "llama-abc" and changes["observed"]["maxConcurrency"] == 29.82
+    [condition] = [c for c in changes["conditions"] if c["type"] == "KVCapacity"]
+    assert condition["status"] == ("False" if below else "True")

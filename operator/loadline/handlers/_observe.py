@@ -34,15 +34,12 @@ from loadline.errors import LoadlineError
 from loadline.handlers import _kube
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.observe import (
-    CAPACITY_CONDITION,
     CorrectionStore,
     Observation,
     ObserveError,
-    capacity_condition,
     load_store,
     mismatches,
     observation_from_cache_config,
-    observed_status,
     parse_startup_log,
     plan_fingerprint,
     record_of,
@@ -233,15 +230,8 @@ def observe(
         return  # not yet: the engine has not said its figures (looked at again on the next tick)
     obs, source = found
     now = _build.now_iso()
-    observed = observed_status(obs, plan, pod=pod_name, source=source, now=now)
-    changes: dict[str, Any] = {"observed": observed}
-    concurrency = int((body.get("spec") or {}).get("concurrency") or 1)
-    verdict = capacity_condition(observed, concurrency)
-    if verdict is not None:
-        ok, reason, message = verdict
-        condition = _build.build_condition(CAPACITY_CONDITION, ok, reason, message, meta.get("generation"))
-        changes["conditions"] = _build.merge_conditions(status.get("conditions") or [], [condition], now)
-    below = verdict is not None and not verdict[0]
+    changes, below = _build.build_observed_status(body, obs, pod=pod_name, source=source, now=now)
+    observed = changes["observed"]
     written: Mapping[str, Any] = body
     if below:
         # Written here, before the re-plan is asked below: reconcile then starts from a model that holds
@@ -278,7 +268,7 @@ def observe(
     logger.info(
         "%s/%s: vLLM reported KV cache %s GiB per GPU (plan %s), room for %s sequences (spec %s)",
         namespace, name, obs.kv_cache_gib, observed.get("plannedKvCacheGiB"),
-        observed.get("maxConcurrency"), concurrency,
+        observed.get("maxConcurrency"), (body.get("spec") or {}).get("concurrency"),
     )  # fmt: skip
     if below:
         # Reconcile plans again, with the store that now holds this observation.

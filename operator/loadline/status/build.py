@@ -24,6 +24,7 @@ from loadline.api import (
     validate_known,
 )
 from loadline.maintenance import MaintenanceRecord, PodState, record_to_status
+from loadline.observe import CAPACITY_CONDITION, Observation, capacity_condition, observed_status
 from loadline.render import pod_selector
 
 Status = dict[str, Any]
@@ -810,3 +811,23 @@ def stale_children(
         if owned and (obj.get("kind"), meta.get("name")) not in keep:
             stale.append((str(obj.get("apiVersion")), str(obj.get("kind")), str(meta.get("name"))))
     return sorted(stale)
+
+
+def build_observed_status(
+    body: Mapping[str, Any], obs: Observation, *, pod: str, source: str, now: str
+) -> tuple[Status, bool]:
+    """What a model's start-up figures ``obs`` (read from ``pod`` by ``source``) write in its status:
+    ``status.observed`` and, when vLLM said how many sequences fit, the ``KVCapacity`` condition. With
+    whether they hold fewer sequences than ``spec.concurrency`` (the model is then planned again)."""
+    status = body.get("status") or {}
+    observed = observed_status(obs, status["plan"], pod=pod, source=source, now=now)
+    changes: Status = {"observed": observed}
+    concurrency = int((body.get("spec") or {}).get("concurrency") or 1)
+    verdict = capacity_condition(observed, concurrency)
+    if verdict is None:
+        return changes, False
+    ok, reason, message = verdict
+    generation = (body.get("metadata") or {}).get("generation")
+    condition = build_condition(CAPACITY_CONDITION, ok, reason, message, generation)
+    changes["conditions"] = merge_conditions(status.get("conditions") or [], [condition], now)
+    return changes, not ok
