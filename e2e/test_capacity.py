@@ -1,0 +1,104 @@
+"""A burst of models past the free GPUs, on the real API server and scheduler: models applied all at once,
+more than the cluster's free L4s can take, each allowed L4 only. Every one of them ends Ready or Pending
+with the fix ("no free GPUs"), none is left Deploying with a pod that waits for a GPU it cannot get (two
+plans never count the same free GPU), and no L4 that a Pending model could use is left idle (the
+reservations of models planned but not yet scheduled do not keep GPUs from the next)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from chart import ChartOperator
+from kube import REPO, Kubectl, wait_for
+from operator_helpers import example, model
+
+L4 = "NVIDIA-L4"
+INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+#: Models the burst asks for beyond the free L4s (each takes one whole L4 instance's GPU).
+BEYOND = 2
+#: How long the settled phases are watched for a change (a model that was Ready or Pending by luck of
+#: timing and then moves, a readiness timer's late re-plan).
+HOLD_SECONDS = 20
+
+
+def _gpus(obj: dict[str, Any]) -> int:
+    total = 0
+    for container in obj["spec"].get("containers") or []:
+        resources = container.get("resources") or {}
+        value = (resources.get("requests") or {}).get("nvidia.com/gpu") or (
+            resources.get("limits") or {}
+        ).get("nvidia.com/gpu")
+        total += int(value or 0)
+    return total
+
+
+def _l4_free_by_node(kubectl: Kubectl) -> dict[str, int] | None:
+    """Free L4 GPUs per L4 node, None while a pod on one is terminating (its GPU not yet given back)."""
+    nodes = kubectl.json("get", "nodes", "-l", f"nvidia.com/gpu.product={L4}")["items"]
+    free = {n["metadata"]["name"]: int(n["status"]["allocatable"]["nvidia.com/gpu"]) for n in nodes}
+    for pod in kubectl.json("get", "pods", "-A")["items"]:
+        node = pod["spec"].get("nodeName")
+        if node not in free or pod["status"].get("phase") in {"Succeeded", "Failed"}:
+            continue
+        if pod["metadata"].get("deletionTimestamp"):
+            return None
+        free[node] -= _gpus(pod)
+    return free
+
+
+def test_a_burst_past_the_free_gpus_leaves_no_model_deploying_on_a_gpu_it_cannot_get(
+    operator: ChartOperator, kubectl: Kubectl, namespace: str
+) -> None:
+    before = wait_for(lambda: _l4_free_by_node(kubectl), timeout=120, what="no pod terminating on an L4 node")
+    doc = example(REPO / "examples" / "chat-llama-8b.yaml", namespace)
+    doc["spec"]["gpu"] = {"types": ["L4"]}
+    # The example's pod needs more host memory than a one-L4 instance has: only the bigger L4 nodes
+    # take it (the planner's node shapes say so, and so does the scheduler).
+    count = sum(before.values()) + BEYOND
+    names = [f"burst-{i}" for i in range(count)]
+    for name in names:
+        doc["metadata"]["name"] = name
+        kubectl.apply(doc, namespace)
+
+    def settled() -> dict[str, dict[str, Any]] | None:
+        items = kubectl.json("get", "inferencemodels", "-n", namespace)["items"]
+        phases = {i["metadata"]["name"]: (i.get("status") or {}).get("phase") for i in items}
+        if len(phases) < count or any(p not in {"Ready", "Pending"} for p in phases.values()):
+            return None
+        return {i["metadata"]["name"]: i for i in items}
+
+    wait_for(settled, timeout=300, what=f"all {count} models Ready or Pending")
+    time.sleep(HOLD_SECONDS)
+    models = wait_for(settled, timeout=5, what="the phases still Ready or Pending")
+    ready = sorted(n for n, m in models.items() if m["status"]["phase"] == "Ready")
+    pending = sorted(n for n, m in models.items() if m["status"]["phase"] == "Pending")
+    print(f"\n{count} models on {sum(before.values())} free L4s: {len(ready)} Ready, {len(pending)} Pending")
+    assert ready and len(pending) >= BEYOND, (ready, pending)
+    for name in pending:
+        message = models[name]["status"]["message"]
+        assert "no free GPUs" in message and "L4" in message, message
+        planned = next(c for c in models[name]["status"]["conditions"] if c["type"] == "Planned")
+        assert (planned["status"], planned["reason"]) == ("False", "NoCapacity"), planned
+    pods = kubectl.json("get", "pods", "-n", namespace)["items"]
+    waiting = [p["metadata"]["name"] for p in pods if not p["spec"].get("nodeName")]
+    assert not waiting, f"pods waiting for a GPU they cannot get: {waiting}"
+    # One pod per Ready model, none for a Pending one (nothing half-applied).
+    owners = sorted(p["metadata"]["labels"]["loadline.dev/inferencemodel"] for p in pods)
+    assert owners == ready, owners
+    # No L4 that the Pending models could use is idle: every L4 node of the instance types the Ready
+    # models' pods run on is full.
+    after = _l4_free_by_node(kubectl)
+    assert after is not None
+    nodes = {
+        n["metadata"]["name"]: n
+        for n in kubectl.json("get", "nodes", "-l", f"nvidia.com/gpu.product={L4}")["items"]
+    }
+    shapes = {nodes[p["spec"]["nodeName"]]["metadata"]["labels"][INSTANCE_TYPE] for p in pods}
+    idle = {
+        n: free
+        for n, free in after.items()
+        if free and nodes[n]["metadata"]["labels"][INSTANCE_TYPE] in shapes
+    }
+    assert not idle, f"L4s left idle while {len(pending)} models wait: {idle}"
+    assert model(kubectl, namespace, pending[0])["status"]["phase"] == "Pending"
