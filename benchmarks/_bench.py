@@ -47,7 +47,21 @@ def start_operator(namespace: str, log_name: str, **settings: str) -> subprocess
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
+        preexec_fn=_stop_with_parent,
     )
+
+
+#: prctl's option that has the kernel signal a process when the thread that started it ends.
+_PR_SET_PDEATHSIG = 1
+
+
+def _stop_with_parent() -> None:
+    """Run in the operator's process before exec: SIGTERM for it when the benchmark ends without its
+    cleanup (killed by a signal), instead of an operator answering the next run's models."""
+    import ctypes
+    import signal
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def free_port() -> int:
