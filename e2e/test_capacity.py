@@ -56,10 +56,10 @@ def test_a_burst_past_the_free_gpus_leaves_no_model_deploying_on_a_gpu_it_cannot
     # The example's pod needs more host memory than a one-L4 instance has: only the bigger L4 nodes
     # take it (the planner's node shapes say so, and so does the scheduler).
     count = sum(before.values()) + BEYOND
-    names = [f"burst-{i}" for i in range(count)]
-    for name in names:
-        doc["metadata"]["name"] = name
-        kubectl.apply(doc, namespace)
+    # One request list: the models reach the operator within milliseconds of each other, so their
+    # plans overlap (their pods not bound yet when the next model is planned).
+    burst = [{**doc, "metadata": {**doc["metadata"], "name": f"burst-{i}"}} for i in range(count)]
+    kubectl.apply({"apiVersion": "v1", "kind": "List", "items": burst}, namespace)
 
     def settled() -> dict[str, dict[str, Any]] | None:
         """The models once each is Ready or Pending and no L4 a Pending one could use is idle (a model
