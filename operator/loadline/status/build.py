@@ -26,6 +26,7 @@ from loadline.api import (
 from loadline.maintenance import MaintenanceRecord, PodState, record_to_status
 from loadline.observe import CAPACITY_CONDITION, Observation, capacity_condition, observed_status
 from loadline.render import pod_selector
+from loadline.risk import OOMRiskEstimate, oom_risk_condition, oom_risk_status
 
 Status = dict[str, Any]
 
@@ -831,3 +832,40 @@ def build_observed_status(
     condition = build_condition(CAPACITY_CONDITION, ok, reason, message, generation)
     changes["conditions"] = merge_conditions(status.get("conditions") or [], [condition], now)
     return changes, not ok
+
+
+#: A predicted OOM time moving by less than this is the same prediction: not rewritten each interval.
+PREDICTION_MOVE_SECONDS = 900.0
+
+
+def _same_prediction(previous: Mapping[str, Any] | None, estimate: OOMRiskEstimate) -> bool:
+    before = (previous or {}).get("predictedAt")
+    after = estimate.predicted_at
+    if not before or after is None:
+        return not before and after is None
+    try:
+        moved = abs(
+            datetime.fromisoformat(str(before).replace("Z", "+00:00")).timestamp() - after.timestamp()
+        )
+    except ValueError:
+        return False
+    return moved < PREDICTION_MOVE_SECONDS
+
+
+def build_risk_status(
+    status: Mapping[str, Any], estimate: OOMRiskEstimate, generation: int | None, now: str
+) -> dict[str, Any]:
+    """The status fields to write for ``estimate``, or ``{}`` while the verdict holds (same condition
+    status and reason, predicted time within :data:`PREDICTION_MOVE_SECONDS`)."""
+    condition = oom_risk_condition(estimate, generation)
+    old = next((c for c in status.get("conditions") or [] if c.get("type") == condition.type), None)
+    if (
+        old is not None
+        and old.get("status") == condition.status
+        and old.get("reason") == condition.reason
+        and _same_prediction(status.get("oomRisk"), estimate)
+    ):
+        return {}
+    risk = oom_risk_status(estimate).model_dump(by_alias=True, mode="json", exclude_none=True)
+    conditions = merge_conditions(status.get("conditions") or [], [condition], now)
+    return {"oomRisk": risk, "conditions": conditions}

@@ -51,6 +51,7 @@ from loadline.traffic._promql import (
     selector,
 )
 from loadline.traffic._range import query_range, query_range_async
+from loadline.traffic._risk_signals import risk_signals
 
 __all__ = [
     "AGENT_CONTAINER_MEMORY_USED",
@@ -88,6 +89,7 @@ __all__ = [
     "query_range",
     "query_range_async",
     "requests_running_query",
+    "risk_signals",
     "samples",
     "scalar",
     "selector",
