@@ -199,15 +199,15 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
     kubectl: Kubectl, crd: str, namespace: str
 ) -> None:
     """A child's readiness is written as a JSON patch that tests what the decision read
-    (``_build.build_readiness_patch``, ``_kube.build_tested_status_patch``): the real API server must
-    apply it whatever else changed meanwhile, leave the other hand's write in place, and refuse it
+    (``build_readiness_patch``, ``loadline.status.patch.build_tested_status_patch``): the real API
+    server must apply it whatever else changed meanwhile, leave the other hand's write in place, and refuse it
     (HTTP 422, what ``_kube.patch_status_tested`` raises ``Changed`` for) once a tested field changed.
     And why only plain scalars are tested: the server compares a test's strings as the bytes its own
     encoder wrote, so an equal string with "<" in it does not match."""
     from kubernetes.client.exceptions import ApiException
 
-    from loadline.handlers._kube import build_tested_status_patch
     from loadline.status.build import build_readiness_patch, build_readiness_status
+    from loadline.status.patch import build_tested_status_patch
 
     code, err = create(kubectl, namespace, minimal_model("tested"))
     assert code == 0, err
@@ -255,8 +255,8 @@ def test_a_crash_decision_lands_over_readiness_and_is_refused_by_a_spec_change_o
     handled moved."""
     from kubernetes.client.exceptions import ApiException
 
-    from loadline.handlers._kube import build_tested_status_patch
     from loadline.status.build import build_decision_patch
+    from loadline.status.patch import build_tested_status_patch
 
     code, err = create(kubectl, namespace, minimal_model("decided"))
     assert code == 0, err

@@ -19,6 +19,7 @@ from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._state import OperatorState
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
+from loadline.status import patch as tested_patch
 from tests.test_capacity import node, pod
 
 REPO_EXAMPLE = "examples/chat-llama-8b.yaml"
@@ -178,7 +179,7 @@ class FakeParent:
         tested: tuple[str, ...],
         changes: dict[str, Any],
     ) -> dict[str, Any]:
-        ops = None if sets is None else _kube.build_tested_status_patch(obj, sets, tested)
+        ops = None if sets is None else tested_patch.build_tested_status_patch(obj, sets, tested)
         if ops is None:  # a value the API server cannot test: the resourceVersion guard
             from kubernetes.client.exceptions import ApiException
 
@@ -187,7 +188,9 @@ class FakeParent:
             except ApiException:
                 raise _kube.Changed("changed") from None
         self.calls.append("patch")
-        if any(op["op"] == "test" and _kube.value_at(self.model, op["path"]) != op["value"] for op in ops):
+        if any(
+            op["op"] == "test" and tested_patch.value_at(self.model, op["path"]) != op["value"] for op in ops
+        ):
             raise _kube.Changed("changed")
         for op in ops:  # RFC 6902: "add" inserts into a list, "replace" replaces an element
             if op["op"] in ("add", "replace"):
@@ -296,20 +299,23 @@ def test_a_readiness_write_without_a_ready_condition_to_replace_sets_the_list_gu
     )
     obj = {"metadata": {}, "status": previous}
     assert (
-        sets["/status/conditions"][-1] == ready and _kube.build_tested_status_patch(obj, sets, tested) is None
+        sets["/status/conditions"][-1] == ready
+        and tested_patch.build_tested_status_patch(obj, sets, tested) is None
     )
     sets, tested = _build.build_readiness_patch(
         {"phase": "Deploying"}, {"phase": "Ready", "conditions": [ready]}
     )
-    ops = _kube.build_tested_status_patch({"metadata": {}, "status": {"phase": "Deploying"}}, sets, tested)
+    ops = tested_patch.build_tested_status_patch(
+        {"metadata": {}, "status": {"phase": "Deploying"}}, sets, tested
+    )
     assert ops is not None and {"op": "test", "path": "/status/conditions", "value": None} in ops
 
 
 def test_only_plain_scalars_are_tested() -> None:
     """kube-apiserver compares a test's strings and numbers as the bytes its encoder wrote: a plan's
     text with "<" (escaped by Go), a float, an object or a list never match what a client sends."""
-    assert all(_kube.testable(v) for v in (None, True, 3, "Ready", "2026-11-26T22:00:00Z", "a/b-1"))
-    assert not any(_kube.testable(v) for v in ("16 GiB < 22 GiB", "Theil–Sen", 0.9, {}, [], 'a"b'))
+    assert all(tested_patch.testable(v) for v in (None, True, 3, "Ready", "2026-11-26T22:00:00Z", "a/b-1"))
+    assert not any(tested_patch.testable(v) for v in ("16 GiB < 22 GiB", "Theil–Sen", 0.9, {}, [], 'a"b'))
 
 
 # --- whether a server-side apply changed the object, without a GET (kube-apiserver's behaviour,

@@ -372,7 +372,7 @@ def build_remediating_status(
 
 
 #: What identifies the Ready condition a readiness decision read (all plain scalars: see
-#: :func:`loadline.handlers._kube.testable`; its message is free text and not compared).
+#: :func:`loadline.status.patch.testable`; its message is free text and not compared).
 _READY_IDENTITY = ("type", "status", "reason", "lastTransitionTime", "observedGeneration")
 
 
@@ -404,7 +404,7 @@ def build_readiness_patch(
 
 
 #: Of the plan a crash's decision read, what identifies it as plain scalars (its floats and texts with
-#: ``<`` in them cannot be tested: :func:`loadline.handlers._kube.testable`).
+#: ``<`` in them cannot be tested: :func:`loadline.status.patch.testable`).
 _PLAN_IDENTITY = ("gpu", "gpusPerReplica", "nodesPerReplica", "maxModelLen", "maxNumSeqs", "engineVersion")
 
 
