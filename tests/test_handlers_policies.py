@@ -6,6 +6,7 @@ from typing import Any
 
 from loadline.api import parse_fleet_policy, parse_inference_model
 from loadline.handlers import _policies
+from loadline.policy import policy_counts
 from loadline.sizing import plan_inference_model
 from loadline.status import build as _build
 from tests.conftest import inference_model
@@ -68,7 +69,7 @@ def test_a_policy_counts_the_models_that_name_it() -> None:
         },
         {"metadata": {"namespace": "team-b", "name": "c"}, "status": {}},
     ]
-    counts = _policies.policy_counts(budget, models)
+    counts = policy_counts(budget, models)
     assert counts["modelsGoverned"] == 2 and counts["violations"] == 1
     assert counts["violatingModels"] == ["team-a/b"] and counts["observedGeneration"] == 2
     assert "team-a" in counts["selector"]

@@ -22,6 +22,7 @@ from loadline.api import API_VERSION, KIND, FleetPolicy
 from loadline.errors import LoadlineError
 from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile
 from loadline.hub import ConfigCache
+from loadline.policy import policy_counts
 from loadline.settings import OperatorSettings
 from loadline.sharding import ShardAssignment
 
@@ -81,7 +82,7 @@ def count(
         body = bodies.get(policy.name)
         if body is None:
             continue
-        counts = _policies.policy_counts(policy, models)
+        counts = policy_counts(policy, models)
         previous = dict(body.get("status") or {})
         changes = _build.status_changes(previous, counts)
         if changes:

@@ -1,5 +1,6 @@
 """FleetPolicies in the cluster: which govern each InferenceModel, whether it keeps them, and the
-counts each policy shows. Thin glue over :mod:`loadline.policy` (pure).
+counts each policy shows (:func:`loadline.status.build.build_policy_counts`). Thin glue over
+:mod:`loadline.policy` (pure).
 
 In reconcile a policy only reports: a model that breaks one gets ``PolicyCompliant=False`` naming the
 policy, the field and the fix, and keeps running as it is. Refusing at ``kubectl apply`` time and
@@ -15,13 +16,12 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import FleetPolicy, FleetPolicyStatus, InferenceModelSpec, parse_fleet_policy
+from loadline.api import FleetPolicy, InferenceModelSpec, parse_fleet_policy
 from loadline.errors import LoadlineError
 from loadline.handlers import _kube
 from loadline.policy import (
     PlanFn,
     combine,
-    describe_selector,
     evaluate,
     needs_namespace_labels,
     select_policies,
@@ -81,23 +81,3 @@ def compliance_status(
         generation=meta.get("generation"),
         now=_build.now_iso(),
     )
-
-
-def policy_counts(policy: FleetPolicy, models: Iterable[Mapping[str, Any]]) -> dict[str, Any]:
-    """``status`` of a FleetPolicy from the models' own status: how many it governs and which break it."""
-    governed, violating = 0, []
-    for model in models:
-        status = model.get("status") or {}
-        if policy.name in (status.get("policies") or []):
-            governed += 1
-        if policy.name in (status.get("violatedPolicies") or []):
-            meta = model["metadata"]
-            violating.append(f"{meta['namespace']}/{meta['name']}")
-    status = FleetPolicyStatus(
-        selector=describe_selector(policy.spec.selector),
-        models_governed=governed,
-        violations=len(violating),
-        violating_models=sorted(violating)[:50],
-        observed_generation=policy.metadata.get("generation"),
-    )
-    return status.model_dump(by_alias=True, mode="json", exclude_none=True, exclude={"conditions"})

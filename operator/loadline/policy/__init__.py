@@ -28,6 +28,7 @@ from loadline.policy._combine import (
     remediation_limits,
     restart_window_sets,
 )
+from loadline.policy._counts import policy_counts
 from loadline.policy._decide import AdmissionDecision, decide
 from loadline.policy._defaults import Fill, apply_defaults, defaults_patch, fills
 from loadline.policy._evaluate import (
@@ -88,6 +89,7 @@ __all__ = [
     "needs_namespace_labels",
     "normalize_image",
     "planning_spec",
+    "policy_counts",
     "policy_governs",
     "refused_now",
     "remediation_limits",
