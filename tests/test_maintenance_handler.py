@@ -22,6 +22,7 @@ from loadline.maintenance import (
     pending_remediation,
     record_from_status,
 )
+from loadline.risk import estimate_from_status
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.traffic import model_load_query
@@ -150,10 +151,10 @@ def test_the_history_step_keeps_under_prometheus_points_limit() -> None:
 
 def test_a_predicted_crash_in_status_is_read_back_for_the_planner() -> None:
     at = NOW + timedelta(hours=1)
-    risk = _maintenance.risk_from_status({"oomRisk": {"predictedAt": iso(at), "evidence": ["GPU memory: x"]}})
+    risk = estimate_from_status({"oomRisk": {"predictedAt": iso(at), "evidence": ["GPU memory: x"]}})
     assert risk is not None and risk.predicted_at == at
-    assert _maintenance.risk_from_status({"oomRisk": {"evidence": []}}) is None
-    assert _maintenance.risk_from_status({}) is None
+    assert estimate_from_status({"oomRisk": {"evidence": []}}) is None
+    assert estimate_from_status({}) is None
 
 
 def test_reconcile_renders_the_held_overrides_until_the_window() -> None:

@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import kopf
 
 from loadline import telemetry
-from loadline.api import FleetPolicy, OOMRisk, RemediationState, validate_known
+from loadline.api import FleetPolicy, RemediationState, validate_known
 from loadline.handlers import _events, _kube, _oom, _policies, _reconcile, _restart_slots, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.maintenance import (
@@ -47,7 +47,7 @@ from loadline.maintenance import (
 )
 from loadline.policy import combine, enforced, policy_governs, restart_window_sets, select_policies
 from loadline.render import workload_ref
-from loadline.risk import OOMRiskEstimate
+from loadline.risk import OOMRiskEstimate, estimate_from_status
 from loadline.settings import OperatorSettings
 from loadline.sizing import free_rooms_by_type
 from loadline.status import build as _build
@@ -142,24 +142,6 @@ def learn_windows(
     )
     memo["maintenance_windows"] = (key, now, plan, series)
     return plan, series
-
-
-def risk_from_status(status: Mapping[str, Any]) -> OOMRiskEstimate | None:
-    """The OOM-risk estimate the measuring timer last wrote (``status.oomRisk``), when it predicts."""
-    raw = status.get("oomRisk")
-    if not raw:
-        return None
-    risk = validate_known(OOMRisk, raw)
-    if risk.predicted_at is None:
-        return None
-    as_of = risk.time or datetime.now(UTC)
-    return OOMRiskEstimate(
-        as_of=as_of,
-        predicted_at=risk.predicted_at,
-        signal=None,
-        projections=(),
-        evidence=tuple(risk.evidence),
-    )
 
 
 def _running_by_policy(
@@ -297,7 +279,7 @@ def _restart_inputs(
     windows, series = learn_windows(
         settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
     )
-    risk = risk_from_status(body.get("status") or {})
+    risk = estimate_from_status(body.get("status") or {})
     forecast = (
         forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
         if risk is not None and risk.predicted_at is not None and risk.predicted_at > now

@@ -22,7 +22,7 @@ from loadline.risk._estimate import (
     Verdict,
     estimate_oom_risk,
 )
-from loadline.risk._status import OOM_RISK, oom_risk_condition, oom_risk_status
+from loadline.risk._status import OOM_RISK, estimate_from_status, oom_risk_condition, oom_risk_status
 from loadline.risk._trend import Trend, bin_medians, fit_trend
 
 __all__ = [
@@ -36,6 +36,7 @@ __all__ = [
     "Trend",
     "Verdict",
     "bin_medians",
+    "estimate_from_status",
     "estimate_oom_risk",
     "fit_trend",
     "oom_risk_condition",

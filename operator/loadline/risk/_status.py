@@ -6,10 +6,14 @@ to write the estimate (``merge_conditions`` keeps the transition time while the 
 
 from __future__ import annotations
 
-from loadline.api import Condition, OOMRisk
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from typing import Any
+
+from loadline.api import Condition, OOMRisk, validate_known
 from loadline.risk._estimate import OOMRiskEstimate
 
-__all__ = ["OOM_RISK", "oom_risk_condition", "oom_risk_status"]
+__all__ = ["OOM_RISK", "estimate_from_status", "oom_risk_condition", "oom_risk_status"]
 
 #: The condition type.
 OOM_RISK = "OOMRisk"
@@ -43,4 +47,23 @@ def oom_risk_status(estimate: OOMRiskEstimate) -> OOMRisk:
         unit=_UNITS[deciding.signal] if deciding else "",
         evidence=list(estimate.evidence[:10]),
         time=estimate.as_of,
+    )
+
+
+def estimate_from_status(status: Mapping[str, Any]) -> OOMRiskEstimate | None:
+    """The estimate a model's ``status.oomRisk`` holds (what the measuring timer last wrote), when it
+    predicts a crash: what a restart's timing weighs."""
+    raw = status.get("oomRisk")
+    if not raw:
+        return None
+    risk = validate_known(OOMRisk, raw)
+    if risk.predicted_at is None:
+        return None
+    as_of = risk.time or datetime.now(UTC)
+    return OOMRiskEstimate(
+        as_of=as_of,
+        predicted_at=risk.predicted_at,
+        signal=None,
+        projections=(),
+        evidence=tuple(risk.evidence),
     )
