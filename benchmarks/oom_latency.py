@@ -589,25 +589,46 @@ def report(storm: Storm, args: argparse.Namespace) -> None:
     print(f"Events per crash (by who, reason): {per_crash(storm.events, crashes)}")
 
 
+def percentile_of_all(values: list[float], total: int, q: float) -> float | None:
+    """The ``q`` percentile over ``total`` crashes of which ``values`` are those that came back (the
+    rest later than any of them); None when it falls on one that did not come back."""
+    ordered = sorted(values)
+    index = min(total - 1, max(0, round(q * (total - 1))))
+    return ordered[index] if index < len(ordered) else None
+
+
 def compare(operator: Storm, floor: Storm) -> None:
     """The operator's figures over the floor's, measured in the same run."""
 
-    def ratio(label: str, ours: list[float], theirs: list[float]) -> str:
+    def ratio(label: str, ours: list[float], theirs: list[float], of: tuple[int, int] | None = None) -> str:
+        """p50 and p99 of each over the floor's. ``of``: how many crashed in each storm, when some models
+        did not come back in time: the percentiles are then over every crash, a model not back counted
+        as later than any that is, and one that falls on such a model is "not back" (the percentiles
+        of the models that are back would compare two different sets of models)."""
         if not ours or not theirs:
             return f"{label}: no samples"
         parts = []
         for name, q in (("p50", 0.5), ("p99", 0.99)):
-            a, b = percentile(ours, q), percentile(theirs, q)
-            parts.append(f"{name} {a:.2f} s / {b:.2f} s = {a / b:.2f}" if b > 0 else f"{name} {a:.2f} s / 0")
+            a = percentile(ours, q) if of is None else percentile_of_all(ours, of[0], q)
+            b = percentile(theirs, q) if of is None else percentile_of_all(theirs, of[1], q)
+            if a is None or b is None:
+                said = ["not back" if x is None else f"{x:.2f} s" for x in (a, b)]
+                parts.append(f"{name} {said[0]} / {said[1]}")
+            elif b > 0:
+                parts.append(f"{name} {a:.2f} s / {b:.2f} s = {a / b:.2f}")
+            else:
+                parts.append(f"{name} {a:.2f} s / 0")
         return f"{label}: " + ", ".join(parts)
 
     print("\n== loadline over the floor, same run, same cluster")
     print(ratio("crash → rolled", operator.since_crash("rolled"), floor.since_crash("rolled")))
-    print(ratio("crash → serving again", operator.recovered(), floor.recovered()))
+    everyone = (len(operator.crashed), len(floor.crashed))
+    print(ratio("crash → serving again (of every crash)", operator.recovered(), floor.recovered(), everyone))
     # What the pods did, whatever the model's status says: a model is Ready in status once its
     # Deployment's controller reports the new pod available, which lags the pod itself while that
     # controller's queue is deep.
-    print(ratio("crash → the new pod Ready (both)", operator.since_crash("started"), floor.recovered()))
+    started = operator.since_crash("started")
+    print(ratio("crash → the new pod Ready (both, of every crash)", started, floor.recovered(), everyone))
     print(
         f"serving again within {READY_WITHIN_SECONDS:.0f} s: loadline {len(operator.recovered())} of "
         f"{len(operator.crashed)}, the floor {len(floor.recovered())} of {len(floor.crashed)}"
