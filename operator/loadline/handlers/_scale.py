@@ -31,27 +31,23 @@ from loadline.units import GIB
 __all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
 
 
-#: Conflicting writes of the model (its reconcile, readiness, a crash's decision) that the mirror
-#: re-reads and writes again after: a single-replica Deployment that turns available sends no event after
-#: that one, so a count dropped on a 409 stayed unwritten (status.replicas missing for good).
-SCALE_WRITE_ATTEMPTS = 4
-
-
 def sync_scale_status(
     workload: Mapping[str, Any], known: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger
 ) -> None:
     """Write the owner's ``status.replicas``/``status.selector`` when the workload's count moved.
 
     ``known``: the owner as the index last saw it; its status decides whether a write is needed, so an
-    unchanged count costs no request. A write refused for a conflict is decided again on the owner as
-    the API server then holds it (the workload's event may be its last); a vanished owner is left."""
+    unchanged count costs no request. A write refused for a conflict (its reconcile, readiness or a
+    crash's decision wrote the model meanwhile) is decided again on the owner as the API server then
+    holds it, as every read-decide-write of the handlers is: a single-replica Deployment that turns
+    available sends no later event, so a dropped count stayed unwritten. A vanished owner is left."""
     meta = workload.get("metadata") or {}
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None or known is None:
         return
     if _scale_changes(workload, owner, known) is None:
         return  # the index's copy already holds it: no request
-    for _ in range(SCALE_WRITE_ATTEMPTS):
+    for _ in range(_kube.CONFLICT_RETRIES):
         try:
             parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owner["name"])
             if parent is None or parent["metadata"].get("uid") != owner.get("uid"):
@@ -66,8 +62,8 @@ def sync_scale_status(
                 return
             if exc.status != 409:
                 raise
-    logger.info("status.replicas of %s/%s not written (%d conflicts); the next event writes it",
-                meta.get("namespace"), owner["name"], SCALE_WRITE_ATTEMPTS)  # fmt: skip
+    logger.warning("status.replicas of %s/%s not written (%d conflicts); the workload's next event writes it",
+                   meta.get("namespace"), owner["name"], _kube.CONFLICT_RETRIES)  # fmt: skip
 
 
 def _scale_changes(
