@@ -49,6 +49,38 @@ def inference_model(**spec: Any) -> dict[str, Any]:
     }
 
 
+def _planned() -> dict[str, Any]:
+    from loadline.api import parse_inference_model
+    from loadline.sizing import plan_inference_model
+
+    plan = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
+    return plan.model_dump(by_alias=True, mode="json", exclude_none=True)
+
+
+_PLANNED: dict[str, Any] = {}
+
+
+def stored_plan(**fields: Any) -> dict[str, Any]:
+    """``status.plan`` as the operator stores it (every field the API model requires, from a real plan
+    of the inline Llama), with ``fields`` (camelCase) over it; ``memory`` is merged member by member.
+    Status is read typed, so a partial plan in a fixture would be read as no plan at all."""
+    if not _PLANNED:
+        _PLANNED.update(_planned())
+    plan = copy.deepcopy(_PLANNED)
+    memory = {**plan["memory"], **fields.pop("memory", {})}
+    return {**plan, **fields, "memory": memory}
+
+
+def typed_status(status: Any) -> Any:
+    """A status as the handlers hand it to the pure core (read once into the API model), from the wire
+    form a test writes it in; a typed one (or None) as it is."""
+    from loadline.status import read_status
+
+    if status is None or not isinstance(status, dict):
+        return status
+    return read_status({"status": status})
+
+
 @pytest.fixture
 def state() -> OperatorState:
     """The operator's memory as a fresh process starts with it: nothing applied, planned or seen."""

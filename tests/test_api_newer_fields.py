@@ -17,7 +17,7 @@ from loadline.hub import ConfigCache
 from loadline.oom import remediation_in_force
 from loadline.settings import OperatorSettings
 from loadline.status.build import merge_incident
-from tests.conftest import inference_model
+from tests.conftest import inference_model, typed_status
 
 
 def newer_model() -> dict[str, Any]:
@@ -80,7 +80,7 @@ def test_remediation_state_written_by_a_newer_version_is_read() -> None:
             "budgetWindow": {"hours": 24},  # a newer version's field
         }
     }
-    state = remediation_in_force(status, 3)
+    state = remediation_in_force(typed_status(status), 3)
     assert state.revision == 7 and state.handled_crashes == ["pod-a/vllm/1"]
     with pytest.raises(ValueError, match="budgetWindow"):
         RemediationState.model_validate(status["remediation"])
@@ -97,7 +97,7 @@ def test_a_counted_incident_keeps_a_newer_versions_field() -> None:
         }
     ]  # fmt: skip
     merged = merge_incident(
-        previous, loop="L1", oom_class="kv_cache_overflow", confidence=0.8, evidence=["f"],
+        typed_status({"incidents": previous}).incidents, loop="L1", oom_class="kv_cache_overflow", confidence=0.8, evidence=["f"],
         caller_side=False, action="reduce_batch", result="applied", pod="chat-1", container="vllm",
         now="2026-11-28T11:00:00Z",
     )  # fmt: skip

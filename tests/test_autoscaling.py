@@ -224,7 +224,16 @@ def test_model_gauges_follow_spec_and_status_and_go_with_the_model() -> None:
     body = {
         "metadata": {"namespace": "team-z", "name": "gauged"},
         "spec": {"replicas": 3},
-        "status": {"replicas": 2, "measuredGpuMemory": {"plannedGiB": 20.0, "maxUsedGiB": 21.5}},
+        "status": {
+            "replicas": 2,
+            "measuredGpuMemory": {
+                "gpus": 1,
+                "plannedGiB": 20.0,
+                "maxUsedGiB": 21.5,
+                "driftGiB": 1.5,
+                "time": "2026-11-29T10:00:00Z",
+            },
+        },
     }
     model_gauges(body)
     labels = {"namespace": "team-z", "inferencemodel": "gauged"}

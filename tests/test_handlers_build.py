@@ -9,7 +9,7 @@ import pydantic
 import pytest
 
 from loadline import telemetry
-from loadline.api import Condition, PlanSummary, RemediationState, parse_inference_model
+from loadline.api import Condition, Incident, PlanSummary, RemediationState, parse_inference_model
 from loadline.sizing import plan_inference_model
 from loadline.status import build as _build
 from loadline.status.build import (
@@ -22,7 +22,7 @@ from loadline.status.build import (
     status_changes,
     with_owner,
 )
-from tests.conftest import inference_model
+from tests.conftest import inference_model, stored_plan, typed_status
 
 BODY = {
     "apiVersion": "loadline.dev/v1alpha1",
@@ -36,9 +36,18 @@ PLAN = SUMMARY.model_dump(by_alias=True, mode="json", exclude_none=True)
 T0, T1, T2, T3 = (f"2026-11-2{d}T0{d}:00:00Z" for d in range(4))
 
 
+def typed(conditions: list[dict[str, Any]]) -> list[Condition]:
+    """Conditions as a typed status holds them."""
+    return [Condition.model_validate(c) for c in conditions]
+
+
+def incidents(wire: list[dict[str, Any]]) -> list[Incident]:
+    return [Incident.model_validate(i) for i in wire]
+
+
 def deployed(previous: dict[str, object], ready: bool, now: str) -> dict[str, object]:
     return build_deployed_status(
-        previous, plan_summary=SUMMARY, generation=3, ready=ready, ready_message="1/1 replicas available", now=now,
+        typed_status(previous), plan_summary=SUMMARY, generation=3, ready=ready, ready_message="1/1 replicas available", now=now,
         message="L4x1 per replica",
     )  # fmt: skip
 
@@ -46,15 +55,15 @@ def deployed(previous: dict[str, object], ready: bool, now: str) -> dict[str, ob
 def test_resync_of_an_unchanged_object_changes_nothing() -> None:
     first = deployed({}, True, "2026-01-01T00:00:00Z")
     again = deployed(first, True, "2026-01-01T01:00:00Z")
-    assert status_changes(first, again) == {}
+    assert status_changes(typed_status(first), again) == {}
 
 
 def test_transition_time_moves_only_when_the_status_flips() -> None:
     old = merge_conditions([], [Condition(type="Ready", status="False", reason="Progressing")], T1)
     same = merge_conditions(
-        old, [Condition(type="Ready", status="False", reason="Progressing", message="x")], T2
+        typed(old), [Condition(type="Ready", status="False", reason="Progressing", message="x")], T2
     )
-    flipped = merge_conditions(same, [Condition(type="Ready", status="True", reason="Available")], T3)
+    flipped = merge_conditions(typed(same), [Condition(type="Ready", status="True", reason="Available")], T3)
     assert same[0]["lastTransitionTime"] == T1 and same[0]["message"] == "x"
     assert flipped[0]["lastTransitionTime"] == T3
 
@@ -64,7 +73,7 @@ def test_status_is_typed_by_the_api_models() -> None:
     time that is not one) fails in the builder instead."""
     with pytest.raises(pydantic.ValidationError, match="gpuz"):
         build_deployed_status(
-            {},
+            typed_status({}),
             plan_summary=PlanSummary.model_validate({**PLAN, "gpuz": 1}),
             generation=1,
             ready=True,
@@ -73,7 +82,7 @@ def test_status_is_typed_by_the_api_models() -> None:
             message="",
         )
     with pytest.raises(pydantic.ValidationError, match="phase"):
-        build_failed_status({}, reason="R", message="m", generation=1, now=T0, phase="Broken")  # type: ignore[arg-type]
+        build_failed_status(typed_status({}), reason="R", message="m", generation=1, now=T0, phase="Broken")  # type: ignore[arg-type]
     with pytest.raises(pydantic.ValidationError, match="lastTransitionTime"):
         merge_conditions([], [Condition(type="Ready", status="True")], "yesterday")
 
@@ -88,7 +97,7 @@ def test_deployed_status_phases_and_conditions() -> None:
 
 def test_failed_status_keeps_the_reason_and_names_the_field() -> None:
     status = build_failed_status(
-        {}, reason="InvalidSpec", message="spec.maxModelLen: too long", generation=2, now=T0
+        typed_status({}), reason="InvalidSpec", message="spec.maxModelLen: too long", generation=2, now=T0
     )
     assert status["phase"] == "Failed"
     assert status["conditions"][0]["reason"] == "InvalidSpec"
@@ -117,11 +126,16 @@ def test_readiness_follows_the_workload() -> None:
 
 def test_readiness_status_is_none_when_nothing_changes_and_never_overrides_failed() -> None:
     ready = deployed({}, True, T0)
-    assert build_readiness_status(ready, ready=True, message="1/1 replicas available", now=T2) is None
-    change = build_readiness_status(ready, ready=False, message="0/1 replicas available", now=T2)
+    assert (
+        build_readiness_status(typed_status(ready), ready=True, message="1/1 replicas available", now=T2)
+        is None
+    )
+    change = build_readiness_status(
+        typed_status(ready), ready=False, message="0/1 replicas available", now=T2
+    )
     assert change is not None and change["phase"] == "Deploying"
     failed = {"phase": "Failed", "conditions": []}
-    assert build_readiness_status(failed, ready=True, message="", now=T0) is None
+    assert build_readiness_status(typed_status(failed), ready=True, message="", now=T0) is None
 
 
 def ready_condition(status: dict[str, Any]) -> dict[str, Any]:
@@ -133,7 +147,7 @@ def test_a_remediation_rolling_out_is_deploying_until_the_workload_is_available_
     progress then writes nothing, its availability writes Ready, and a pod the scheduler cannot place
     says so in the condition."""
     ready = deployed({}, True, T0)
-    said = _build.build_remediating_status(ready, result="applied: memoryGiB 12 → 15", now=T1)
+    said = _build.build_remediating_status(typed_status(ready), result="applied: memoryGiB 12 → 15", now=T1)
     assert said["phase"] == "Deploying"
     condition = ready_condition(said)
     assert (condition["status"], condition["reason"]) == ("False", _build.REMEDIATING)
@@ -144,31 +158,41 @@ def test_a_remediation_rolling_out_is_deploying_until_the_workload_is_available_
     ]
     rolling = {**ready, **said}
     for step in ("rolling out generation 3", "0/1 replicas available, 1 updated"):
-        assert build_readiness_status(rolling, ready=False, message=step, now=T2) is None
-    back = build_readiness_status(rolling, ready=True, message="1/1 replicas available", now=T2)
+        assert build_readiness_status(typed_status(rolling), ready=False, message=step, now=T2) is None
+    back = build_readiness_status(typed_status(rolling), ready=True, message="1/1 replicas available", now=T2)
     assert back is not None and back["phase"] == "Ready" and ready_condition(back)["reason"] == "Available"
     stuck = build_readiness_status(
-        rolling, ready=False, message="0/1 replicas available; 0/4 nodes are available", now=T3, stuck=True
+        typed_status(rolling),
+        ready=False,
+        message="0/1 replicas available; 0/4 nodes are available",
+        now=T3,
+        stuck=True,
     )
     assert stuck is not None and ready_condition(stuck)["reason"] == "Progressing"
     # Another phase is decided elsewhere: a Degraded or Failed model is not said to be rolling out.
     for phase in ("Degraded", "Failed", "Pending"):
-        assert _build.build_remediating_status({**ready, "phase": phase}, result="x", now=T1) == {}
+        assert (
+            _build.build_remediating_status(typed_status({**ready, "phase": phase}), result="x", now=T1) == {}
+        )
 
 
 def test_a_readiness_change_is_an_event_unless_loadlines_own_restart_rolls_the_pods() -> None:
     ready = deployed({}, True, T0)
-    going = build_readiness_status(ready, ready=False, message="0/1 replicas available", now=T2)
+    going = build_readiness_status(typed_status(ready), ready=False, message="0/1 replicas available", now=T2)
     assert going is not None
-    assert _build.readiness_event_reason(ready, going) == "Progressing"
-    back = build_readiness_status({**ready, **going}, ready=True, message="1/1 replicas available", now=T2)
-    assert back is not None and _build.readiness_event_reason({**ready, **going}, back) == "Ready"
+    assert _build.readiness_event_reason(typed_status(ready), going) == "Progressing"
+    back = build_readiness_status(
+        typed_status({**ready, **going}), ready=True, message="1/1 replicas available", now=T2
+    )
+    assert (
+        back is not None and _build.readiness_event_reason(typed_status({**ready, **going}), back) == "Ready"
+    )
     # A condition's message changing within a phase is no Event.
-    assert _build.readiness_event_reason(ready, {**going, "phase": "Ready"}) is None
+    assert _build.readiness_event_reason(typed_status(ready), {**going, "phase": "Ready"}) is None
     # While loadline restarts the model (RestartStarted posted, RestartDone to come): no Event.
     rolling = {**ready, "maintenance": {"state": "Running"}}
-    assert _build.readiness_event_reason(rolling, going) is None
-    assert _build.readiness_event_reason({**rolling, **going}, back) is None
+    assert _build.readiness_event_reason(typed_status(rolling), going) is None
+    assert _build.readiness_event_reason(typed_status({**rolling, **going}), back) is None
 
 
 def test_children_are_owned_for_garbage_collection() -> None:
@@ -207,7 +231,7 @@ def _pod(name: str, created: str, ready: bool = True, deleting: bool = False) ->
     ("previous", "nodes", "listed"),
     [
         (None, 2, False),  # a new model: nothing of another layout exists
-        ({"nodesPerReplica": 1, "memory": {"total": 20}}, 1, False),  # a remediation's raised memory
+        ({"nodesPerReplica": 1, "memory": {"kvCacheGiB": 20.0}}, 1, False),  # a remediation's raised memory
         ({"nodesPerReplica": 2}, 4, False),  # still a LeaderWorkerSet
         ({"nodesPerReplica": 1}, 2, True),  # Deployment -> LeaderWorkerSet
         ({"nodesPerReplica": 2}, 1, True),  # LeaderWorkerSet -> Deployment
@@ -217,7 +241,13 @@ def _pod(name: str, created: str, ready: bool = True, deleting: bool = False) ->
 def test_children_are_listed_for_removal_only_when_the_layout_changes(
     previous: dict[str, Any] | None, nodes: int, listed: bool
 ) -> None:
-    assert _build.layout_changed(previous, nodes) is listed
+    plan = None
+    if previous is not None:
+        wire = stored_plan(**previous)
+        if "nodesPerReplica" not in previous:
+            del wire["nodesPerReplica"]
+        plan = PlanSummary.model_validate(wire)
+    assert _build.layout_changed(plan, nodes) is listed
 
 
 def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants() -> None:
@@ -235,9 +265,17 @@ def test_stale_children_are_only_those_this_model_controls_and_no_longer_wants()
 
 def test_a_refused_apply_keeps_the_plan_and_says_deployed_false() -> None:
     previous = _build.build_deployed_status(
-        {}, plan_summary=SUMMARY, generation=2, ready=True, ready_message="1/1", now=T0, message="m"
+        typed_status({}),
+        plan_summary=SUMMARY,
+        generation=2,
+        ready=True,
+        ready_message="1/1",
+        now=T0,
+        message="m",
     )
-    status = _build.build_apply_failed_status(previous, message="HTTP 403: frozen", generation=2, now=T1)
+    status = _build.build_apply_failed_status(
+        typed_status(previous), message="HTTP 403: frozen", generation=2, now=T1
+    )
     conditions = {c["type"]: c for c in status["conditions"]}
     assert status["phase"] == "Pending" and conditions["Deployed"]["status"] == "False"
     assert conditions["Planned"]["status"] == "True" and conditions["Planned"]["lastTransitionTime"] == T0
@@ -268,8 +306,10 @@ def test_a_crash_loop_counts_up_one_incident_and_a_new_class_adds_one() -> None:
         "action": "raised memory", "result": "applied", "container": "vllm",
     }  # fmt: skip
     first = _build.merge_incident([], oom_class="host_memory", pod="chat-1", now=T0, **crash)
-    again = _build.merge_incident(first, oom_class="host_memory", pod="chat-2", now=T1, **crash)
-    other = _build.merge_incident(again, oom_class="kv_cache_overflow", pod="chat-2", now=T2, **crash)
+    again = _build.merge_incident(incidents(first), oom_class="host_memory", pod="chat-2", now=T1, **crash)
+    other = _build.merge_incident(
+        incidents(again), oom_class="kv_cache_overflow", pod="chat-2", now=T2, **crash
+    )
     assert (
         len(again) == 1 and again[0]["count"] == 2 and again[0]["lastSeen"] == T1 and again[0]["time"] == T0
     )
@@ -305,9 +345,9 @@ def test_the_readiness_check_backs_off_to_once_a_minute() -> None:
 
 def test_deploying_since_is_when_ready_turned_false() -> None:
     status = deployed({}, False, T1)
-    since = _build.deploying_since(status)
+    since = _build.deploying_since(typed_status(status))
     assert since is not None and since.isoformat().startswith("2026-11-21T01:00")
-    assert _build.deploying_since(deployed({}, True, T1)) is None
+    assert _build.deploying_since(typed_status(deployed({}, True, T1))) is None
 
 
 # --- measured GPU memory beside the plan's budget (status.measuredGpuMemory) ---
@@ -318,60 +358,66 @@ READING = {"gpus": 1, "maxUsedGiB": 20.3, "plannedGiB": 21.0, "driftGiB": -0.7, 
 def test_planned_gpu_gib_is_the_plans_per_gpu_budget() -> None:
     memory = PLAN["memory"]
     parts = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
-    assert _build.planned_gpu_gib(PLAN) == pytest.approx(sum(memory[k] for k in parts), abs=0.01)
+    assert _build.planned_gpu_gib(SUMMARY) == pytest.approx(sum(memory[k] for k in parts), abs=0.01)
     # The budget is what vLLM takes: about gpuMemoryUtilization of the GPU, never more than the GPU.
-    assert _build.planned_gpu_gib(PLAN) <= memory["totalGiB"]
+    assert (_build.planned_gpu_gib(SUMMARY) or 0) <= memory["totalGiB"]
     assert _build.planned_gpu_gib(None) is None
-    assert _build.planned_gpu_gib({"memory": {"weightsGiB": 1.0}}) is None
+    # A stored plan the API model refuses (cut short by a hand edit) is read as no plan at all.
+    assert _build.planned_gpu_gib(typed_status({"plan": {"memory": {"weightsGiB": 1.0}}}).plan) is None
 
 
 def test_a_first_reading_is_written_with_its_time_and_source() -> None:
-    status = _build.build_measured_status({}, READING, now=T0)
+    status = _build.build_measured_status(typed_status({}), READING, now=T0)
     assert status == {"measuredGpuMemory": {**READING, "time": T0}}
-    assert _build.build_measured_status(None, READING, now=T0) == status
+    assert _build.build_measured_status(typed_status({"phase": "Ready"}), READING, now=T0) == status
 
 
 def test_nothing_measured_writes_nothing_and_keeps_the_last_figure() -> None:
-    previous = _build.build_measured_status({}, READING, now=T0)
-    assert _build.build_measured_status(previous, None, now=T1) == {}
-    assert _build.build_measured_status({}, None, now=T1) == {}
-    assert _build.build_measured_status(None, {}, now=T1) == {}
+    previous = _build.build_measured_status(typed_status({}), READING, now=T0)
+    assert _build.build_measured_status(typed_status(previous), None, now=T1) == {}
+    assert _build.build_measured_status(typed_status({}), None, now=T1) == {}
+    assert _build.build_measured_status(typed_status(None), {}, now=T1) == {}
 
 
 def test_an_idle_model_writes_nothing_within_the_step() -> None:
-    previous = _build.build_measured_status({}, READING, now="2026-11-20T00:00:00Z")
+    previous = _build.build_measured_status(typed_status({}), READING, now="2026-11-20T00:00:00Z")
     for minute, used in enumerate((20.3, 20.5, 20.71, 19.9, 20.79)):
         reading = {**READING, "maxUsedGiB": used, "driftGiB": round(used - 21.0, 2)}
         now = f"2026-11-20T00:{minute + 1:02d}:00Z"
-        assert _build.build_measured_status(previous, reading, now=now) == {}, used
+        assert _build.build_measured_status(typed_status(previous), reading, now=now) == {}, used
 
 
 def test_a_move_of_a_step_or_a_changed_shape_is_written() -> None:
-    previous = _build.build_measured_status({}, READING, now=T0)
-    grown = _build.build_measured_status(previous, {**READING, "maxUsedGiB": 20.8, "driftGiB": -0.2}, now=T1)
+    previous = _build.build_measured_status(typed_status({}), READING, now=T0)
+    grown = _build.build_measured_status(
+        typed_status(previous), {**READING, "maxUsedGiB": 20.8, "driftGiB": -0.2}, now=T1
+    )
     assert grown["measuredGpuMemory"]["maxUsedGiB"] == 20.8 and grown["measuredGpuMemory"]["time"] == T1
     for change in ({"gpus": 2}, {"plannedGiB": 30.0, "driftGiB": -9.7}, {"source": "dcgm"}):
-        assert _build.build_measured_status(previous, {**READING, **change}, now=T1), change
+        assert _build.build_measured_status(typed_status(previous), {**READING, **change}, now=T1), change
     # A reading without a source (answers that do not say) replaces one that had it.
     no_source = {k: v for k, v in READING.items() if k != "source"}
-    assert "source" not in _build.build_measured_status(previous, no_source, now=T1)["measuredGpuMemory"]
+    assert (
+        "source"
+        not in _build.build_measured_status(typed_status(previous), no_source, now=T1)["measuredGpuMemory"]
+    )
 
 
 def test_a_steady_figure_is_refreshed_hourly_so_its_time_tells_it_from_a_stale_one() -> None:
-    previous = _build.build_measured_status({}, READING, now="2026-11-20T00:00:00Z")
-    assert _build.build_measured_status(previous, READING, now="2026-11-20T00:59:59Z") == {}
-    refreshed = _build.build_measured_status(previous, READING, now="2026-11-20T01:00:00Z")
+    previous = _build.build_measured_status(typed_status({}), READING, now="2026-11-20T00:00:00Z")
+    assert _build.build_measured_status(typed_status(previous), READING, now="2026-11-20T00:59:59Z") == {}
+    refreshed = _build.build_measured_status(typed_status(previous), READING, now="2026-11-20T01:00:00Z")
     assert refreshed["measuredGpuMemory"]["time"] == "2026-11-20T01:00:00Z"
     # A stored time that cannot be read is rewritten rather than trusted.
     broken = {"measuredGpuMemory": {**previous["measuredGpuMemory"], "time": "yesterday"}}
-    assert _build.build_measured_status(broken, READING, now=T1)
+    assert _build.build_measured_status(typed_status(broken), READING, now=T1)
 
 
 def test_a_reading_the_api_would_not_take_fails_here() -> None:
     with pytest.raises(pydantic.ValidationError):
-        _build.build_measured_status({}, {**READING, "source": "nvidia-smi"}, now=T0)
+        _build.build_measured_status(typed_status({}), {**READING, "source": "nvidia-smi"}, now=T0)
     with pytest.raises(pydantic.ValidationError):
-        _build.build_measured_status({}, {**READING, "gpus": -1}, now=T0)
+        _build.build_measured_status(typed_status({}), {**READING, "gpus": -1}, now=T0)
 
 
 def test_a_decision_is_written_as_the_merge_patch_would_leave_it_testing_what_it_read() -> None:
@@ -421,7 +467,7 @@ def test_a_version_newer_than_every_table_is_a_condition_that_names_the_newest_u
     assert "0.99.0 is newer than every loadline table" in warning and "0.33.0" in warning
     assert beyond_tables("0.19.0") == ""
     beyond = build_deployed_status(
-        {}, plan_summary=SUMMARY, generation=3, ready=True, ready_message="", now=T0, message="m",
+        typed_status({}), plan_summary=SUMMARY, generation=3, ready=True, ready_message="", now=T0, message="m",
         beyond_tables=warning,
     )  # fmt: skip
     [known] = [c for c in beyond["conditions"] if c["type"] == _build.ENGINE_TABLES]  # type: ignore[union-attr,index]

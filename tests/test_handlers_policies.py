@@ -9,7 +9,7 @@ from loadline.handlers import _policies
 from loadline.policy import policy_counts
 from loadline.sizing import plan_inference_model
 from loadline.status import build as _build
-from tests.conftest import inference_model
+from tests.conftest import inference_model, typed_status
 
 T0, T1 = "2026-11-23T00:00:00Z", "2026-11-23T01:00:00Z"
 
@@ -33,7 +33,9 @@ def model_body(**spec: Any) -> dict[str, Any]:
 
 def compliance(body: dict[str, Any], *policies: Any) -> dict[str, Any]:
     spec = parse_inference_model(body).spec
-    return _policies.compliance_status(body, spec, list(policies), plan_inference_model)
+    return _policies.compliance_status(
+        body, typed_status(body.get("status") or {}), spec, list(policies), plan_inference_model
+    )
 
 
 def test_a_model_breaking_a_policy_is_told_which_field_and_the_fix() -> None:
@@ -54,7 +56,10 @@ def test_compliance_flips_back_and_only_writes_when_it_changes() -> None:
     ok = compliance(body, policy("team-a-budget", maxReplicas=2))
     assert next(c for c in ok["conditions"] if c["type"] == "PolicyCompliant")["status"] == "True"
     body["status"] = ok
-    assert _build.status_changes(ok, compliance(body, policy("team-a-budget", maxReplicas=2))) == {}
+    assert (
+        _build.status_changes(typed_status(ok), compliance(body, policy("team-a-budget", maxReplicas=2)))
+        == {}
+    )
     none = compliance({**body, "metadata": {**body["metadata"], "namespace": "team-b"}})
     assert none["policies"] == [] and none["violatedPolicies"] == []
 

@@ -11,7 +11,7 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.api import Overrides, RemediationState, parse_fleet_policy
+from loadline.api import Maintenance, OOMRisk, Overrides, RemediationState, parse_fleet_policy
 from loadline.handlers import _inputs, _kube, _maintenance, _reconcile, _state
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
@@ -26,7 +26,7 @@ from loadline.risk import estimate_from_status
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.traffic import model_load_query
-from tests.conftest import inference_model
+from tests.conftest import inference_model, stored_plan
 
 NOW = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
 LOG = logging.getLogger("test")
@@ -99,7 +99,7 @@ def test_status_right_after_the_crash_says_scheduled_or_running() -> None:
 def test_the_status_patch_clears_what_the_new_record_no_longer_has() -> None:
     previous = {"state": "Scheduled", "scheduledAt": iso(NOW), "nextWindowStart": iso(NOW), "reason": "x"}
     done = MaintenanceRecord(action="restart", state="Done", last_restart_at=NOW, reason="done")
-    patch = _build.maintenance_patch(previous, done)
+    patch = _build.maintenance_patch(Maintenance.model_validate(previous), done)
     assert patch["scheduledAt"] is None and patch["nextWindowStart"] is None
     assert patch["state"] == "Done" and patch["lastRestartAt"].startswith("2026-11-23T14:00:00")
     assert record_from_status({k: v for k, v in patch.items() if v is not None}) == done
@@ -151,10 +151,12 @@ def test_the_history_step_keeps_under_prometheus_points_limit() -> None:
 
 def test_a_predicted_crash_in_status_is_read_back_for_the_planner() -> None:
     at = NOW + timedelta(hours=1)
-    risk = estimate_from_status({"oomRisk": {"predictedAt": iso(at), "evidence": ["GPU memory: x"]}})
+    risk = estimate_from_status(
+        OOMRisk.model_validate({"predictedAt": iso(at), "evidence": ["GPU memory: x"]})
+    )
     assert risk is not None and risk.predicted_at == at
-    assert estimate_from_status({"oomRisk": {"evidence": []}}) is None
-    assert estimate_from_status({}) is None
+    assert estimate_from_status(OOMRisk(evidence=[])) is None
+    assert estimate_from_status(None) is None
 
 
 def test_reconcile_renders_the_held_overrides_until_the_window() -> None:
@@ -192,7 +194,8 @@ def model(
     body["metadata"] |= {"namespace": "team-a", "generation": 1, "uid": "u", "labels": labels or {}}
     body["status"] = {
         "phase": "Ready",
-        "plan": {"gpuType": "L4", "gpusPerReplica": 1, "nodesPerReplica": 1},
+        # No node shape: the surge's room is the GPUs alone.
+        "plan": {**stored_plan(gpuType="L4", gpusPerReplica=1, nodesPerReplica=1), "nodeShape": None},
         "maintenance": maintenance,
     }
     return body
@@ -380,5 +383,5 @@ def test_releasing_held_overrides_moves_the_remediation_revision(
     body = model(running)
     body["status"]["remediation"] = {"overrides": {"maxNumSeqs": 32}, "heldOverrides": {}, "revision": 4}
     patch = tend(body)
-    assert rendered and rendered[0]["remediation"]["heldOverrides"] is None
+    assert rendered and rendered[0]["remediation"].get("heldOverrides") is None
     assert patch.status["remediation"] == {"heldOverrides": None, "revision": 5}

@@ -17,7 +17,7 @@ from loadline.handlers import _measure
 from loadline.settings import OperatorSettings
 from loadline.sizing import plan_inference_model
 from loadline.status import build as _build
-from tests.conftest import inference_model
+from tests.conftest import inference_model, typed_status
 from tests.promserver import FakePrometheus
 
 SUMMARY = plan_inference_model(parse_inference_model(inference_model()).spec).summary()
@@ -83,11 +83,13 @@ def settings(url: str, interval: int = 60) -> OperatorSettings:
 
 def test_only_running_models_with_prometheus_are_measured() -> None:
     on = settings("http://prometheus:9090")
-    assert _measure.measuring(on, {"phase": "Ready"}) and _measure.measuring(on, {"phase": "Degraded"})
+    assert _measure.measuring(on, typed_status({"phase": "Ready"})) and _measure.measuring(
+        on, typed_status({"phase": "Degraded"})
+    )
     for phase in ("Pending", "Deploying", "Failed", None):
-        assert not _measure.measuring(on, {"phase": phase})
-    assert not _measure.measuring(settings(""), {"phase": "Ready"})
-    assert not _measure.measuring(settings("http://prometheus:9090", 0), {"phase": "Ready"})
+        assert not _measure.measuring(on, typed_status({"phase": phase}))
+    assert not _measure.measuring(settings(""), typed_status({"phase": "Ready"}))
+    assert not _measure.measuring(settings("http://prometheus:9090", 0), typed_status({"phase": "Ready"}))
 
 
 def test_only_running_pods_are_asked_about() -> None:
@@ -101,7 +103,7 @@ def test_a_reading_lands_in_status_beside_the_plan(
     patch = kopf.Patch()
     _measure.measure(body(), patch, settings(prometheus), LOG)
     reading = patch["status"]["measuredGpuMemory"]
-    planned = _build.planned_gpu_gib(PLAN)
+    planned = _build.planned_gpu_gib(SUMMARY)
     assert planned is not None
     assert {k: v for k, v in reading.items() if k != "time"} == {
         "gpus": 1, "maxUsedGiB": 20.25, "plannedGiB": planned, "driftGiB": round(20.25 - planned, 2),

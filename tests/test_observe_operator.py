@@ -18,6 +18,7 @@ from loadline.handlers._state import ReadyPods
 from loadline.observe import CorrectionStore, plan_fingerprint
 from loadline.settings import OperatorSettings
 from loadline.sizing import plan_inference_model
+from tests.conftest import stored_plan, typed_status
 
 LOG = (Path(__file__).parent / "corpus" / "startup" / "vllm_0.19.0_llama70b_fp8_tp2_h100.log").read_text()
 SPEC = {
@@ -152,18 +153,27 @@ def test_an_engine_of_other_settings_is_shown_not_learned(monkeypatch: pytest.Mo
 
 
 def test_observed_once_per_plan() -> None:
-    plan = {"gpu": "H100-80GBx2", "engineVersion": "0.19.0", "maxModelLen": 8192}
+    plan = stored_plan(gpu="H100-80GBx2", engineVersion="0.19.0", maxModelLen=8192)
     status = {"phase": "Ready", "plan": plan}
-    assert _observe.observing(status)
-    assert not _observe.observing({**status, "observed": {"planFingerprint": plan_fingerprint(plan)}})
-    assert _observe.observing(
-        {
-            **status,
-            "plan": {**plan, "gpu": "H100-80GBx4"},
-            "observed": {"planFingerprint": plan_fingerprint(plan)},
-        }
+    assert _observe.observing(typed_status(status))
+    assert not _observe.observing(
+        typed_status(
+            {
+                **status,
+                "observed": {"time": "2026-11-28T10:00:00Z", "planFingerprint": plan_fingerprint(plan)},
+            }
+        )
     )
-    assert not _observe.observing({**status, "phase": "Deploying"})
+    assert _observe.observing(
+        typed_status(
+            {
+                **status,
+                "plan": {**plan, "gpu": "H100-80GBx4"},
+                "observed": {"time": "2026-11-28T10:00:00Z", "planFingerprint": plan_fingerprint(plan)},
+            }
+        )
+    )
+    assert not _observe.observing(typed_status({**status, "phase": "Deploying"}))
 
 
 def test_the_store_reaches_the_planner() -> None:
@@ -232,7 +242,7 @@ def test_from_prometheus_when_the_log_does_not_say(monkeypatch: pytest.MonkeyPat
 
 
 def _ready(plan: dict[str, Any], since: str) -> dict[str, Any]:
-    body = _body(SPEC, plan)
+    body = _body(SPEC, stored_plan(**plan))
     body["status"]["conditions"] = [{"type": "Ready", "status": "True", "lastTransitionTime": since}]
     return body
 
@@ -336,9 +346,11 @@ def test_the_observed_status_is_decided_without_the_cluster(concurrency: int, be
 
     spec = {**SPEC, "concurrency": concurrency}
     plan = _plan_of(spec).to_dict()["plan"]
+    body = _body(spec, plan)
     changes, replan = build_observed_status(
-        _body(spec, plan), parse_startup_log(LOG), pod="llama-abc", source="log", now="2026-11-29T00:00:00Z"
-    )
+        body, typed_status(body["status"]), parse_startup_log(LOG), pod="llama-abc", source="log",
+        now="2026-11-29T00:00:00Z",
+    )  # fmt: skip
     assert replan is below
     assert changes["observed"]["pod"] == "llama-abc" and changes["observed"]["maxConcurrency"] == 29.82
     [condition] = [c for c in changes["conditions"] if c["type"] == "KVCapacity"]

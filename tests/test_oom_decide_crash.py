@@ -8,6 +8,7 @@ from typing import Any
 
 from loadline.oom import Crash, decide_crash, parse_incident
 from loadline.oom._policy import PolicyLimits
+from tests.conftest import typed_status
 
 NOW = datetime(2026, 11, 23, 14, 0, tzinfo=UTC)
 # vLLM's sampler warm-up refusal (vllm/v1/worker/gpu_model_runner.py, _dummy_sampler_run): a start-up
@@ -35,7 +36,7 @@ def long_prompt_crash() -> Any:
 
 
 def test_a_crash_that_recurs_at_every_start_rolls_its_fix_now_said_in_one_event() -> None:
-    decided = decide_crash(sampler_crash(), {}, PolicyLimits(), NOW, crash=CRASH, generation=3)
+    decided = decide_crash(sampler_crash(), typed_status({}), PolicyLimits(), NOW, crash=CRASH, generation=3)
     assert decided is not None and decided.rolls_out
     remediation = decided.changes["remediation"]
     assert remediation["overrides"] == {"maxNumSeqs": 128}
@@ -50,7 +51,9 @@ def test_a_crash_that_recurs_at_every_start_rolls_its_fix_now_said_in_one_event(
 
 
 def test_a_fix_that_may_wait_is_held_for_the_window_and_its_schedule_said() -> None:
-    decided = decide_crash(long_prompt_crash(), {}, PolicyLimits(), NOW, crash=CRASH, generation=1)
+    decided = decide_crash(
+        long_prompt_crash(), typed_status({}), PolicyLimits(), NOW, crash=CRASH, generation=1
+    )
     assert decided is not None and decided.rolls_out and decided.urgent is None
     remediation = decided.changes["remediation"]
     assert remediation["overrides"] == {"maxModelLen": 27648}
@@ -61,7 +64,7 @@ def test_a_fix_that_may_wait_is_held_for_the_window_and_its_schedule_said() -> N
 
 def test_recommend_mode_changes_nothing_that_runs() -> None:
     limits = PolicyLimits(mode="recommend")
-    decided = decide_crash(sampler_crash(), {}, limits, NOW, crash=CRASH, generation=1)
+    decided = decide_crash(sampler_crash(), typed_status({}), limits, NOW, crash=CRASH, generation=1)
     assert decided is not None and not decided.rolls_out
     assert "maintenance" not in decided.changes
     assert decided.changes["remediation"]["handledCrashes"] == [CRASH.id]
@@ -70,9 +73,14 @@ def test_recommend_mode_changes_nothing_that_runs() -> None:
 
 def test_a_crash_handled_already_or_not_out_of_memory_is_nothing_to_record() -> None:
     handled = {"remediation": {"handledCrashes": [CRASH.id], "observedGeneration": 1}}
-    assert decide_crash(sampler_crash(), handled, PolicyLimits(), NOW, crash=CRASH, generation=1) is None
+    assert (
+        decide_crash(sampler_crash(), typed_status(handled), PolicyLimits(), NOW, crash=CRASH, generation=1)
+        is None
+    )
     config_error = parse_incident({"reason": "Error", "exit_code": 1, "message": "ValueError: bad config"})
-    assert decide_crash(config_error, {}, PolicyLimits(), NOW, crash=CRASH, generation=1) is None
+    assert (
+        decide_crash(config_error, typed_status({}), PolicyLimits(), NOW, crash=CRASH, generation=1) is None
+    )
 
 
 def test_overrides_of_an_older_generation_are_not_carried_but_the_handled_crashes_are() -> None:
@@ -80,7 +88,9 @@ def test_overrides_of_an_older_generation_are_not_carried_but_the_handled_crashe
     earlier = {
         "remediation": {"overrides": {"maxNumSeqs": 64}, "observedGeneration": 1, "handledCrashes": ["c0"]}
     }
-    decided = decide_crash(sampler_crash(), earlier, PolicyLimits(), NOW, crash=CRASH, generation=2)
+    decided = decide_crash(
+        sampler_crash(), typed_status(earlier), PolicyLimits(), NOW, crash=CRASH, generation=2
+    )
     assert decided is not None
     remediation = decided.changes["remediation"]
     assert remediation["overrides"] == {"maxNumSeqs": 128}  # halved from the spec's 256, not from 64

@@ -10,6 +10,7 @@ from loadline.oom import SeenCrashes, classify, parse_incident, propose_remediat
 from loadline.oom._model import Change, Remediation
 from loadline.oom._observe import build_incident, crash_id, loop_key, quantity_bytes
 from loadline.oom._policy import PolicyLimits, decide
+from tests.conftest import stored_plan
 
 NOW = datetime(2026, 11, 21, 12, 0, tzinfo=UTC)
 SAMPLER_OOM = (
@@ -22,11 +23,11 @@ SAMPLER_OOM = (
 MODEL: dict[str, Any] = {
     "spec": {"model": {"name": "openai/gpt-oss-20b"}},
     "status": {
-        "plan": {
-            "gpusPerReplica": 1, "tensorParallelSize": 1, "maxModelLen": 8192, "maxNumSeqs": 1024,
-            "maxNumBatchedTokens": 8192, "gpuMemoryUtilization": 0.95, "kvCacheTokens": 1277184,
-            "engineVersion": "0.19.0", "memory": {"weightsGiB": 13.64, "totalGiB": 79.19},
-        }
+        "plan": stored_plan(
+            gpusPerReplica=1, tensorParallelSize=1, maxModelLen=8192, maxNumSeqs=1024,
+            maxNumBatchedTokens=8192, gpuMemoryUtilization=0.95, kvCacheTokens=1277184,
+            engineVersion="0.19.0", memory={"weightsGiB": 13.64, "totalGiB": 79.19},
+        )
     },
 }  # fmt: skip
 

@@ -30,6 +30,7 @@ from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confide
 from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
 from loadline.oom._remediate import next_rung
 from loadline.settings import OperatorSettings
+from tests.conftest import typed_status
 from tests.test_crash_requests import crashed_pod
 from tests.test_reconcile_requests import FakeParent
 
@@ -240,14 +241,16 @@ def sampler_fix_status(applied: datetime, generation: int = 3) -> dict[str, Any]
          "message": "RuntimeError: CUDA out of memory occurred when warming up sampler with 256 dummy requests."}
     )  # fmt: skip
     crash = Crash("uid-1/vllm/1", "chat-0/vllm", "chat-0", "vllm")
-    decided = decide_crash(incident, {}, PolicyLimits(), applied, crash=crash, generation=generation)
+    decided = decide_crash(
+        incident, typed_status({}), PolicyLimits(), applied, crash=crash, generation=generation
+    )
     assert decided is not None and decided.decision.apply
     return {"phase": "Ready", "observedGeneration": generation, **decided.changes}
 
 
 def test_a_fix_that_held_past_its_horizon_is_judged_worked_without_another_crash() -> None:
     status = sampler_fix_status(NOW - 25 * HOUR)
-    judged = judge_elapsed_trials(status, NOW, generation=3, horizon=24 * HOUR)
+    judged = judge_elapsed_trials(typed_status(status), NOW, generation=3, horizon=24 * HOUR)
     assert judged is not None
     assert [(o.action, o.result) for o in judged.outcomes] == [("lower_max_num_seqs", "worked")]
     remediation = judged.changes["remediation"]
@@ -264,11 +267,16 @@ def test_a_fix_that_held_past_its_horizon_is_judged_worked_without_another_crash
 
 def test_a_fix_within_its_horizon_or_of_an_older_spec_is_not_judged() -> None:
     status = sampler_fix_status(NOW - 23 * HOUR)
-    assert judge_elapsed_trials(status, NOW, generation=3, horizon=24 * HOUR) is None
-    assert judge_elapsed_trials(status, NOW + 2 * HOUR, generation=3, horizon=24 * HOUR) is not None
+    assert judge_elapsed_trials(typed_status(status), NOW, generation=3, horizon=24 * HOUR) is None
+    assert (
+        judge_elapsed_trials(typed_status(status), NOW + 2 * HOUR, generation=3, horizon=24 * HOUR)
+        is not None
+    )
     # A person changed the spec since the fix (generation 4): the trial is void, judged neither way.
-    assert judge_elapsed_trials(status, NOW + 2 * HOUR, generation=4, horizon=24 * HOUR) is None
-    assert judge_elapsed_trials({"phase": "Ready"}, NOW, generation=3, horizon=24 * HOUR) is None
+    assert judge_elapsed_trials(typed_status(status), NOW + 2 * HOUR, generation=4, horizon=24 * HOUR) is None
+    assert (
+        judge_elapsed_trials(typed_status({"phase": "Ready"}), NOW, generation=3, horizon=24 * HOUR) is None
+    )
 
 
 def test_the_timer_looks_a_twelfth_of_the_horizon_apart_within_5_s_and_5_minutes() -> None:
@@ -281,9 +289,9 @@ def test_the_timer_looks_a_twelfth_of_the_horizon_apart_within_5_s_and_5_minutes
 
 def test_the_timer_runs_for_models_with_fixes_of_their_current_spec_to_judge() -> None:
     status = sampler_fix_status(NOW)
-    assert _outcomes.judging(status, 3)
-    assert not _outcomes.judging(status, 4)  # the spec changed since: nothing to judge
-    assert not _outcomes.judging({"phase": "Ready"}, 3)
+    assert _outcomes.judging(typed_status(status), 3)
+    assert not _outcomes.judging(typed_status(status), 4)  # the spec changed since: nothing to judge
+    assert not _outcomes.judging(typed_status({"phase": "Ready"}), 3)
 
 
 def test_the_timer_records_a_fix_that_held_in_status_an_event_and_the_metric(

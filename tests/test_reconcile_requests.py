@@ -20,6 +20,7 @@ from loadline.handlers._state import OperatorState
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
 from loadline.status import patch as tested_patch
+from tests.conftest import typed_status
 from tests.test_capacity import node, pod
 
 REPO_EXAMPLE = "examples/chat-llama-8b.yaml"
@@ -295,7 +296,7 @@ def test_a_readiness_write_without_a_ready_condition_to_replace_sets_the_list_gu
     ready = {"type": "Ready", "status": "True", "reason": "Available", "message": "1/1 replicas available"}
     previous = {"phase": "Deploying", "conditions": [RISK_CONDITION]}
     sets, tested = _build.build_readiness_patch(
-        previous, {"phase": "Ready", "conditions": [RISK_CONDITION, ready]}
+        typed_status(previous), {"phase": "Ready", "conditions": [RISK_CONDITION, ready]}
     )
     obj = {"metadata": {}, "status": previous}
     assert (
@@ -303,7 +304,7 @@ def test_a_readiness_write_without_a_ready_condition_to_replace_sets_the_list_gu
         and tested_patch.build_tested_status_patch(obj, sets, tested) is None
     )
     sets, tested = _build.build_readiness_patch(
-        {"phase": "Deploying"}, {"phase": "Ready", "conditions": [ready]}
+        typed_status({"phase": "Deploying"}), {"phase": "Ready", "conditions": [ready]}
     )
     ops = tested_patch.build_tested_status_patch(
         {"metadata": {}, "status": {"phase": "Deploying"}}, sets, tested

@@ -13,9 +13,10 @@ import pytest
 
 from loadline.handlers import _risk
 from loadline.settings import OperatorSettings
+from tests.conftest import stored_plan
 from tests.promserver import FakePrometheus
 
-PLAN = {"engineVersion": "0.19.0", "kvCacheTokens": 34112, "memory": {"totalGiB": 22.05}}
+PLAN = stored_plan(engineVersion="0.19.0", kvCacheTokens=34112, memory={"totalGiB": 22.05})
 NOW = time.time()
 
 

@@ -20,6 +20,7 @@ from loadline.upgrade import (
     ANNOTATION_RENDERED_BY,
     read_stamp,
 )
+from tests.conftest import typed_status
 from tests.test_capacity import node
 from tests.test_reconcile_requests import FakeKube, body
 
@@ -119,7 +120,7 @@ def test_the_roll_in_the_window_applies_and_clears_the_condition(
 ) -> None:
     waiting = run(fake, older)
     model = body(_build.merged(older["status"], waiting))  # the status patch, as the API server merges it
-    assert _upgrade.waiting(model["status"])
+    assert _upgrade.waiting(typed_status(model["status"]))
     model["status"]["maintenance"] = {
         **waiting["maintenance"],
         "state": "Running",
@@ -130,7 +131,7 @@ def test_the_roll_in_the_window_applies_and_clears_the_condition(
     assert container(fake.objects[KEY])["startupProbe"]["failureThreshold"] == 77
     assert read_stamp(fake.objects[KEY]).version == __version__
     stored = _build.merged(model["status"], status)
-    assert stored["render"]["changes"] == [] and not _upgrade.waiting(stored)
+    assert stored["render"]["changes"] == [] and not _upgrade.waiting(typed_status(stored))
     assert "pendingFingerprint" not in stored["render"]
     [condition] = [c for c in status["conditions"] if c["type"] == "RenderOutdated"]
     assert condition["status"] == "False"

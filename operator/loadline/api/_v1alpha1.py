@@ -796,6 +796,12 @@ class MeasuredGpuMemory(_Model):
 class Incident(_Model):
     """One out-of-memory incident (a crash loop counts once, with a count)."""
 
+    # Fields it does not know are kept (the CRD prunes those no version declares): status.incidents is a
+    # list, which a write replaces whole, so an incident a newer loadline recorded (kept after a
+    # rollback) is counted up with its newer fields instead of losing them. The other stanzas are
+    # objects, whose merge patch keeps what it does not name.
+    model_config = ConfigDict(extra="allow")
+
     time: datetime = Field(description="When the incident was first seen.")
     last_seen: datetime | None = Field(default=None, description="When it was last seen.")
     pod: str = Field(default="", description="Pod that crashed.")

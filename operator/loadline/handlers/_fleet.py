@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import API_VERSION, KIND, FleetPolicy
+from loadline.api import API_VERSION, KIND, FleetPolicy, InferenceModelStatus
 from loadline.errors import LoadlineError
 from loadline.handlers import _inputs, _kube, _maintenance, _policies, _reconcile
 from loadline.hub import ConfigCache
@@ -29,6 +29,7 @@ from loadline.sharding import ShardAssignment
 if TYPE_CHECKING:  # _state holds this module's CountRefresher
     from loadline.handlers._state import OperatorState
 from loadline.status import build as _build
+from loadline.status import read_status, stored, with_changes
 
 log = logging.getLogger("loadline.policies")
 
@@ -51,13 +52,13 @@ def judge_models(
         if not shards.owns_uid((model.get("metadata") or {}).get("uid")):
             judged.append(model)  # another replica's shard: it judges the model (counts read its status)
             continue
-        previous = dict(model.get("status") or {})
+        previous = read_status(model)
         try:
             inputs = _inputs.model_inputs(model, settings, hub)
         except (LoadlineError, kopf.TemporaryError):
             judged.append(model)  # reconcile reports why it cannot be planned
             continue
-        compliance = _policies.compliance_status(model, inputs.obj.spec, policies, inputs.plan)
+        compliance = _policies.compliance_status(model, previous, inputs.obj.spec, policies, inputs.plan)
         changes = _build.status_changes(previous, compliance)
         if changes:
             try:
@@ -68,8 +69,9 @@ def judge_models(
                 # Changed meanwhile: its reconcile (which judges it too) is on its way.
                 judged.append(model)
                 continue
-            _reconcile.report_compliance(model, previous, {**previous, **changes})
-            model = {**model, "status": {**previous, **changes}}
+            now = with_changes(previous, changes)
+            _reconcile.report_compliance(model, previous, now)
+            model = {**model, "status": stored(now)}
         judged.append(model)
     return judged
 
@@ -83,8 +85,8 @@ def count(
         if body is None:
             continue
         counts = policy_counts(policy, models)
-        previous = dict(body.get("status") or {})
-        changes = _build.status_changes(previous, counts)
+        held = body.get("status") or {}  # a FleetPolicy's: its counts alone
+        changes = {key: value for key, value in counts.items() if held.get(key) != value}
         if changes:
             try:
                 _kube.patch_status({**body, "apiVersion": API_VERSION, "kind": "FleetPolicy"}, changes)
@@ -102,11 +104,10 @@ def on_policies_changed(
     count(policies, bodies, models)
 
 
-def compliance_moved(previous: Mapping[str, Any], changes: Mapping[str, Any]) -> bool:
+def compliance_moved(previous: InferenceModelStatus, changes: Mapping[str, Any]) -> bool:
     """Whether a status change alters which policies govern the model or which it breaks."""
-    return any(
-        key in changes and changes[key] != previous.get(key) for key in ("policies", "violatedPolicies")
-    )
+    held = stored(previous)
+    return any(key in changes and changes[key] != held.get(key) for key in ("policies", "violatedPolicies"))
 
 
 def refresh_counts(bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSettings) -> None:

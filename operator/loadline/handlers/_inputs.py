@@ -24,6 +24,7 @@ from loadline.hub import ConfigCache, HubUnavailable, fetch_config
 from loadline.oom import remediation_in_force
 from loadline.settings import OperatorSettings
 from loadline.sizing import Plan, find_catalog_model, plan_inference_model
+from loadline.status import read_status
 
 
 def _config_map_config(obj: InferenceModel, namespace: str) -> dict[str, Any] | None:
@@ -112,7 +113,7 @@ def model_inputs(body: Mapping[str, Any], settings: OperatorSettings, hub: Confi
     """Reconcile, admission and the FleetPolicy judge read a model the same way (raises on a bad spec).
     ``hub``: the process's cache of config.json files fetched from the hub."""
     raw = {k: body[k] for k in ("apiVersion", "kind", "metadata", "spec") if k in body}
-    state = remediation_in_force(body.get("status") or {}, body["metadata"].get("generation"))
+    state = remediation_in_force(read_status(body), body["metadata"].get("generation"))
     obj = parse_inference_model({**raw, "metadata": dict(body["metadata"])}, unknown="ignore")
     # Overrides waiting for the restart window are not rendered yet: the pods keep the held ones.
     running = state.held_overrides if state.held_overrides is not None else state.overrides

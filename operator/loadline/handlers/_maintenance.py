@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, cast
 import kopf
 
 from loadline import telemetry
-from loadline.api import FleetPolicy, RemediationState, validate_known
+from loadline.api import FleetPolicy, InferenceModelStatus, PlanSummary
 from loadline.handlers import _events, _kube, _oom, _policies, _reconcile, _restart_slots, _upgrade
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.maintenance import (
@@ -51,6 +51,8 @@ from loadline.risk import OOMRiskEstimate, estimate_from_status
 from loadline.settings import OperatorSettings
 from loadline.sizing import free_rooms_by_type
 from loadline.status import build as _build
+from loadline.status import read_status
+from loadline.status.patch import merged
 from loadline.traffic import model_load_query, query_range
 from loadline.windows import PolicyWindow, PolicyWindowError, Sample, WindowPlan, plan_windows
 
@@ -65,9 +67,9 @@ MAX_POINTS = 10_000
 QUERY_TIMEOUT_SECONDS = 5.0
 
 
-def pending(status: Mapping[str, Any]) -> bool:
+def pending(status: InferenceModelStatus) -> bool:
     """Whether the model has a restart waiting or running (the timer runs only then)."""
-    return (status.get("maintenance") or {}).get("state") in PENDING_STATES
+    return status.maintenance is not None and status.maintenance.state in PENDING_STATES
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ class FleetView:
 
 def restarting_entry(body: Mapping[str, Any]) -> dict[str, Any] | None:
     """The index entry of a model whose restart runs (holds its policies' slots), else None."""
-    if not _build.restart_running(body.get("status") or {}):
+    if not _build.restart_running(read_status(body)):
         return None
     meta = body["metadata"]
     return {"namespace": meta["namespace"], "labels": dict(meta.get("labels") or {})}
@@ -163,8 +165,7 @@ def _running_by_policy(
 def _write(
     body: Mapping[str, Any], patch: kopf.Patch, record: MaintenanceRecord, changed: bool = True
 ) -> None:
-    previous = (body.get("status") or {}).get("maintenance")
-    patch.status["maintenance"] = _build.maintenance_patch(previous, record)
+    patch.status["maintenance"] = _build.maintenance_patch(read_status(body).maintenance, record)
     if changed:
         _events.maintenance_event(body, record)
 
@@ -178,8 +179,8 @@ def tend(
     logger: logging.Logger | kopf.Logger,
 ) -> None:
     """One look at a model's pending or running restart: decide, write, and take the next step."""
-    status = dict(body.get("status") or {})
-    record = record_from_status(status.get("maintenance"))
+    status = read_status(body)
+    record = record_from_status(status.maintenance)
     if record is None or not record.pending:
         return
     meta = body["metadata"]
@@ -192,7 +193,7 @@ def tend(
         pods = [] if record.action == "remediation" else _model_pods(namespace, name)
         _carry_out(body, patch, record, pods, settings, fleet, logger, now)
         return
-    if scaling_in_progress(int((body.get("spec") or {}).get("replicas", 1)), status.get("replicas")):
+    if scaling_in_progress(int((body.get("spec") or {}).get("replicas", 1)), status.replicas):
         return  # the autoscaler is moving the count: decided again once it settled (docs/autoscaling.md)
     pods = _model_pods(namespace, name)
     try:
@@ -279,7 +280,7 @@ def _restart_inputs(
     windows, series = learn_windows(
         settings, namespace, name, sets[0][1] if len(sets) == 1 else None, memo, now.timestamp()
     )
-    risk = estimate_from_status(body.get("status") or {})
+    risk = estimate_from_status(read_status(body).oom_risk)
     forecast = (
         forecast_load(series, settings.restart_timezone, now, risk.predicted_at)
         if risk is not None and risk.predicted_at is not None and risk.predicted_at > now
@@ -357,13 +358,11 @@ def _carry_out(
     assert record.started_at is not None
     meta = body["metadata"]
     namespace, name = meta["namespace"], meta["name"]
-    status = dict(body.get("status") or {})
-    plan = status.get("plan") or {}
-    multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
+    status = read_status(body)
+    multi_node = status.plan is not None and status.plan.nodes_per_replica > 1
     api_version, kind, workload_name = workload_ref(name, multi_node)
     if record.action == "remediation":
-        remediation = validate_known(RemediationState, status.get("remediation") or {})
-        if remediation.held_overrides is not None:
+        if status.remediation is not None and status.remediation.held_overrides is not None:
             _roll_remediation(body, patch, settings, fleet, logger)
             return
         if _upgrade.waiting(status):  # a newer loadline's render waited for this window: reconcile applies it
@@ -381,7 +380,7 @@ def _carry_out(
         _build.pod_states(pods),
         record.started_at,
         replicas=replicas,
-        room_for_surge=not multi_node and _room_for_one_more(plan, fleet),
+        room_for_surge=not multi_node and _room_for_one_more(status.plan, fleet),
         workload_replicas=int((seen.get("spec") or {}).get("replicas") or 0) if seen else None,
     )
     if step.action == "done":
@@ -422,13 +421,14 @@ def remediation_rolling(state: OperatorState, body: Mapping[str, Any]) -> bool:
     workload's last watch event shows it still rolling. :func:`_carry_out` would find the same, after
     the fleet's view was gathered for it: in a storm of 1,000 crashes that was a copy of the GPU
     indexes, the restarting models and the policies for each of 5,000 ticks that did nothing."""
-    status = body.get("status") or {}
-    record = record_from_status(status.get("maintenance"))
+    status = read_status(body)
+    record = record_from_status(status.maintenance)
     if record is None or record.state != "Running" or record.action != "remediation":
         return False
-    if (status.get("remediation") or {}).get("heldOverrides") is not None or _upgrade.waiting(status):
+    held = status.remediation is not None and status.remediation.held_overrides is not None
+    if held or _upgrade.waiting(status):
         return False
-    multi_node = int((status.get("plan") or {}).get("nodesPerReplica", 1) or 1) > 1
+    multi_node = status.plan is not None and status.plan.nodes_per_replica > 1
     _, kind, workload_name = workload_ref(body["metadata"]["name"], multi_node)
     return _seen_rolling(state, kind, body["metadata"]["namespace"], workload_name)
 
@@ -438,14 +438,15 @@ def _scale(api_version: str, kind: str, namespace: str, name: str, replicas: int
         _kube.patch_spec(api_version, kind, namespace, name, {"replicas": replicas})
 
 
-def _room_for_one_more(plan: Mapping[str, Any], fleet: FleetView) -> bool:
+def _room_for_one_more(plan: PlanSummary | None, fleet: FleetView) -> bool:
     """Whether one more pod of the plan fits on a node's free GPUs now, on a node whose shape holds
     its host memory and CPU (``status.plan.nodeShape``: podMemoryGiB, podCPU)."""
-    gpu_type, per_replica = plan.get("gpuType"), int(plan.get("gpusPerReplica", 1) or 1)
-    shape = plan.get("nodeShape") or {}
-    memory, cpu = float(shape.get("podMemoryGiB") or 0), float(shape.get("podCPU") or 0)
-    free = free_rooms_by_type(fleet.nodes, fleet.pods).get(str(gpu_type), [])
-    return any(room.gpus >= per_replica and room.takes(memory, cpu) for room in free)
+    if plan is None:
+        return False
+    shape = plan.node_shape
+    memory, cpu = (0.0, 0.0) if shape is None else (float(shape.pod_memory_gi_b), float(shape.pod_cpu))
+    free = free_rooms_by_type(fleet.nodes, fleet.pods).get(plan.gpu_type, [])
+    return any(room.gpus >= plan.gpus_per_replica and room.takes(memory, cpu) for room in free)
 
 
 def _roll_remediation(
@@ -457,15 +458,16 @@ def _roll_remediation(
 ) -> None:
     """Render the held-back overrides now: reconcile applies the children (the workload controller then
     rolls the pods), and only then is the hold released in status, so a failure retries the whole step."""
-    status = dict(body.get("status") or {})
-    released = {**(status.get("remediation") or {}), "heldOverrides": None}
-    view = {**body, "status": {**status, **patch.status, "remediation": released}}
+    # The model as reconcile must see it: this pass's writes so far, and the hold released.
+    written = merged(body.get("status") or {}, dict(patch.status))
+    view = {**body, "status": merged(written, {"remediation": {"heldOverrides": None}})}
     _reconcile.reconcile(
         fleet.state, cast(kopf.Body, view), patch, logger, settings, (fleet.nodes, fleet.pods), fleet.policies
     )
     # A write of the stanza moves its revision, which a crash's decision decided on the held overrides
     # tests (_build.build_decision_patch): it is refused and decided again rather than holding them again.
-    revision = int((status.get("remediation") or {}).get("revision") or 0) + 1
+    remediation = read_status(body).remediation
+    revision = (0 if remediation is None else remediation.revision) + 1
     patch.status["remediation"] = {
         **patch.status.get("remediation", {}),
         "heldOverrides": None,

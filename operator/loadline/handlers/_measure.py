@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 import kopf
 
+from loadline.api import InferenceModelStatus
 from loadline.handlers import _kube, _risk
 from loadline.handlers._index import INSTANCE_LABEL
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
+from loadline.status import read_status
 from loadline.traffic import PrometheusClient, gpu_memory_used_query, measured_gpu_memory
 
 #: Phases in which the model's pods run and their GPU memory means something.
@@ -31,12 +33,10 @@ DEADLINE_SECONDS = 5.0
 MAX_PODS = 64
 
 
-def measuring(settings: OperatorSettings, status: Mapping[str, Any]) -> bool:
+def measuring(settings: OperatorSettings, status: InferenceModelStatus) -> bool:
     """Whether the timer should run for a model with this status (and these settings)."""
     return bool(
-        settings.prometheus_url
-        and settings.measure_interval_seconds > 0
-        and status.get("phase") in MEASURED_PHASES
+        settings.prometheus_url and settings.measure_interval_seconds > 0 and status.phase in MEASURED_PHASES
     )
 
 
@@ -60,8 +60,8 @@ def measure(
 ) -> None:
     """One reading of the model's GPU memory into ``patch.status`` (nothing when nothing changed), and
     every ``risk_interval_seconds`` the OOM-risk estimate (:mod:`loadline.handlers._risk`)."""
-    status = dict(body.get("status") or {})
-    planned = _build.planned_gpu_gib(status.get("plan"))
+    status = read_status(body)
+    planned = _build.planned_gpu_gib(status.plan)
     if planned is None or not measuring(settings, status):
         return
     meta = body["metadata"]

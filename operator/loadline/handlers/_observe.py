@@ -29,6 +29,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
+from loadline.api import InferenceModelStatus
 from loadline.api._observed import OBSERVATIONS_CONFIGMAP, OBSERVATIONS_KEY, ObservationRecord
 from loadline.errors import LoadlineError
 from loadline.handlers import _kube
@@ -47,6 +48,7 @@ from loadline.observe import (
 )
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
+from loadline.status import read_status, stored
 from loadline.traffic import CACHE_CONFIG_INFO, PrometheusClient, cache_config_query, samples
 
 if TYPE_CHECKING:
@@ -62,12 +64,12 @@ INTERVAL_SECONDS = 10.0
 REPLAN_ANNOTATION = "observed.loadline.dev/replan"
 
 
-def observing(status: Mapping[str, Any]) -> bool:
+def observing(status: InferenceModelStatus) -> bool:
     """Whether the model's running plan is still to be observed (no I/O: asked on kopf's loop)."""
-    if status.get("phase") not in OBSERVED_PHASES or not status.get("plan"):
+    if status.phase not in OBSERVED_PHASES or status.plan is None:
         return False
-    seen = (status.get("observed") or {}).get("planFingerprint")
-    return seen != plan_fingerprint(status.get("plan"))
+    seen = None if status.observed is None else status.observed.plan_fingerprint
+    return seen != plan_fingerprint(stored(status.plan))
 
 
 def look_due(body: Mapping[str, Any], memo: MutableMapping[str, Any]) -> bool:
@@ -75,9 +77,10 @@ def look_due(body: Mapping[str, Any], memo: MutableMapping[str, Any]) -> bool:
     An episode is one plan being Ready (a new plan, or Ready again after a restart, starts another):
     looked at soon, then on a back-off (:func:`_build.observe_look_due`), so that a log that never
     holds the figures costs a read every ten minutes, not two every ten seconds. No I/O."""
-    status = body.get("status") or {}
+    status = read_status(body)
     now = datetime.now(UTC)
-    episode = (plan_fingerprint(status.get("plan")), _build.ready_since(status))
+    plan = None if status.plan is None else stored(status.plan)
+    episode = (plan_fingerprint(plan), _build.ready_since(status))
     if memo.get("observe_episode") != episode:
         memo.update(observe_episode=episode, observe_since=episode[1] or now, observe_looked_at=None)
     elapsed = (now - memo["observe_since"]).total_seconds()
@@ -212,10 +215,10 @@ def observe(
     holds them), keep them in the store, and ask for a new plan when they hold less than the spec.
     ``ready``: the pod watch's Ready pods, which name the pod to read without a LIST (in a storm every
     model Ready again is looked at, and that LIST was one request per crash)."""
-    status = dict(body.get("status") or {})
-    if not observing(status):
+    status = read_status(body)
+    if not observing(status) or status.plan is None:
         return
-    plan = status["plan"]
+    plan = stored(status.plan)
     meta = body["metadata"]
     namespace, name = str(meta["namespace"]), str(meta["name"])
     serving = ready.serving(namespace, name) if ready is not None else None
@@ -230,7 +233,7 @@ def observe(
         return  # not yet: the engine has not said its figures (looked at again on the next tick)
     obs, source = found
     now = _build.now_iso()
-    changes, below = _build.build_observed_status(body, obs, pod=pod_name, source=source, now=now)
+    changes, below = _build.build_observed_status(body, status, obs, pod=pod_name, source=source, now=now)
     observed = changes["observed"]
     written: Mapping[str, Any] = body
     if below:

@@ -45,6 +45,8 @@ from loadline.policy import combine, enforced, remediation_limits, select_polici
 from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView
 from loadline.status import build as _build
+from loadline.status import read_status, with_changes
+from loadline.status.patch import merged
 from loadline.traffic import incident_metrics
 
 if TYPE_CHECKING:
@@ -327,10 +329,11 @@ class _Reads:
                 found["phase"] = phase
         url = self.settings.prometheus_url
         if url and term.get("finishedAt"):
-            plan = (parent.get("status") or {}).get("plan") or {}
+            plan = read_status(parent).plan
             metrics = self._once(
                 "metrics", incident_metrics, url, namespace, pod_name, str(term["finishedAt"]),
-                plan.get("engineVersion"), max_model_len=plan.get("maxModelLen"),
+                None if plan is None else plan.engine_version,
+                max_model_len=None if plan is None else plan.max_model_len,
                 node=pod.get("spec", {}).get("nodeName"), deadline=3.0,
             )  # fmt: skip
             if metrics:
@@ -346,7 +349,7 @@ def _decide(
     settings: OperatorSettings,
 ) -> CrashDecision | None:
     """Gather what the decision reads about this crash of ``parent``'s model, and decide it."""
-    status = parent.get("status") or {}
+    status = read_status(parent)
     generation = parent["metadata"].get("generation")
     if cid in remediation_in_force(status, generation).handled_crashes:
         return None  # before any read of the log
@@ -376,9 +379,8 @@ def _with_remediation(
     as the write will leave it, so that the write carries the plan: no reconcile has to follow the
     roll-out to write it. The phase the roll-out puts the model in is said now, and whether it waits
     for a roll-out slot (:class:`loadline.pacing._pacer.Pacer`): its steps then write nothing."""
-    stored = parent.get("status") or {}
     changes = decided.changes
-    leaves = {**parent, "status": {**stored, **changes}}
+    leaves = {**parent, "status": merged(parent.get("status") or {}, changes)}
     remediation = _rollout.plan_remediation(state, leaves, settings, view, policies)
     if remediation is None:
         return changes, None, None
@@ -387,7 +389,10 @@ def _with_remediation(
     changes = {**changes, **remediation.status}
     said = f"{waiting.ahead} ahead of it; {waiting.reason}" if waiting is not None else ""
     changes |= _build.build_remediating_status(
-        {**stored, **changes}, result=decided.decision.result, now=_build.now_iso(), waiting=said
+        with_changes(read_status(parent), changes),
+        result=decided.decision.result,
+        now=_build.now_iso(),
+        waiting=said,
     )
     return changes, remediation, waiting
 

@@ -15,10 +15,12 @@ from typing import Any
 import kopf
 
 from loadline import telemetry
+from loadline.api import InferenceModelStatus
 from loadline.handlers import _events, _kube
 from loadline.handlers._oom import write_decision
 from loadline.oom import judge_elapsed_trials, judging_interval
 from loadline.settings import OperatorSettings
+from loadline.status import read_status
 
 __all__ = ["interval_seconds", "judge_trials", "judging"]
 
@@ -32,11 +34,13 @@ def interval_seconds(settings: OperatorSettings) -> float:
     return judging_interval(horizon(settings))
 
 
-def judging(status: Mapping[str, Any], generation: int | None) -> bool:
+def judging(status: InferenceModelStatus, generation: int | None) -> bool:
     """Whether the model has fixes waiting to be judged (the timer runs only for those): open trials
     made for its current spec (a spec change voids them; see :func:`loadline.oom.judge_elapsed_trials`)."""
-    remediation = status.get("remediation") or {}
-    return bool(remediation.get("trials")) and remediation.get("observedGeneration") == generation
+    remediation = status.remediation
+    return (
+        remediation is not None and bool(remediation.trials) and remediation.observed_generation == generation
+    )
 
 
 def judge_trials(
@@ -44,14 +48,12 @@ def judge_trials(
 ) -> None:
     """Judge the model's trials whose horizon passed, and record what was judged."""
     meta = body["metadata"]
-    status, now = body.get("status") or {}, datetime.now(UTC)
-    for trial in (status.get("remediation") or {}).get("trials") or []:
+    status, now = read_status(body), datetime.now(UTC)
+    for trial in [] if status.remediation is None else status.remediation.trials:
         # The series that will judge it, at 0, in this process too: one that took over from the process
         # that applied the fix (a hand-over, a restart) would otherwise show the judgment as the
         # series' first sample, which increase() and rate() do not see.
-        telemetry.zero_trial(
-            meta["namespace"], meta["name"], str(trial.get("class")), str(trial.get("action"))
-        )
+        telemetry.zero_trial(meta["namespace"], meta["name"], trial.oom_class, trial.action)
     judged = judge_elapsed_trials(status, now, generation=meta.get("generation"), horizon=horizon(settings))
     if judged is None:
         return

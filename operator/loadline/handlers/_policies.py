@@ -16,7 +16,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import FleetPolicy, InferenceModelSpec, parse_fleet_policy
+from loadline.api import FleetPolicy, InferenceModelSpec, InferenceModelStatus, parse_fleet_policy
 from loadline.errors import LoadlineError
 from loadline.handlers import _kube
 from loadline.policy import (
@@ -59,9 +59,14 @@ def namespace_labels(namespace: str, policies: Iterable[FleetPolicy]) -> Mapping
 
 
 def compliance_status(
-    body: Mapping[str, Any], spec: InferenceModelSpec, policies: list[FleetPolicy], plan_fn: PlanFn
+    body: Mapping[str, Any],
+    status: InferenceModelStatus,
+    spec: InferenceModelSpec,
+    policies: list[FleetPolicy],
+    plan_fn: PlanFn,
 ) -> _build.Status:
-    """The status fields that say which policies govern the model and what it breaks."""
+    """The status fields that say which policies govern the model (``body``, whose status is read as
+    ``status``) and what it breaks."""
     meta = body["metadata"]
     namespace = meta["namespace"]
     governing = select_policies(
@@ -74,7 +79,7 @@ def compliance_status(
         except LoadlineError:
             violations = []  # the spec itself cannot be planned: reconcile reports that, not the policy
     return _build.build_policy_status(
-        body.get("status") or {},
+        status,
         governing=[p.name for p in governing],
         violations=[v.line() for v in violations],
         violated=[v.policy for v in violations],

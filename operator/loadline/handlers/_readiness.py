@@ -19,6 +19,7 @@ from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._plan import REPLAN_ANNOTATION
 from loadline.render import workload_ref
 from loadline.status import build as _build
+from loadline.status import read_status
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState
@@ -105,7 +106,7 @@ def on_pod_ready(
 
 def needs_readiness(known: Mapping[str, Any] | None) -> bool:
     """Whether a pod turning Ready can change the model's phase: it is Deploying, or not indexed yet."""
-    return known is None or (known.get("status") or {}).get("phase") == "Deploying"
+    return known is None or read_status(known).phase == "Deploying"
 
 
 def on_workload_event(
@@ -141,13 +142,12 @@ def on_workload_event(
             return
         desired = int((parent.get("spec") or {}).get("replicas", 1))
         ready, message = readiness(state, body, desired, owners[0]["name"])
-        changes = _build.build_readiness_status(
-            parent.get("status") or {}, ready=ready, message=message, now=_build.now_iso()
-        )
+        previous = read_status(parent)
+        changes = _build.build_readiness_status(previous, ready=ready, message=message, now=_build.now_iso())
         if changes is None:
             return
         try:
-            sets, tested = _build.build_readiness_patch(parent.get("status") or {}, changes)
+            sets, tested = _build.build_readiness_patch(previous, changes)
             written = _kube.patch_status_tested(parent, sets, tested, changes)
             break
         except _kube.Changed:
@@ -160,12 +160,11 @@ def on_workload_event(
             )
     else:
         raise kopf.TemporaryError("the InferenceModel kept changing; retrying its readiness", delay=1)
-    if changes.get("phase") != (parent.get("status") or {}).get("phase"):
+    if changes.get("phase") != previous.phase:
         logger.info("%s/%s is %s: %s", meta.get("namespace"), owners[0]["name"], changes["phase"], message)
     # Whether loadline's own restart rolls the pods, as the model was when written (a crash's roll-out
     # starts before the index shows the decision that started it).
-    written_status = written.get("status") or {}
-    reason = _build.readiness_event_reason(parent.get("status") or {}, changes, written_status)
+    reason = _build.readiness_event_reason(previous, changes, read_status(written))
     if reason:
         _events.event(parent, warning=False, reason=reason, message=message)
 
@@ -191,10 +190,10 @@ def check_readiness(
 def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
     """Whether the back-off says to look now (then the look is noted in ``memo``). No I/O: the timer
     asks this on kopf's event loop and takes a thread only when a look is due."""
-    status = body.get("status") or {}
+    status = read_status(body)
     now = datetime.now(UTC)
     # Without a Ready condition to date it, the episode starts when this process first saw it.
-    since = _build.deploying_since(dict(status)) or memo.setdefault("readiness_first_seen", now)
+    since = _build.deploying_since(status) or memo.setdefault("readiness_first_seen", now)
     elapsed = (now - since).total_seconds()
     if memo.get("readiness_since") != since:  # a new Deploying episode: its back-off starts over
         memo.update(
@@ -255,9 +254,8 @@ def read_readiness(
     with its GPU type counted full (:meth:`loadline.sizing.CapacityBook.scheduler_refusal`): another
     type, or Pending with the scheduler's reason and the fix, rather than Deploying for as long as no
     room is made."""
-    status = dict(body.get("status") or {})
-    plan = status.get("plan") or {}
-    multi_node = int(plan.get("nodesPerReplica", 1) or 1) > 1
+    status = read_status(body)
+    multi_node = status.plan is not None and status.plan.nodes_per_replica > 1
     meta = body["metadata"]
     api_version, kind, workload_name = workload_ref(meta["name"], multi_node)
     workload = None if multi_node else state.workloads.get(meta["namespace"], workload_name)
@@ -287,7 +285,7 @@ def read_readiness(
         if unschedulable:
             memo["readiness_reason_version"] = version
             message = f"{message}; {unschedulable}"
-            gpu_type = str(plan.get("gpuType") or "")
+            gpu_type = "" if status.plan is None else status.plan.gpu_type
             if replan and gpu_type:
                 state.capacity.note_unschedulable(
                     f"{meta['namespace']}/{meta['name']}", gpu_type, unschedulable
@@ -301,8 +299,8 @@ def read_readiness(
         # A LeaderWorkerSet is not watched: its group count reaches the scale subresource at each look
         # (a Deployment's comes from its watch events, loadline.handlers._scale).
         desired = int((body.get("spec") or {}).get("replicas", 1))
-        scale = _build.build_scale_status(meta["name"], workload, desired, status.get("replicas"))
-        moved = {key: value for key, value in scale.items() if status.get(key) != value}
+        scale = _build.build_scale_status(meta["name"], workload, desired, status.replicas)
+        moved = _build.status_changes(status, scale)
         if moved:
             patch.status.update(moved)
     if changes:

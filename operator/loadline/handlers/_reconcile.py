@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, cast
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import FleetPolicy, Phase, parse_inference_model
+from loadline.api import FleetPolicy, InferenceModelStatus, Phase, parse_inference_model
 from loadline.errors import (
     LoadlineError,
     NoCapacityError,
@@ -36,6 +36,7 @@ from loadline.policy import select_policies, spec_problems
 from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan, beyond_tables
 from loadline.status import build as _build
+from loadline.status import read_status, stored, with_changes
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState
@@ -165,7 +166,7 @@ def _apply_or_fail(
     namespace, name = meta["namespace"], meta["name"]
     # Children of another layout are left only by a re-plan across layouts: listing every child kind
     # of the model on each reconcile cost four requests per model at creation, resume and remediation.
-    relaid = _build.layout_changed((body.get("status") or {}).get("plan"), plan.chosen.nodes)
+    relaid = _build.layout_changed(read_status(body).plan, plan.chosen.nodes)
     applied = _apply.apply_children(state, body, manifests, settings.field_manager)
     removed: list[str] = []
     if applied.error is None:
@@ -184,7 +185,7 @@ def _apply_or_fail(
                 removed = _apply.remove_stale_children(state, namespace, name, meta["uid"], manifests)
             if removed:
                 _events.event(body, warning=False, reason="Removed", message="removed " + ", ".join(removed))
-        previous = dict(body.get("status") or {})
+        previous = read_status(body)
         status = _build.build_apply_failed_status(
             previous, message=message, generation=meta.get("generation"), now=_build.now_iso()
         )
@@ -215,7 +216,7 @@ def _write_deployed(
     workload = applied.workload or _apply.workload(manifests)
     desired = int((body.get("spec") or {}).get("replicas", 1))
     ready, ready_message = _build.readiness_from_workload(workload, desired)
-    previous = dict(body.get("status") or {})
+    previous = read_status(body)
     message = _plan.plan_message(plan)
     status = _build.build_deployed_status(
         previous,
@@ -228,13 +229,14 @@ def _write_deployed(
         needs_person=inputs.state.needs_person,
         beyond_tables=beyond_tables(plan.inputs.version),
     )
-    judged = {**body, "status": {**previous, **status}}
-    compliance = _policies.compliance_status(judged, inputs.obj.spec, policies, inputs.plan)
+    compliance = _policies.compliance_status(
+        body, with_changes(previous, status), inputs.obj.spec, policies, inputs.plan
+    )
     status = {**status, **compliance}
     changes = _build.status_changes(previous, status)
     if changes:
         patch.status.update(changes)
-    report_compliance(body, previous, status)
+    report_compliance(body, previous, with_changes(previous, changes))
     said = "applied " + ", ".join(applied.changed) if applied.changed else ""
     if applied.changed:
         logger.info("%s", said)
@@ -242,7 +244,7 @@ def _write_deployed(
     # Events, Planned and Applied, a third of what a crash cost the API server in Events); "Applied"
     # alone is a re-apply under the same plan (a child repaired). A crash's remediation wrote its plan
     # with its decision, which its Remediated Event said: a reconcile taking it over says "Applied".
-    if previous.get("plan") != status["plan"]:
+    if stored(previous).get("plan") != status["plan"]:
         _events.event(
             body, warning=False, reason="Planned", message=(f"{message}; {said}" if said else message)[:1000]
         )
@@ -252,16 +254,14 @@ def _write_deployed(
 
 
 def report_compliance(
-    body: Mapping[str, Any], previous: Mapping[str, Any], status: Mapping[str, Any]
+    body: Mapping[str, Any], previous: InferenceModelStatus, now: InferenceModelStatus
 ) -> None:
-    """An Event when the set of FleetPolicies the model breaks changes (not on every resync)."""
-    before, after = previous.get("violatedPolicies") or [], status.get("violatedPolicies") or []
+    """An Event when the set of FleetPolicies the model breaks changes (not on every resync): ``now``
+    is the status once written."""
+    before, after = previous.violated_policies, now.violated_policies
     if before == after:
         return
-    conditions = status.get("conditions") or []
-    message = next(
-        (str(c.get("message", "")) for c in conditions if c.get("type") == _build.POLICY_COMPLIANT), ""
-    )
+    message = next((c.message for c in now.conditions if c.type == _build.POLICY_COMPLIANT), "")
     reason = "PolicyViolation" if after else "PolicyCompliant"
     _events.event(body, warning=bool(after), reason=reason, message=message[:1000])
 
@@ -269,7 +269,7 @@ def report_compliance(
 def _fail(
     body: Mapping[str, Any], patch: kopf.Patch, *, reason: str, message: str, phase: Phase, warn: bool = True
 ) -> None:
-    previous = dict(body.get("status") or {})
+    previous = read_status(body)
     status = _build.build_failed_status(
         previous,
         reason=reason,

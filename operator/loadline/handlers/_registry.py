@@ -42,6 +42,7 @@ from loadline.pacing import Pacer, PacingLimits
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
 from loadline.settings import OperatorSettings
 from loadline.sharding import ShardAssignment
+from loadline.status import read_status
 
 SETTINGS = OperatorSettings()
 MANAGED = {LABEL_MANAGED_BY: MANAGED_BY}
@@ -180,7 +181,7 @@ def _reconcile_model(
     _reconcile.reconcile(state, body, patch, logger, SETTINGS, view, policies)
     # A change in what the model keeps moves the counts on the FleetPolicies (no timer on them: a
     # timer would make kopf put a finalizer on every policy, and deleting one would wait on us).
-    if _fleet.compliance_moved(body.get("status") or {}, patch.status):
+    if _fleet.compliance_moved(read_status(body), patch.status):
         state.counts.request(bodies, SETTINGS)  # counted off this path, after the patch is written
 
 
@@ -220,8 +221,8 @@ def _present(meta: kopf.Meta, indexes: dict[str, Any]) -> bool:
     return state_of(indexes["memo"]).shards.owns_uid(meta.get("uid")) and key in indexes["owned_models"]
 
 
-def _deploying(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return bool(status.get("phase") == "Deploying") and _present(meta, kwargs)
+def _deploying(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return read_status(body).phase == "Deploying" and _present(meta, kwargs)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
@@ -235,8 +236,8 @@ async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: An
         )
 
 
-def _measurable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _measure.measuring(SETTINGS, status) and _present(meta, kwargs)
+def _measurable(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _measure.measuring(SETTINGS, read_status(body)) and _present(meta, kwargs)
 
 
 @kopf.timer(
@@ -252,8 +253,8 @@ def measured_gpu_memory(
     _measure.measure(body, patch, SETTINGS, logger, memo)
 
 
-def _observable(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _observe.observing(status) and _present(meta, kwargs)
+def _observable(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _observe.observing(read_status(body)) and _present(meta, kwargs)
 
 
 @kopf.on.startup(id="observations")
@@ -262,8 +263,8 @@ def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
     state_of(memo).observations.load(SETTINGS, logger)
 
 
-def _judging(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _outcomes.judging(status, meta.get("generation")) and _present(meta, kwargs)
+def _judging(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _outcomes.judging(read_status(body), meta.get("generation")) and _present(meta, kwargs)
 
 
 @kopf.timer(
@@ -297,8 +298,8 @@ def restarting(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> d
     return {} if entry is None else {f"{namespace}/{name}": entry}
 
 
-def _maintenance_pending(status: kopf.Status, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _maintenance.pending(status) and _present(meta, kwargs)
+def _maintenance_pending(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
+    return _maintenance.pending(read_status(body)) and _present(meta, kwargs)
 
 
 @kopf.timer(

@@ -23,6 +23,7 @@ from loadline import telemetry
 from loadline.risk import OOMRiskEstimate, estimate_oom_risk
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
+from loadline.status import read_status, stored, with_changes
 from loadline.traffic import risk_signals
 
 log = logging.getLogger("loadline.risk")
@@ -47,8 +48,8 @@ def assess(
     logger: logging.Logger | kopf.Logger,
 ) -> OOMRiskEstimate | None:
     """Estimate the model's time to an OOM crash and write it where it changed; returns the estimate."""
-    status = {**(body.get("status") or {}), **patch.status}
-    plan = status.get("plan") or {}
+    status = with_changes(read_status(body), patch.status)
+    plan = {} if status.plan is None else stored(status.plan)
     meta = body["metadata"]
     now = time.time()
     signals = risk_signals(settings.prometheus_url, meta["namespace"], pods, plan, now)
@@ -58,9 +59,8 @@ def assess(
     telemetry.record_oom_risk(meta["namespace"], meta["name"], estimate.signal, predicted)
     if changes:
         patch.status.update(changes)
-        conditions: list[dict[str, Any]] = list(status.get("conditions") or [])
-        before = next((c for c in conditions if c.get("type") == "OOMRisk"), {})
-        if estimate.status == "True" or before.get("status") == "True":
+        before = next((c for c in status.conditions if c.type == "OOMRisk"), None)
+        if estimate.status == "True" or (before is not None and before.status == "True"):
             kind = "Warning" if estimate.status == "True" else "Normal"
             kopf.event(cast(Any, body), type=kind, reason="OOMRisk", message=estimate.message[:1000])
         logger.info("OOM risk: %s", estimate.message[:300])

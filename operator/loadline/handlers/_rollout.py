@@ -25,6 +25,7 @@ from loadline.handlers._apply import WORKLOAD_KINDS, fingerprint
 from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan
 from loadline.status import build as _build
+from loadline.status import read_status, with_changes
 from loadline.upgrade import stamped
 
 if TYPE_CHECKING:
@@ -97,8 +98,8 @@ def plan_remediation(
         inputs, plan, manifests = _plan.plan_and_render(state, body, settings, view)
     except (LoadlineError, kopf.TemporaryError):
         return None
-    previous = dict(body.get("status") or {})
-    if _build.layout_changed(previous.get("plan"), plan.chosen.nodes):
+    previous = read_status(body)
+    if _build.layout_changed(previous.plan, plan.chosen.nodes):
         return None
     owner = _build.build_owner_reference(body)
     workload = None
@@ -116,9 +117,9 @@ def plan_remediation(
         previous, plan_summary=plan.summary(), generation=meta.get("generation"), now=_build.now_iso(),
         message=_plan.plan_message(plan),
     )  # fmt: skip
-    judged = {**body, "status": {**previous, **status}}
-    compliance = _policies.compliance_status(judged, inputs.obj.spec, policies or [], inputs.plan)
-    if _build.status_changes(judged["status"], compliance):
+    judged = with_changes(previous, status)
+    compliance = _policies.compliance_status(body, judged, inputs.obj.spec, policies or [], inputs.plan)
+    if _build.status_changes(judged, compliance):
         return None
     return Remediation(plan, inputs.obj.spec.replicas, workload, _build.status_changes(previous, status))
 

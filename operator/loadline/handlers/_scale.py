@@ -25,7 +25,8 @@ from loadline.hub import ConfigCache
 from loadline.oom import OomClass
 from loadline.render import SCALEDOBJECT, render_scaled_object
 from loadline.settings import OperatorSettings
-from loadline.status.build import build_scale_status
+from loadline.status import read_status
+from loadline.status.build import build_scale_status, planned_gpu_gib, status_changes
 from loadline.units import GIB
 
 __all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
@@ -71,11 +72,11 @@ def _scale_changes(
 ) -> dict[str, Any] | None:
     """The scale status ``model`` needs for ``workload``'s count; None when it already holds it."""
     desired = int((model.get("spec") or {}).get("replicas", 1))
-    status = model.get("status") or {}
-    changes = build_scale_status(str(owner["name"]), workload, desired, status.get("replicas"))
-    if all(status.get(key) == value for key, value in changes.items()):
-        return None
-    return dict(changes)
+    status = read_status(model)
+    changes = status_changes(
+        status, build_scale_status(str(owner["name"]), workload, desired, status.replicas)
+    )
+    return changes or None
 
 
 OOM_CLASSES = tuple(c.value for c in OomClass)
@@ -85,26 +86,23 @@ def model_gauges(body: Mapping[str, Any]) -> None:
     """The model's replica and GPU-memory gauges from its spec and status (no I/O)."""
     meta = body.get("metadata") or {}
     namespace, name = str(meta.get("namespace") or ""), str(meta.get("name") or "")
-    spec, status = body.get("spec") or {}, body.get("status") or {}
+    spec, status = body.get("spec") or {}, read_status(body)
     telemetry.MODEL_REPLICAS.labels(namespace, name, "desired").set(int(spec.get("replicas", 1) or 0))
-    telemetry.MODEL_REPLICAS.labels(namespace, name, "ready").set(int(status.get("replicas", 0) or 0))
+    telemetry.MODEL_REPLICAS.labels(namespace, name, "ready").set(status.replicas or 0)
     telemetry.zero_model(namespace, name, OOM_CLASSES)
-    measured = status.get("measuredGpuMemory") or {}
-    budget = ((status.get("plan") or {}).get("memory")) or {}
-    parts = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
+    measured = status.measured_gpu_memory
     # The plan's per-GPU budget as measure writes it (plannedGiB), or added up from status.plan.memory
     # before the first reading.
-    planned = measured.get("plannedGiB")
-    if planned is None and all(isinstance(budget.get(p), int | float) for p in parts):
-        planned = sum(float(budget[p]) for p in parts)
-    for source, value in (("plan", planned), ("measured", measured.get("maxUsedGiB"))):
-        if isinstance(value, int | float):
-            telemetry.MODEL_GPU_MEMORY.labels(namespace, name, source).set(float(value) * GIB)
+    planned = planned_gpu_gib(status.plan) if measured is None else measured.planned_gi_b
+    used = None if measured is None else measured.max_used_gi_b
+    for source, value in (("plan", planned), ("measured", used)):
+        if value is not None:
+            telemetry.MODEL_GPU_MEMORY.labels(namespace, name, source).set(value * GIB)
 
 
 def _had_autoscaling(body: Mapping[str, Any]) -> bool:
     """Whether the spec last acted on (kopf's diff base, status.lastHandledConfiguration) had it."""
-    last = (body.get("status") or {}).get("lastHandledConfiguration")
+    last = read_status(body).last_handled_configuration
     try:
         handled = json.loads(last) if isinstance(last, str) else {}
     except ValueError:

@@ -36,6 +36,7 @@ from loadline.oom import SeenCrashes
 from loadline.pacing import Pacer, PacingLimits
 from loadline.sharding import ShardAssignment
 from loadline.sizing import CapacityBook
+from loadline.status import read_status
 from loadline.status.build import REVISION_ANNOTATION
 
 #: How many Deployments :class:`SeenWorkloads` keeps: an LRU, as Deployments deleted with their model by
@@ -178,7 +179,8 @@ class RollOuts:
             if found is None:
                 return False
             crash, since = found
-            handled = ((body.get("status") or {}).get("remediation") or {}).get("handledCrashes") or []
+            remediation = read_status(body).remediation
+            handled = [] if remediation is None else remediation.handled_crashes
             if crash in handled or time.monotonic() - since > ROLL_OUT_GUARD_SECONDS:
                 del self._expected[key]
                 return False

@@ -26,11 +26,13 @@ from typing import Any
 import kopf
 
 from loadline import __version__
-from loadline.api import RenderState
+from loadline.api import InferenceModelStatus, RenderState
 from loadline.handlers import _kube
 from loadline.maintenance import MaintenanceRecord, pending_record, record_from_status
 from loadline.settings import OperatorSettings
 from loadline.status import build as _build
+from loadline.status import read_status
+from loadline.status.patch import merged
 from loadline.upgrade import (
     ANNOTATION_APPROVE,
     decide_roll,
@@ -48,9 +50,9 @@ RENDER_OUTDATED = "RenderOutdated"
 _WORKLOADS = frozenset({"Deployment", "LeaderWorkerSet"})
 
 
-def waiting(status: Mapping[str, Any]) -> bool:
+def waiting(status: InferenceModelStatus) -> bool:
     """Whether a render waits for the model's restart (its roll then reconciles the model)."""
-    return bool((status.get("render") or {}).get("pendingFingerprint"))
+    return status.render is not None and bool(status.render.pending_fingerprint)
 
 
 def _wire(state: RenderState) -> dict[str, Any]:
@@ -59,21 +61,22 @@ def _wire(state: RenderState) -> dict[str, Any]:
     return state.model_dump(by_alias=True, mode="json")
 
 
-def _stored(previous: Mapping[str, Any], state: Mapping[str, Any]) -> bool:
+def _stored(previous: RenderState | None, state: Mapping[str, Any]) -> bool:
     """Whether ``state`` (with nulls) is what is stored already (without them)."""
-    return dict(previous) == {k: v for k, v in state.items() if v is not None}
+    held = {} if previous is None else previous.model_dump(by_alias=True, mode="json", exclude_none=True)
+    return held == {k: v for k, v in state.items() if v is not None}
 
 
 def _with_condition(
     body: Mapping[str, Any], patch: kopf.Patch, outdated: bool, message: str
 ) -> list[dict[str, Any]] | None:
     """The conditions with RenderOutdated set (None: unchanged, or False and never set)."""
-    previous = list((body.get("status") or {}).get("conditions") or [])
-    had = next((c for c in previous if c.get("type") == RENDER_OUTDATED), None)
+    previous = read_status(body).conditions
+    had = next((c for c in previous if c.type == RENDER_OUTDATED), None)
     if had is None and not outdated:
         return None
     status = "True" if outdated else "False"
-    if had is not None and had.get("status") == status and had.get("message") == message:
+    if had is not None and had.status == status and had.message == message:
         return None
     reason = "Waiting" if outdated else "Current"
     update = _build.build_condition(
@@ -102,9 +105,9 @@ def gate(
     rendered = manifests[index]
     fingerprint = render_fingerprint(rendered)
     out = [*manifests[:index], stamped(rendered, __version__), *manifests[index + 1 :]]
-    meta, status = body["metadata"], dict(body.get("status") or {})
-    spec_changed = meta.get("generation") != status.get("observedGeneration")
-    maintenance = record_from_status(status.get("maintenance"))
+    meta, status = body["metadata"], read_status(body)
+    spec_changed = meta.get("generation") != status.observed_generation
+    maintenance = record_from_status(status.maintenance)
     restarting = maintenance is not None and maintenance.state == "Running"
     # A new model, a spec change or a running restart rolls the pods whatever runs: no GET for them,
     # only for a resume or a resync (the reconciles an upgrade brings).
@@ -134,7 +137,7 @@ def gate(
     )
     if decision.kind == "apply":
         changes = _applied_render(body, patch, fingerprint, decision.reason)
-        return {**body, "status": _build.merged(status, changes)}, out
+        return {**body, "status": merged(body.get("status") or {}, changes)}, out
     held = RenderState(
         rendered_by=stamp.version,
         fingerprint=stamp.fingerprint,
@@ -156,10 +159,10 @@ def _applied_render(
     body: Mapping[str, Any], patch: kopf.Patch, fingerprint: str, reason: str
 ) -> dict[str, Any]:
     """This version's render is applied: the status changes that say so (also put in ``patch``)."""
-    status = dict(body.get("status") or {})
+    status = read_status(body)
     state = _wire(RenderState(rendered_by=__version__, fingerprint=fingerprint))
     changes: dict[str, Any] = {}
-    if not _stored(status.get("render") or {}, state):
+    if not _stored(status.render, state):
         changes["render"] = state
     if waiting(status):
         _event(body, "RenderRolled", f"rolling the render of loadline {__version__}: {reason}")
@@ -182,12 +185,12 @@ def _held_render(
     """This version's render waits: status says what differs and why; ``schedule``, for the model's
     next window (a pending plain restart becomes a remediation: only a remediation's roll reconciles
     the model)."""
-    status = dict(body.get("status") or {})
+    status = read_status(body)
     state = _wire(held)
-    if not _stored(status.get("render") or {}, state):
+    if not _stored(status.render, state):
         patch.status["render"] = state
     if _with_condition(body, patch, True, message[:32768]) is not None:
         _event(body, RENDER_OUTDATED, message)
     if schedule and (maintenance is None or not maintenance.pending or maintenance.action != "remediation"):
         record = pending_record(maintenance, "remediation", None, datetime.now(UTC))
-        patch.status["maintenance"] = _build.maintenance_patch(status.get("maintenance"), record)
+        patch.status["maintenance"] = _build.maintenance_patch(status.maintenance, record)

@@ -9,12 +9,11 @@ fix is applied, whether it rolls now or waits for the model's window (``status.m
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from loadline.api import RemediationOutcome, RemediationState, validate_known
+from loadline.api import InferenceModelStatus, RemediationOutcome, RemediationState
 from loadline.maintenance import (
     MaintenanceRecord,
     crash_urgency,
@@ -76,12 +75,11 @@ class CrashDecision:
         return self.decision.apply
 
 
-def remediation_in_force(status: Mapping[str, Any], generation: int | None) -> RemediationState:
+def remediation_in_force(status: InferenceModelStatus, generation: int | None) -> RemediationState:
     """The remediation state in force: its overrides hold only for the generation they were made for,
     so a person's spec change starts from the spec again (what was learnt, the crashes handled and the
-    write revision carry over)."""
-    raw = status.get("remediation")
-    state = validate_known(RemediationState, raw) if raw else RemediationState()
+    write revision carry over). A copy: deciding on it never changes ``status``."""
+    state = RemediationState() if status.remediation is None else status.remediation.model_copy(deep=True)
     if state.observed_generation != generation:
         return RemediationState(day=state.day, actions_today=state.actions_today, history=state.history,
                                 handled_crashes=state.handled_crashes, revision=state.revision)  # fmt: skip
@@ -90,7 +88,7 @@ def remediation_in_force(status: Mapping[str, Any], generation: int | None) -> R
 
 def decide_crash(
     incident: Incident,
-    status: Mapping[str, Any],
+    status: InferenceModelStatus,
     limits: PolicyLimits,
     now: datetime,
     *,
@@ -127,7 +125,7 @@ def decide_crash(
     changes = build.build_incident_status(incidents, decided, needs_person=decision.needs_person)
     record = None
     if action is not None:
-        previous = status.get("maintenance")
+        previous = status.maintenance
         record = pending_record(record_from_status(previous), action, urgent, now)
         changes["maintenance"] = build.maintenance_patch(previous, record)
     # A roll-out that starts now is said in the Remediated Event (one Event, not a RestartStarted beside
@@ -152,7 +150,11 @@ class TrialsJudged:
 
 
 def judge_elapsed_trials(
-    status: Mapping[str, Any], now: datetime, *, generation: int | None, horizon: timedelta = DEFAULT_HORIZON
+    status: InferenceModelStatus,
+    now: datetime,
+    *,
+    generation: int | None,
+    horizon: timedelta = DEFAULT_HORIZON,
 ) -> TrialsJudged | None:
     """The model's open trials whose horizon has passed, judged ``worked`` at ``now``; None when none has.
 
@@ -160,10 +162,9 @@ def judge_elapsed_trials(
     worked makes rare: the outcomes, and the confidence per class built on them, would hold the fixes
     that failed and miss most of those that held. Trials of an older spec generation are void (the
     remediation in force starts from the spec again: :func:`remediation_in_force`) and judged nothing."""
-    raw = status.get("remediation")
-    if not raw:
+    current = status.remediation
+    if current is None:
         return None
-    current = validate_known(RemediationState, raw)
     if current.observed_generation != generation or not current.trials:
         return None
     state = current.model_copy(deep=True)
@@ -176,12 +177,12 @@ def judge_elapsed_trials(
 
 
 def _record_incident(
-    status: Mapping[str, Any], diagnosis: Diagnosis, decision: Decision, crash: Crash, now: datetime
+    status: InferenceModelStatus, diagnosis: Diagnosis, decision: Decision, crash: Crash, now: datetime
 ) -> list[dict[str, Any]]:
     """The model's incidents with this crash counted in its loop."""
     evidence = list(diagnosis.evidence) + ([diagnosis.caller_note] if diagnosis.caller_note else [])
     return build.merge_incident(
-        status.get("incidents") or [],
+        status.incidents,
         loop=crash.loop,
         oom_class=diagnosis.oom_class.value,
         confidence=diagnosis.confidence,

@@ -14,6 +14,9 @@ from typing import Any
 
 from kubernetes.utils.quantity import parse_quantity as _untyped_parse_quantity
 
+from loadline.api import InferenceModelStatus
+from loadline.status.read import read_status
+
 _parse_quantity: Callable[[str], Decimal] = _untyped_parse_quantity  # the client ships no types
 
 
@@ -86,7 +89,7 @@ def startup_budget_seconds(container: Mapping[str, Any]) -> float | None:
 
 def _readiness(
     container: Mapping[str, Any],
-    model_status: Mapping[str, Any],
+    model_status: InferenceModelStatus,
     started: datetime | None,
     finished: datetime | None,
     uptime: float | None,
@@ -96,9 +99,9 @@ def _readiness(
     The InferenceModel turning Ready while this instance ran says it was Ready; an instance that lived
     longer than its startup probe allows must have passed the probe (vLLM's /health), so it was up.
     """
-    for cond in model_status.get("conditions") or []:
-        if cond.get("type") == "Ready" and cond.get("status") == "True":
-            when = parse_timestamp(cond.get("lastTransitionTime"))
+    for cond in model_status.conditions:
+        if cond.type == "Ready" and cond.status == "True":
+            when = cond.last_transition_time
             if when and started and finished and started < when <= finished:
                 return True, (finished - when).total_seconds()
     budget = startup_budget_seconds(container)
@@ -121,9 +124,8 @@ def build_incident(
     name = str(container_status.get("name", ""))
     container = _container_spec(pod, name)
     started, finished = parse_timestamp(term.get("startedAt")), parse_timestamp(term.get("finishedAt"))
-    status = model.get("status") or {}
-    plan = status.get("plan") or {}
-    memory = plan.get("memory") or {}
+    status = read_status(model)
+    plan = status.plan
     spec = model.get("spec") or {}
     env = {
         e.get("name"): str(e.get("value", ""))
@@ -132,10 +134,9 @@ def build_incident(
     }
     alloc = env.get("PYTORCH_CUDA_ALLOC_CONF", "") + "," + env.get("PYTORCH_ALLOC_CONF", "")
     limits = (container.get("resources") or {}).get("limits") or {}
-    offload = ((status.get("remediation") or {}).get("overrides") or {}).get("kvOffloadCpuGiB")
+    offload = None if status.remediation is None else status.remediation.overrides.kv_offload_cpu_gi_b
     if offload is None:
         offload = (spec.get("kvOffload") or {}).get("cpuGiB")
-    gpus = int(plan.get("gpusPerReplica", 1) or 1)
     uptime = (finished - started).total_seconds() if started and finished else None
     ever_ready, since_ready = _readiness(container, status, started, finished, uptime)
     incident: dict[str, Any] = {
@@ -146,21 +147,21 @@ def build_incident(
         "uptime_seconds": uptime,
         "ever_ready": ever_ready,
         "seconds_since_ready": since_ready,
-        "engine_version": plan.get("engineVersion") or None,
+        "engine_version": (plan.engine_version or None) if plan else None,
         "config": {
-            "max_model_len": plan.get("maxModelLen"),
-            "max_num_seqs": plan.get("maxNumSeqs"),
-            "max_num_batched_tokens": plan.get("maxNumBatchedTokens"),
-            "gpu_memory_utilization": plan.get("gpuMemoryUtilization"),
-            "tensor_parallel_size": plan.get("tensorParallelSize"),
+            "max_model_len": plan.max_model_len if plan else None,
+            "max_num_seqs": plan.max_num_seqs if plan else None,
+            "max_num_batched_tokens": plan.max_num_batched_tokens if plan else None,
+            "gpu_memory_utilization": plan.gpu_memory_utilization if plan else None,
+            "tensor_parallel_size": plan.tensor_parallel_size if plan else None,
             "memory_limit_bytes": quantity_bytes(limits.get("memory")),
             "kv_offload_cpu_gib": offload,
             "expandable_segments": "expandable_segments:true" in alloc.lower(),
         },
         "plan": {
-            "weights_gib": round(float(memory["weightsGiB"]) * gpus, 3) if "weightsGiB" in memory else None,
-            "gpu_memory_gib": memory.get("totalGiB"),
-            "kv_cache_tokens": plan.get("kvCacheTokens"),
+            "weights_gib": round(plan.memory.weights_gi_b * plan.gpus_per_replica, 3) if plan else None,
+            "gpu_memory_gib": plan.memory.total_gi_b if plan else None,
+            "kv_cache_tokens": plan.kv_cache_tokens if plan else None,
             "quantization_allowed": False,
         },
     }

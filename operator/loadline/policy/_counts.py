@@ -8,6 +8,7 @@ from typing import Any
 
 from loadline.api import FleetPolicy, FleetPolicyStatus
 from loadline.policy._select import describe_selector
+from loadline.status.read import read_status
 
 __all__ = ["policy_counts"]
 
@@ -16,10 +17,10 @@ def policy_counts(policy: FleetPolicy, models: Iterable[Mapping[str, Any]]) -> d
     """``status`` of a FleetPolicy from the models' own status: how many it governs and which break it."""
     governed, violating = 0, []
     for model in models:
-        status = model.get("status") or {}
-        if policy.name in (status.get("policies") or []):
+        held = read_status(model)
+        if policy.name in held.policies:
             governed += 1
-        if policy.name in (status.get("violatedPolicies") or []):
+        if policy.name in held.violated_policies:
             meta = model["metadata"]
             violating.append(f"{meta['namespace']}/{meta['name']}")
     status = FleetPolicyStatus(

@@ -6,11 +6,9 @@ to write the estimate (``merge_conditions`` keeps the transition time while the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from datetime import UTC, datetime
-from typing import Any
 
-from loadline.api import Condition, OOMRisk, validate_known
+from loadline.api import Condition, OOMRisk
 from loadline.risk._estimate import OOMRiskEstimate
 
 __all__ = ["OOM_RISK", "estimate_from_status", "oom_risk_condition", "oom_risk_status"]
@@ -50,14 +48,10 @@ def oom_risk_status(estimate: OOMRiskEstimate) -> OOMRisk:
     )
 
 
-def estimate_from_status(status: Mapping[str, Any]) -> OOMRiskEstimate | None:
+def estimate_from_status(risk: OOMRisk | None) -> OOMRiskEstimate | None:
     """The estimate a model's ``status.oomRisk`` holds (what the measuring timer last wrote), when it
     predicts a crash: what a restart's timing weighs."""
-    raw = status.get("oomRisk")
-    if not raw:
-        return None
-    risk = validate_known(OOMRisk, raw)
-    if risk.predicted_at is None:
+    if risk is None or risk.predicted_at is None:
         return None
     as_of = risk.time or datetime.now(UTC)
     return OOMRiskEstimate(

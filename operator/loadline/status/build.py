@@ -1,8 +1,11 @@
 """Pure builders of what the operator writes: status patches, conditions, owner references.
 
-Nothing here imports kopf or a Kubernetes client; handlers pass plain dicts in and get plain dicts out,
-so every decision is unit-tested. A builder never changes ``lastTransitionTime`` of a condition whose
-status did not change: that is what keeps a resync of an unchanged object from writing anything.
+Nothing here imports kopf or a Kubernetes client. A model's status comes in as the API model
+(:func:`loadline.status.read.read_status`), and what to write goes out as a merge patch of ``status``
+(camelCase, validated by :class:`loadline.api.InferenceModelStatus`), so every decision is unit-tested.
+Kubernetes' own objects (Deployments, pods) come in as the API server's dicts. A builder never changes
+``lastTransitionTime`` of a condition whose status did not change: that is what keeps a resync of an
+unchanged object from writing anything.
 """
 
 from __future__ import annotations
@@ -17,16 +20,19 @@ from loadline.api import (
     Condition,
     Incident,
     InferenceModelStatus,
+    Maintenance,
     MeasuredGpuMemory,
+    OOMRisk,
     Phase,
     PlanSummary,
     RemediationState,
-    validate_known,
 )
 from loadline.maintenance import MaintenanceRecord, PodState, record_to_status
 from loadline.observe import CAPACITY_CONDITION, Observation, capacity_condition, observed_status
 from loadline.render import pod_selector
 from loadline.risk import OOMRiskEstimate, oom_risk_condition, oom_risk_status
+from loadline.status.patch import merged
+from loadline.status.read import stored
 
 Status = dict[str, Any]
 
@@ -74,10 +80,11 @@ def build_condition(
 
 
 def merge_conditions(
-    previous: Iterable[Mapping[str, Any]], updates: Iterable[Condition], now: str
+    previous: Iterable[Condition], updates: Iterable[Condition], now: str
 ) -> list[dict[str, Any]]:
-    """Conditions after ``updates``; a condition keeps its transition time while its status holds."""
-    merged: dict[str, dict[str, Any]] = {str(c.get("type")): dict(c) for c in previous}
+    """Conditions after ``updates``, as written; a condition keeps its transition time while its
+    status holds."""
+    merged: dict[str, dict[str, Any]] = {c.type: _wire(c) for c in previous}
     for update in updates:
         old = merged.get(update.type)
         kept = old is not None and old.get("status") == update.status and old.get("lastTransitionTime")
@@ -216,7 +223,7 @@ def readiness_from_workload(
 
 
 def build_deployed_status(
-    previous: Mapping[str, Any],
+    previous: InferenceModelStatus,
     *,
     plan_summary: PlanSummary,
     generation: int | None,
@@ -235,14 +242,14 @@ def build_deployed_status(
         build_condition(DEPLOYED, True, "Applied", "children applied with server-side apply", generation),
         build_condition(READY, ready, "Available" if ready else "Progressing", ready_message, generation),
     ]
-    had = any(c.get("type") == ENGINE_TABLES for c in previous.get("conditions", []) or [])
+    had = any(c.type == ENGINE_TABLES for c in previous.conditions)
     if beyond_tables or had:
         known = "the tables know spec.engine.version"
         reason = "NewerThanTables" if beyond_tables else "InTables"
         updates.append(
             build_condition(ENGINE_TABLES, not beyond_tables, reason, beyond_tables or known, generation)
         )
-    conditions = merge_conditions(previous.get("conditions", []) or [], updates, now)
+    conditions = merge_conditions(previous.conditions, updates, now)
     return _status_patch(
         phase="Degraded" if needs_person else ("Ready" if ready else "Deploying"),
         # The readiness detail lives in the Ready condition only, so that the readiness timer and a
@@ -255,7 +262,7 @@ def build_deployed_status(
 
 
 def build_replanned_status(
-    previous: Mapping[str, Any], *, plan_summary: PlanSummary, generation: int | None, now: str,
+    previous: InferenceModelStatus, *, plan_summary: PlanSummary, generation: int | None, now: str,
     message: str,
 ) -> Status:  # fmt: skip
     """What :func:`build_deployed_status` writes for a re-plan whose workload is about to be applied
@@ -263,7 +270,7 @@ def build_replanned_status(
     Deployed condition stays as it was (an apply refused turns it False), and the phase and the Ready
     condition are the workload's to say, from its watch events, once the roll-out has begun."""
     conditions = merge_conditions(
-        previous.get("conditions", []) or [],
+        previous.conditions,
         [build_condition(PLANNED, True, "Planned", message, generation)],
         now,
     )
@@ -281,7 +288,7 @@ def plan_status(plan_summary: PlanSummary) -> Any:
 
 
 def build_failed_status(
-    previous: Mapping[str, Any],
+    previous: InferenceModelStatus,
     *,
     reason: str,
     message: str,
@@ -291,7 +298,7 @@ def build_failed_status(
 ) -> Status:
     """Status when the spec cannot be planned (Failed) or waits on the cluster (Pending)."""
     conditions = merge_conditions(
-        previous.get("conditions", []) or [],
+        previous.conditions,
         [build_condition(PLANNED, False, reason, message, generation)],
         now,
     )
@@ -299,11 +306,11 @@ def build_failed_status(
 
 
 def build_apply_failed_status(
-    previous: Mapping[str, Any], *, message: str, generation: int | None, now: str
+    previous: InferenceModelStatus, *, message: str, generation: int | None, now: str
 ) -> Status:
     """Status when the plan stands but the API server refused (or did not take) the children."""
     conditions = merge_conditions(
-        previous.get("conditions", []) or [],
+        previous.conditions,
         [build_condition(DEPLOYED, False, "ApplyFailed", message, generation)],
         now,
     )
@@ -313,7 +320,7 @@ def build_apply_failed_status(
 
 
 def build_readiness_status(
-    previous: Mapping[str, Any], *, ready: bool, message: str, now: str, stuck: bool = False
+    previous: InferenceModelStatus, *, ready: bool, message: str, now: str, stuck: bool = False
 ) -> Status | None:
     """Status change when a child workload's availability changes; None when nothing changes.
 
@@ -322,33 +329,30 @@ def build_readiness_status(
     roll-out that is ``stuck`` (the scheduler's reason in ``message``). The roll-out's steps would
     otherwise each be a write of the model, and at fleet scale a crash's phase going Deploying and its
     progress were half of the model's writes (:func:`build_remediating_status`)."""
-    phase = previous.get("phase")
+    phase = previous.phase
     if phase not in {"Deploying", "Ready"}:
         return None  # Failed/Pending/Degraded are decided elsewhere
     if not ready and not stuck and phase == "Deploying" and ready_reason(previous) == REMEDIATING:
         return None
     new_phase = "Ready" if ready else "Deploying"
-    generation = previous.get("observedGeneration")
+    generation = previous.observed_generation
     conditions = merge_conditions(
-        previous.get("conditions", []) or [],
+        previous.conditions,
         [build_condition(READY, ready, "Available" if ready else "Progressing", message, generation)],
         now,
     )
-    if new_phase == phase and conditions == previous.get("conditions"):
+    if new_phase == phase and conditions == [_wire(c) for c in previous.conditions]:
         return None
     return _status_patch(phase=new_phase, conditions=conditions)
 
 
-def ready_reason(status: Mapping[str, Any]) -> str | None:
+def ready_reason(status: InferenceModelStatus) -> str | None:
     """The Ready condition's reason, if the status has one."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == READY:
-            return str(condition.get("reason"))
-    return None
+    return next((c.reason for c in status.conditions if c.type == READY), None)
 
 
 def build_remediating_status(
-    previous: Mapping[str, Any], *, result: str, now: str, waiting: str = ""
+    previous: InferenceModelStatus, *, result: str, now: str, waiting: str = ""
 ) -> Status:
     """The phase and Ready condition of a model whose crash's remediation rolls out now, written with
     the decision (``previous``: the status as the decision leaves it): ``Deploying``, the Ready
@@ -357,14 +361,14 @@ def build_remediating_status(
     available (:func:`build_readiness_status`). Nothing for a model in another phase (Failed, Pending,
     Degraded are decided elsewhere). ``waiting``: why the roll-out waits for a slot (a storm's roll-outs
     are paced, :mod:`loadline.pacing`), said in the message until the model is Ready again."""
-    if previous.get("phase") not in {"Deploying", "Ready"}:
+    if previous.phase not in {"Deploying", "Ready"}:
         return {}
     message = f"rolling out the remediation: {result}"
     if waiting:
         message = f"the remediation waits to roll out: {waiting}; then {result}"
-    generation = previous.get("observedGeneration")
+    generation = previous.observed_generation
     conditions = merge_conditions(
-        previous.get("conditions", []) or [],
+        previous.conditions,
         [build_condition(READY, False, REMEDIATING, message, generation)],
         now,
     )
@@ -377,7 +381,7 @@ _READY_IDENTITY = ("type", "status", "reason", "lastTransitionTime", "observedGe
 
 
 def build_readiness_patch(
-    previous: Mapping[str, Any], changes: Mapping[str, Any]
+    previous: InferenceModelStatus, changes: Mapping[str, Any]
 ) -> tuple[dict[str, Any], tuple[str, ...]]:
     """A readiness change (:func:`build_readiness_status`) as JSON-patch sets into ``status`` and the
     paths to test first: what the decision read, the phase, the observed generation and the Ready
@@ -386,10 +390,10 @@ def build_readiness_patch(
     depends on, is read from the write's answer instead: :func:`readiness_event_reason`). Without a
     Ready condition to replace (or when other conditions would change) the whole list is set and
     tested, which makes the write fall back to the resourceVersion guard."""
-    before = list(previous.get("conditions") or [])
+    before = [_wire(c) for c in previous.conditions]
     after = list(changes.get("conditions") or [])
     tested = ["/status/phase", "/status/observedGeneration"]
-    sets: dict[str, Any] = {"/status/phase": changes.get("phase", previous.get("phase"))}
+    sets: dict[str, Any] = {"/status/phase": changes.get("phase", previous.phase)}
     index = next((i for i, c in enumerate(before) if c.get("type") == READY), None)
     others_kept = [c for c in before if c.get("type") != READY] == [
         c for c in after if c.get("type") != READY
@@ -406,20 +410,6 @@ def build_readiness_patch(
 #: Of the plan a crash's decision read, what identifies it as plain scalars (its floats and texts with
 #: ``<`` in them cannot be tested: :func:`loadline.status.patch.testable`).
 _PLAN_IDENTITY = ("gpu", "gpusPerReplica", "nodesPerReplica", "maxModelLen", "maxNumSeqs", "engineVersion")
-
-
-def merged(target: Any, patch: Any) -> Any:
-    """``patch`` merged into ``target`` as a JSON merge patch (RFC 7386) merges it: objects member by
-    member, a null member removed, anything else replaced."""
-    if not isinstance(patch, Mapping):
-        return patch
-    result = dict(target) if isinstance(target, Mapping) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merged(result.get(key), value)
-    return result
 
 
 def build_decision_patch(
@@ -462,13 +452,13 @@ def build_decision_patch(
     return sets, tuple(tested)
 
 
-def restart_running(status: Mapping[str, Any]) -> bool:
+def restart_running(status: InferenceModelStatus) -> bool:
     """Whether loadline's own restart of the model is rolling its pods (``status.maintenance.state``)."""
-    return bool((status.get("maintenance") or {}).get("state") == "Running")
+    return status.maintenance is not None and status.maintenance.state == "Running"
 
 
 def readiness_event_reason(
-    previous: Mapping[str, Any], changes: Mapping[str, Any], written: Mapping[str, Any] | None = None
+    previous: InferenceModelStatus, changes: Mapping[str, Any], written: InferenceModelStatus | None = None
 ) -> str | None:
     """The Event a readiness change is worth: ``Ready`` or ``Progressing`` when the phase moves, none
     while loadline's own restart rolls the pods (``status.maintenance.state`` Running in ``written``,
@@ -476,7 +466,7 @@ def readiness_event_reason(
     Events say it already, and a crash's roll-out posted both extra (two of the seven Events a crash
     cost at 100 crashes, benchmarks/oom_latency.py)."""
     phase = changes.get("phase")
-    if phase is None or phase == previous.get("phase"):
+    if phase is None or phase == previous.phase:
         return None
     if restart_running(previous if written is None else written):
         return None
@@ -487,7 +477,7 @@ POLICY_COMPLIANT = "PolicyCompliant"
 
 
 def build_policy_status(
-    previous: Mapping[str, Any],
+    previous: InferenceModelStatus,
     *,
     governing: Sequence[str],
     violations: Sequence[str],
@@ -505,7 +495,7 @@ def build_policy_status(
     else:
         ok, reason, message = True, "Compliant", "keeps " + ", ".join(governing)
     conditions = merge_conditions(
-        previous.get("conditions", []) or [],
+        previous.conditions,
         [build_condition(POLICY_COMPLIANT, ok, reason, message, generation)],
         now,
     )
@@ -535,31 +525,23 @@ def build_remediation_status(remediation: RemediationState) -> Status:
 MEASURE_STEP_GIB = 0.5
 #: ...and at least this often while it is measured, so ``time`` tells a steady figure from a stale one.
 MEASURE_REFRESH_SECONDS = 3600.0
-_PLANNED_PARTS = ("weightsGiB", "activationGiB", "nonTorchGiB", "cudaGraphGiB", "kvCacheGiB")
 
 
-def planned_gpu_gib(plan: Mapping[str, Any] | None) -> float | None:
+def planned_gpu_gib(plan: PlanSummary | None) -> float | None:
     """What the plan expects one GPU to hold (``status.plan.memory``: weights, activation peak,
     non-torch, CUDA graphs, KV cache), or None when status has no plan to compare with."""
-    memory = (plan or {}).get("memory") or {}
-    try:
-        parts = [float(memory[key]) for key in _PLANNED_PARTS]
-    except (KeyError, TypeError, ValueError):
+    if plan is None:
         return None
+    memory = plan.memory
+    parts = (
+        memory.weights_gi_b, memory.activation_gi_b, memory.non_torch_gi_b, memory.cuda_graph_gi_b,
+        memory.kv_cache_gi_b,
+    )  # fmt: skip
     return round(sum(parts), 2)
 
 
-def _age_seconds(stamp: Any, now: str) -> float | None:
-    try:
-        then = datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-        current = datetime.fromisoformat(now.replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return (current - then).total_seconds()
-
-
 def build_measured_status(
-    previous: Mapping[str, Any] | None,
+    previous: InferenceModelStatus,
     measured: Mapping[str, Any] | None,
     *,
     now: str,
@@ -577,16 +559,16 @@ def build_measured_status(
     if not measured:
         return {}
     reading = MeasuredGpuMemory.model_validate({**measured, "time": now})
-    old = (previous or {}).get("measuredGpuMemory") or {}
-    if old:
+    old = previous.measured_gpu_memory
+    if old is not None:
         same = (
-            old.get("gpus") == reading.gpus
-            and old.get("source") == reading.source
-            and abs(float(old.get("plannedGiB", 0.0)) - reading.planned_gi_b) < 0.01
-            and abs(float(old.get("maxUsedGiB", 0.0)) - reading.max_used_gi_b) < step
+            old.gpus == reading.gpus
+            and old.source == reading.source
+            and abs(old.planned_gi_b - reading.planned_gi_b) < 0.01
+            and abs(old.max_used_gi_b - reading.max_used_gi_b) < step
         )
-        age = _age_seconds(old.get("time"), now)
-        if same and age is not None and age < refresh:
+        age = (reading.time - old.time).total_seconds()
+        if same and age < refresh:
             return {}
     return _status_patch(measured_gpu_memory=reading)
 
@@ -634,36 +616,32 @@ def observe_look_due(elapsed: float, last_looked: float | None) -> bool:
     return backoff_due(elapsed, last_looked, OBSERVE_BACKOFF, OBSERVE_PERIOD)
 
 
-def ready_since(status: Mapping[str, Any]) -> datetime | None:
+def ready_since(status: InferenceModelStatus) -> datetime | None:
     """When the model last became Ready (the Ready condition's transition), if it says."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == READY and condition.get("status") == "True":
-            stamp = condition.get("lastTransitionTime")
-            if stamp:
-                return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    return None
+    return next(
+        (c.last_transition_time for c in status.conditions if c.type == READY and c.status == "True"), None
+    )
 
 
-def deploying_since(status: Mapping[str, Any]) -> datetime | None:
+def deploying_since(status: InferenceModelStatus) -> datetime | None:
     """When the model last became not Ready (the Ready condition's transition), if it says."""
-    for condition in status.get("conditions") or []:
-        if condition.get("type") == READY and condition.get("status") != "True":
-            stamp = condition.get("lastTransitionTime")
-            if stamp:
-                return datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
-    return None
+    return next(
+        (c.last_transition_time for c in status.conditions if c.type == READY and c.status != "True"), None
+    )
 
 
-def status_changes(previous: Mapping[str, Any], desired: Mapping[str, Any]) -> Status:
-    """Only the top-level status fields that differ: an empty dict means there is nothing to write."""
-    return {key: value for key, value in desired.items() if previous.get(key) != value}
+def status_changes(previous: InferenceModelStatus, desired: Mapping[str, Any]) -> Status:
+    """Only the top-level members of ``desired`` (a patch of ``status``) that differ from what the API
+    server holds: the one diff of a desired status against the stored one. Empty: nothing to write."""
+    held = stored(previous)
+    return {key: value for key, value in desired.items() if held.get(key) != value}
 
 
 MAX_INCIDENTS = 20
 
 
 def merge_incident(
-    previous: Iterable[Mapping[str, Any]],
+    previous: Iterable[Incident],
     *,
     loop: str,
     oom_class: str,
@@ -678,14 +656,14 @@ def merge_incident(
 ) -> list[dict[str, Any]]:
     """``status.incidents`` after one more crash: a crash of the same loop and class counts up the last
     incident instead of adding one; the history keeps the newest ``MAX_INCIDENTS``."""
-    incidents = [dict(i) for i in previous]
+    incidents = [_wire(i) for i in previous]
     last = incidents[-1] if incidents else None
     if last is not None and last.get("loop") == loop and last.get("class") == oom_class:
         counted = {
             **last, "count": int(last.get("count", 1)) + 1, "lastSeen": now, "pod": pod, "action": action,
             "result": result, "confidence": round(confidence, 2), "evidence": list(evidence),
         }  # fmt: skip
-        incidents[-1] = {**last, **_wire(validate_known(Incident, counted))}  # keeps a newer version's fields
+        incidents[-1] = _wire(Incident.model_validate(counted))
     else:
         incident = Incident.model_validate(
             {
@@ -776,23 +754,23 @@ def rollout_complete(workload: Mapping[str, Any] | None) -> bool:
     )
 
 
-def maintenance_patch(previous: Mapping[str, Any] | None, record: MaintenanceRecord) -> dict[str, Any]:
+def maintenance_patch(previous: Maintenance | None, record: MaintenanceRecord) -> dict[str, Any]:
     """``status.maintenance`` as a merge patch: the record's fields, and an explicit null for each field
     the previous one had and this one clears (a merge patch keeps what it does not mention)."""
     wire = _wire(record_to_status(record))
-    cleared = {key: None for key in (previous or {}) if key not in wire}
+    held = {} if previous is None else _wire(previous)
+    cleared = {key: None for key in held if key not in wire}
     return {**wire, **cleared}
 
 
-def layout_changed(previous_plan: Mapping[str, Any] | None, nodes_per_replica: int) -> bool:
+def layout_changed(previous_plan: PlanSummary | None, nodes_per_replica: int) -> bool:
     """Whether a re-plan moves the model between layouts: one node per replica is a Deployment, several
     a LeaderWorkerSet (with a name of its own). Only such a move can leave children of the old layout
     behind, so only then are the model's children listed to find them (four LISTs, one per child kind:
     most re-plans, such as a remediation's raised memory, keep the layout)."""
     if previous_plan is None:
         return False  # a new model has no children of another layout
-    before = int(previous_plan.get("nodesPerReplica", 1) or 1)
-    return (before > 1) != (nodes_per_replica > 1)
+    return (previous_plan.nodes_per_replica > 1) != (nodes_per_replica > 1)
 
 
 def stale_children(
@@ -815,13 +793,20 @@ def stale_children(
 
 
 def build_observed_status(
-    body: Mapping[str, Any], obs: Observation, *, pod: str, source: str, now: str
+    body: Mapping[str, Any],
+    status: InferenceModelStatus,
+    obs: Observation,
+    *,
+    pod: str,
+    source: str,
+    now: str,
 ) -> tuple[Status, bool]:
     """What a model's start-up figures ``obs`` (read from ``pod`` by ``source``) write in its status:
     ``status.observed`` and, when vLLM said how many sequences fit, the ``KVCapacity`` condition. With
     whether they hold fewer sequences than ``spec.concurrency`` (the model is then planned again)."""
-    status = body.get("status") or {}
-    observed = observed_status(obs, status["plan"], pod=pod, source=source, now=now)
+    if status.plan is None:
+        return {}, False  # nothing to set the figures beside (the timer looks only under a plan)
+    observed = observed_status(obs, _wire(status.plan), pod=pod, source=source, now=now)
     changes: Status = {"observed": observed}
     concurrency = int((body.get("spec") or {}).get("concurrency") or 1)
     verdict = capacity_condition(observed, concurrency)
@@ -830,7 +815,7 @@ def build_observed_status(
     ok, reason, message = verdict
     generation = (body.get("metadata") or {}).get("generation")
     condition = build_condition(CAPACITY_CONDITION, ok, reason, message, generation)
-    changes["conditions"] = merge_conditions(status.get("conditions") or [], [condition], now)
+    changes["conditions"] = merge_conditions(status.conditions, [condition], now)
     return changes, not ok
 
 
@@ -838,34 +823,28 @@ def build_observed_status(
 PREDICTION_MOVE_SECONDS = 900.0
 
 
-def _same_prediction(previous: Mapping[str, Any] | None, estimate: OOMRiskEstimate) -> bool:
-    before = (previous or {}).get("predictedAt")
+def _same_prediction(previous: OOMRisk | None, estimate: OOMRiskEstimate) -> bool:
+    before = None if previous is None else previous.predicted_at
     after = estimate.predicted_at
-    if not before or after is None:
-        return not before and after is None
-    try:
-        moved = abs(
-            datetime.fromisoformat(str(before).replace("Z", "+00:00")).timestamp() - after.timestamp()
-        )
-    except ValueError:
-        return False
-    return moved < PREDICTION_MOVE_SECONDS
+    if before is None or after is None:
+        return before is None and after is None
+    return abs(before.timestamp() - after.timestamp()) < PREDICTION_MOVE_SECONDS
 
 
 def build_risk_status(
-    status: Mapping[str, Any], estimate: OOMRiskEstimate, generation: int | None, now: str
+    status: InferenceModelStatus, estimate: OOMRiskEstimate, generation: int | None, now: str
 ) -> dict[str, Any]:
     """The status fields to write for ``estimate``, or ``{}`` while the verdict holds (same condition
     status and reason, predicted time within :data:`PREDICTION_MOVE_SECONDS`)."""
     condition = oom_risk_condition(estimate, generation)
-    old = next((c for c in status.get("conditions") or [] if c.get("type") == condition.type), None)
+    old = next((c for c in status.conditions if c.type == condition.type), None)
     if (
         old is not None
-        and old.get("status") == condition.status
-        and old.get("reason") == condition.reason
-        and _same_prediction(status.get("oomRisk"), estimate)
+        and old.status == condition.status
+        and old.reason == condition.reason
+        and _same_prediction(status.oom_risk, estimate)
     ):
         return {}
     risk = oom_risk_status(estimate).model_dump(by_alias=True, mode="json", exclude_none=True)
-    conditions = merge_conditions(status.get("conditions") or [], [condition], now)
+    conditions = merge_conditions(status.conditions, [condition], now)
     return {"oomRisk": risk, "conditions": conditions}

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["build_tested_status_patch", "testable", "value_at"]
+__all__ = ["build_tested_status_patch", "merged", "testable", "value_at"]
 
 
 def _pointer(path: str) -> list[str]:
@@ -64,3 +64,17 @@ def _set_op(obj: Mapping[str, Any], path: str) -> str:
     object's member whether or not it is there)."""
     parent = value_at(obj, path.rsplit("/", 1)[0])
     return "replace" if isinstance(parent, list) else "add"
+
+
+def merged(target: Any, patch: Any) -> Any:
+    """``patch`` merged into ``target`` as a JSON merge patch (RFC 7386) merges it: objects member by
+    member, a null member removed, anything else replaced."""
+    if not isinstance(patch, Mapping):
+        return patch
+    result = dict(target) if isinstance(target, Mapping) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merged(result.get(key), value)
+    return result
