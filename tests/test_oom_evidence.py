@@ -451,3 +451,39 @@ def test_an_oom_in_vllms_sleep_mode_pool_is_its_utilization_on_a_shared_gpu() ->
     # While the weights load, the same pool's failure is no evidence about the budget.
     loading = "Loading safetensors checkpoint shards: 40% Completed\n" + trace
     assert "sleep_pool_oom" not in classify(make(message=loading, ever_ready=False)).signals
+
+
+# ---- the CUDA runtime's own words -------------------------------------------------------------------
+# cudaGetErrorString(cudaErrorMemoryAllocation) is "out of memory"; engines that check CUDA calls print it
+# after the call that failed (TensorRT-LLM: "CUDA runtime error in <call>: <error string>"). Which memory
+# it was is said by the call: cudaMalloc* / cuMemAlloc* / cuMemCreate take device memory, cudaMallocHost /
+# cudaHostAlloc / cuMemAllocHost / cuMemHostAlloc take page-locked host memory (CUDA runtime and driver
+# API references).
+
+
+def test_a_failed_cuda_device_allocation_is_a_gpu_out_of_memory() -> None:
+    text = (
+        "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMalloc(&ptr, size): out of memory "
+        "(/src/cpp/tensorrt_llm/runtime/bufferManager.cpp:88)"
+    )
+    d = classify(make(message=text, ever_ready=False, phase="starting"))
+    assert "gpu_only" in d.signals
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget
+
+
+def test_a_failed_pinned_host_allocation_is_host_memory() -> None:
+    text = "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocHost(&ptr, size): out of memory"
+    d = classify(make(message=text, ever_ready=False, phase="starting"))
+    assert "host_alloc" in d.signals
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_cuda_oom_in_a_reports_words_names_the_gpu() -> None:
+    # "CUDA OOM" is the usual shorthand for torch.cuda.OutOfMemoryError: CUDA names the GPU's memory.
+    d = classify(
+        make(
+            message="engine core died: CUDA OOM in the first forward pass", ever_ready=False, phase="starting"
+        )
+    )
+    assert "gpu_only" in d.signals
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
