@@ -30,6 +30,7 @@ from tests.fake_nvml import GIB, FakeGPU, build, nvml_env, write_script
 
 from chart import OPERATOR_NAMESPACE, ChartOperator, install, render, uninstall
 from kube import Kubectl, answers, lib_var, wait_for
+from loadline.status import read_status
 from loadline.status.build import planned_gpu_gib
 from loadline.traffic import gpu_memory_used_query, incident_metrics, measured_gpu_memory
 from operator_helpers import model, pods_of, wait_phase
@@ -278,7 +279,7 @@ def test_status_shows_the_measured_use_beside_the_plan(
     doc["metadata"] = {"name": "measured", "namespace": namespace}
     kubectl.apply(doc, namespace)
     obj = wait_phase(kubectl, namespace, "measured", "Ready", timeout=90)
-    planned = planned_gpu_gib(obj["status"]["plan"])
+    planned = planned_gpu_gib(read_status(obj).plan)
     assert planned is not None and planned > 1
     (pod,) = pods_of(kubectl, namespace, "measured")
     assert pod["status"]["phase"] == "Running"

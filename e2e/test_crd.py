@@ -206,6 +206,7 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
     encoder wrote, so an equal string with "<" in it does not match."""
     from kubernetes.client.exceptions import ApiException
 
+    from loadline.status import read_status
     from loadline.status.build import build_readiness_patch, build_readiness_status
     from loadline.status.patch import build_tested_status_patch
 
@@ -219,9 +220,10 @@ def test_a_status_write_tested_on_fields_is_refused_only_when_one_of_them_change
     write, merge = status_writers(kubectl, namespace, "tested")
     merge({"phase": "Deploying", "observedGeneration": 1, "conditions": [progressing, risk]})
     read = kubectl.json("get", "inferencemodel", "tested", "-n", namespace)
-    changes = build_readiness_status(read["status"], ready=True, message="1/1 replicas available", now=stamp)
+    previous = read_status(read)
+    changes = build_readiness_status(previous, ready=True, message="1/1 replicas available", now=stamp)
     assert changes is not None
-    ops = build_tested_status_patch(read, *build_readiness_patch(read["status"], changes))
+    ops = build_tested_status_patch(read, *build_readiness_patch(previous, changes))
     assert ops is not None
     # Another hand writes what readiness does not read (a message, another condition's text): it lands.
     merge(
