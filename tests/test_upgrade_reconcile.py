@@ -13,7 +13,7 @@ from loadline import __version__
 from loadline.handlers import _events, _kube, _reconcile, _upgrade
 from loadline.handlers._state import OperatorState
 from loadline.settings import OperatorSettings
-from loadline.status import build as _build
+from loadline.status.patch import merged
 from loadline.upgrade import (
     ANNOTATION_APPROVE,
     ANNOTATION_RENDER_FINGERPRINT,
@@ -86,7 +86,7 @@ def applied(fake: Cluster) -> list[str]:
 def test_a_new_model_is_stamped(fake: Cluster) -> None:
     status = run(fake, body())
     assert read_stamp(fake.objects[KEY]).version == __version__
-    assert _build.merged({}, status)["render"] == {
+    assert merged({}, status)["render"] == {
         "renderedBy": __version__,
         "fingerprint": read_stamp(fake.objects[KEY]).fingerprint,
         "changes": [],
@@ -99,7 +99,7 @@ def test_an_upgrade_keeps_the_pods_and_schedules_the_roll(fake: Cluster, older: 
     status = run(fake, older)
     assert applied(fake) == []  # nothing of the model applied: its pods stay as they are
     assert container(fake.objects[KEY])["startupProbe"]["failureThreshold"] == 40
-    render = _build.merged(older["status"], status)["render"]
+    render = merged(older["status"], status)["render"]
     assert "renderedBy" not in render  # before the stamp
     assert render["changes"] == [
         "flag --enforce-eager removed (was set): this version renders it so",
@@ -119,7 +119,7 @@ def test_the_roll_in_the_window_applies_and_clears_the_condition(
     fake: Cluster, older: dict[str, Any]
 ) -> None:
     waiting = run(fake, older)
-    model = body(_build.merged(older["status"], waiting))  # the status patch, as the API server merges it
+    model = body(merged(older["status"], waiting))  # the status patch, as the API server merges it
     assert _upgrade.waiting(typed_status(model["status"]))
     model["status"]["maintenance"] = {
         **waiting["maintenance"],
@@ -130,7 +130,7 @@ def test_the_roll_in_the_window_applies_and_clears_the_condition(
     assert "Deployment" in applied(fake)
     assert container(fake.objects[KEY])["startupProbe"]["failureThreshold"] == 77
     assert read_stamp(fake.objects[KEY]).version == __version__
-    stored = _build.merged(model["status"], status)
+    stored = merged(model["status"], status)
     assert stored["render"]["changes"] == [] and not _upgrade.waiting(typed_status(stored))
     assert "pendingFingerprint" not in stored["render"]
     [condition] = [c for c in status["conditions"] if c["type"] == "RenderOutdated"]
@@ -144,7 +144,7 @@ def test_manual_waits_for_the_approval_of_this_render(fake: Cluster, older: dict
         "waiting for approval (kubectl annotate inferencemodel -n team-a chat"
         in waiting["render"]["decision"]
     )
-    model = body(_build.merged(older["status"], waiting))
+    model = body(merged(older["status"], waiting))
     model["metadata"]["annotations"] = {ANNOTATION_APPROVE: "not-this-one"}
     run(fake, model, upgrade_roll="manual")
     assert applied(fake) == []
