@@ -290,6 +290,33 @@ def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_
     assert parent.calls == []
 
 
+def test_a_child_turning_available_writes_readiness_and_its_scale_count_in_one_request(
+    state: OperatorState, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new model's Deployment turning available moves both its readiness and its scale count (what
+    ``kubectl scale``, an HPA and KEDA read): one status write carries both, and the scale's own sync
+    then costs nothing. Two writes raced each other, and the second's refusal cost a read and another
+    write: half of a fleet's creation requests per model."""
+    from loadline.handlers import _registry
+
+    parent = FakeParent(run(state, body()))  # Deploying, as reconcile leaves a new model
+    for name in ("get", "patch_status", "patch_status_tested"):
+        monkeypatch.setattr(_kube, name, getattr(parent, name))
+    known = _index.model_entry(parent.model)
+    key = f"{parent.model['metadata']['namespace']}/chat"
+    _registry.workload_event(
+        body=kopf.Body(available_deployment(parent.model)),
+        logger=logging.getLogger("t"),
+        type=None,
+        memo=kopf.Memo(state=state),
+        owned_models={key: [known]},
+    )
+    assert parent.calls == ["patch"]
+    assert parent.model["status"]["phase"] == "Ready"
+    assert parent.model["status"]["replicas"] == 1
+    assert parent.model["status"]["selector"] == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
+
+
 def test_a_readiness_write_without_a_ready_condition_to_replace_sets_the_list_guarded_as_a_whole() -> None:
     """Conditions but no Ready one: the list is set whole, and a list cannot be tested, so the write is
     guarded by resourceVersion; no conditions at all: set whole, tested as still absent."""

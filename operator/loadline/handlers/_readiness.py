@@ -101,7 +101,7 @@ def on_pod_ready(
     _, _, workload_name = workload_ref(model, False)
     workload = state.workloads.get(str(meta.get("namespace")), workload_name)
     if workload is not None:
-        on_workload_event(state, workload, logger, known)
+        on_workload_event(state, workload, logger, known)  # its scale count rides along when it moved
 
 
 def needs_readiness(known: Mapping[str, Any] | None) -> bool:
@@ -114,19 +114,23 @@ def on_workload_event(
     body: Mapping[str, Any],
     logger: logging.Logger | kopf.Logger,
     known: Mapping[str, Any] | None = None,
-) -> None:
+) -> Mapping[str, Any] | None:
     """A child Deployment/LeaderWorkerSet changed: mirror its availability into the parent's status.
 
     ``known``: the parent as the operator's index last saw it (:func:`_index.model_entry`). Decided on
     that first, so most events cost no request (nothing changed) or one (the status patch); the patch
     is refused only when what the decision read (:func:`_build.build_readiness_patch`) changed
-    meanwhile, and the parent is read again then."""
+    meanwhile, and the parent is read again then. A readiness write carries the scale subresource's
+    count along when it moved too (one write where there were two, each of which the other's refused).
+
+    Returns the parent as this call last saw it (the write's answer, the copy read, else ``known``),
+    for the scale subresource's sync to decide on; None when the parent is gone."""
     meta = body.get("metadata", {})
     owners = [o for o in meta.get("ownerReferences", []) or [] if o.get("kind") == KIND]
     if not owners:
-        return
+        return known
     if says_nothing_yet(state, str(meta.get("namespace")), owners[0]["name"], body):
-        return
+        return known
     if known is not None and state.roll_outs.predates(known):
         # The index has not seen this process's own decision yet (it said Deploying, Remediating):
         # judged on that older entry, the roll-out's end would look like no change, and the model
@@ -139,16 +143,18 @@ def on_workload_event(
             else _kube.get(API_VERSION, KIND, meta.get("namespace"), owners[0]["name"])
         )
         if parent is None or parent["metadata"].get("uid") != owners[0].get("uid"):
-            return
+            return None
         desired = int((parent.get("spec") or {}).get("replicas", 1))
         ready, message = readiness(state, body, desired, owners[0]["name"])
         previous = read_status(parent)
         changes = _build.build_readiness_status(previous, ready=ready, message=message, now=_build.now_iso())
         if changes is None:
-            return
+            return parent
         try:
             sets, tested = _build.build_readiness_patch(previous, changes)
-            written = _kube.patch_status_tested(parent, sets, tested, changes)
+            scale = _build.scale_changes(owners[0]["name"], body, desired, previous)
+            sets.update({f"/status/{key}": value for key, value in scale.items()})
+            written = _kube.patch_status_tested(parent, sets, tested, {**changes, **scale})
             break
         except _kube.Changed:
             # What readiness is decided on changed between our read and write (reconcile wrote a
@@ -167,6 +173,7 @@ def on_workload_event(
     reason = _build.readiness_event_reason(previous, changes, read_status(written))
     if reason:
         _events.event(parent, warning=False, reason=reason, message=message)
+    return written
 
 
 def check_readiness(

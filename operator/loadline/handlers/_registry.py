@@ -355,10 +355,11 @@ def workload_event(
     known = next(iter(kwargs["owned_models"].get(key, ())), None)
     if owner and state.pacer.running(key) and _readiness.new_pods_created(state, body, str(owner)):
         state.pacer.finished(key)  # the control plane's part is done: its slot goes to the next model
+    latest = known
     try:
-        _readiness.on_workload_event(state, body, logger, known)
+        latest = _readiness.on_workload_event(state, body, logger, known)
     finally:  # an event is not retried: the scale's count is written even when readiness gave up
-        _scale.sync_scale_status(body, known, logger)  # the scale subresource's status.replicas/selector
+        _scale.sync_scale_status(body, latest, logger)  # the scale subresource's status.replicas/selector
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})

@@ -26,7 +26,7 @@ from loadline.oom import OomClass
 from loadline.render import SCALEDOBJECT, render_scaled_object
 from loadline.settings import OperatorSettings
 from loadline.status import read_status
-from loadline.status.build import build_scale_status, planned_gpu_gib, status_changes
+from loadline.status.build import planned_gpu_gib, scale_changes
 from loadline.units import GIB
 
 __all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
@@ -37,7 +37,8 @@ def sync_scale_status(
 ) -> None:
     """Write the owner's ``status.replicas``/``status.selector`` when the workload's count moved.
 
-    ``known``: the owner as the index last saw it; its status decides whether a write is needed, so an
+    ``known``: the owner as the operator last saw it (the readiness mirror's write of the same event,
+    which carries the count along, or the index's copy); its status decides whether a write is needed, so an
     unchanged count costs no request. A write refused for a conflict (its reconcile, readiness or a
     crash's decision wrote the model meanwhile) is decided again on the owner as the API server then
     holds it, as every read-decide-write of the handlers is: a single-replica Deployment that turns
@@ -72,11 +73,7 @@ def _scale_changes(
 ) -> dict[str, Any] | None:
     """The scale status ``model`` needs for ``workload``'s count; None when it already holds it."""
     desired = int((model.get("spec") or {}).get("replicas", 1))
-    status = read_status(model)
-    changes = status_changes(
-        status, build_scale_status(str(owner["name"]), workload, desired, status.replicas)
-    )
-    return changes or None
+    return scale_changes(str(owner["name"]), workload, desired, read_status(model)) or None
 
 
 OOM_CLASSES = tuple(c.value for c in OomClass)

@@ -139,6 +139,14 @@ def build_scale_status(
     return _status_patch(replicas=replicas, selector=selector)
 
 
+def scale_changes(
+    model: str, workload: Mapping[str, Any], desired: int, previous: InferenceModelStatus
+) -> Status:
+    """What of :func:`build_scale_status` the model's stored status (``previous``) does not hold yet:
+    empty when its scale subresource already shows the workload's count."""
+    return status_changes(previous, build_scale_status(model, workload, desired, previous.replicas))
+
+
 def _updated_of_wanted(workload: Mapping[str, Any] | None) -> tuple[int, int] | None:
     """(replicas of the current template, replicas wanted) as the workload's controller last counted
     them, None when its status is not about the current spec (or says nothing). A Deployment leaves
