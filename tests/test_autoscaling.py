@@ -258,18 +258,7 @@ def test_a_restart_waits_while_the_model_is_being_scaled() -> None:
     assert not scaling_in_progress(2, None)  # not mirrored yet: nothing to wait for
 
 
-def test_a_scale_status_write_refused_for_a_conflict_is_written_on_the_fresh_model(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """A single-replica Deployment turning available sends no event after that one: a status.replicas
-    write refused because reconcile wrote the model at the same moment must still land."""
-    import logging
-
-    from kubernetes.client.exceptions import ApiException
-
-    from loadline.handlers import _kube
-    from loadline.handlers._scale import sync_scale_status
-
+def _scale_fixture() -> tuple[dict[str, Any], dict[str, Any]]:
     owner = {"kind": "InferenceModel", "name": "chat", "uid": "u1"}
     workload = {
         "metadata": {"namespace": "team-a", "name": "chat", "ownerReferences": [owner]},
@@ -277,8 +266,66 @@ def test_a_scale_status_write_refused_for_a_conflict_is_written_on_the_fresh_mod
         "status": {"replicas": 1, "observedGeneration": 1, "updatedReplicas": 1},
     }
     known = {"metadata": {"name": "chat", "uid": "u1", "resourceVersion": "5"}, "spec": {"replicas": 1}}
+    return workload, known
+
+
+def test_a_scale_count_is_written_without_a_read_and_not_again_while_the_index_lags(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The count is the workload's, decided on its event: one write, conditioned on the model's uid
+    only (no read first); the workload's next event, seen before the index shows the write, costs no
+    request."""
+    import logging
+
+    from loadline.handlers import _kube
+    from loadline.handlers._scale import sync_scale_status
+    from loadline.handlers._state import OperatorState
+
+    workload, known = _scale_fixture()
+    calls: list[tuple[str, Any]] = []
+
+    def set_members(api_version: str, kind: str, namespace: str, name: str, uid: str, members: Any) -> Any:
+        calls.append(("set", (namespace, name, uid, dict(members))))
+        return {}
+
+    monkeypatch.setattr(_kube, "set_status_members", set_members)
+    monkeypatch.setattr(_kube, "get", lambda *a: calls.append(("get", a)))
+    state = OperatorState()
+    sync_scale_status(state, workload, known, logging.getLogger("test"))
+    selector = "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
+    assert calls == [("set", ("team-a", "chat", "u1", {"replicas": 1, "selector": selector}))]
+    sync_scale_status(state, workload, known, logging.getLogger("test"))  # the index still lags
+    assert len(calls) == 1
+    scaled = {
+        **workload,
+        "status": {**workload["status"], "replicas": 2, "updatedReplicas": 2},
+        "spec": {"replicas": 2},
+    }
+    sync_scale_status(state, scaled, {**known, "spec": {"replicas": 2}}, logging.getLogger("test"))
+    assert calls[-1] == ("set", ("team-a", "chat", "u1", {"replicas": 2}))
+
+
+def test_a_scale_status_write_refused_for_a_conflict_is_written_on_the_fresh_model(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A model with no status yet refuses the uid-tested write (its parent is missing): the count is
+    then written on the model as read, and a write refused there because reconcile wrote the model at
+    the same moment must still land (a single-replica Deployment turning available sends no event
+    after that one)."""
+    import logging
+
+    from kubernetes.client.exceptions import ApiException
+
+    from loadline.handlers import _kube
+    from loadline.handlers._scale import sync_scale_status
+    from loadline.handlers._state import OperatorState
+
+    workload, known = _scale_fixture()
     versions = iter(["6", "7"])  # each read finds the model written again since
     writes: list[tuple[str, dict[str, Any]]] = []
+
+    def set_members(*args: Any) -> Any:
+        raise ApiException(status=422, reason="Unprocessable Entity")
 
     def get(api_version: str, kind: str, namespace: str, name: str) -> dict[str, Any]:
         return {**known, "metadata": {**known["metadata"], "resourceVersion": next(versions)}}
@@ -289,8 +336,9 @@ def test_a_scale_status_write_refused_for_a_conflict_is_written_on_the_fresh_mod
             raise ApiException(status=409, reason="Conflict")
         return obj
 
+    monkeypatch.setattr(_kube, "set_status_members", set_members)
     monkeypatch.setattr(_kube, "get", get)
     monkeypatch.setattr(_kube, "patch_status", patch_status)
-    sync_scale_status(workload, known, logging.getLogger("test"))
+    sync_scale_status(OperatorState(), workload, known, logging.getLogger("test"))
     assert [version for version, _ in writes] == ["6", "7"]
     assert writes[-1][1]["replicas"] == 1

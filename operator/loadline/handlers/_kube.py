@@ -296,6 +296,27 @@ def patch_status(obj: Mapping[str, Any], changes: Mapping[str, Any]) -> dict[str
     return _plain(result)
 
 
+def set_status_members(
+    api_version: str, kind: str, namespace: str | None, name: str, uid: str, members: Mapping[str, Any]
+) -> dict[str, Any]:
+    """Set top-level members of an object's status on condition that it is still the object ``uid``
+    names (one JSON patch testing ``/metadata/uid``; 422 when it is not, or has no status yet). For a
+    value decided on the event that carries it rather than on what the object held: no read first and
+    no resourceVersion guard, so a write of another member meanwhile neither refuses it nor is undone."""
+    ops = [
+        {"op": "test", "path": "/metadata/uid", "value": uid},
+        *({"op": "add", "path": f"/status/{key}", "value": value} for key, value in members.items()),
+    ]
+    result = _resource(api_version, kind).status.patch(
+        body=ops,
+        name=name,
+        namespace=namespace,
+        content_type="application/json-patch+json",
+        serialize=False,
+    )
+    return _plain(result)
+
+
 class Changed(Exception):
     """The object no longer holds what a write was decided on (:func:`patch_status_tested`): read it
     again and decide again."""

@@ -152,9 +152,14 @@ def on_workload_event(
             return parent
         try:
             sets, tested = _build.build_readiness_patch(previous, changes)
-            scale = _build.scale_changes(owners[0]["name"], body, desired, previous)
+            namespace, name, uid = str(meta.get("namespace")), owners[0]["name"], str(owners[0].get("uid"))
+            # The count as this process last wrote it, which the index may not show yet.
+            counted = previous.model_copy(update=state.scale_counts.written(namespace, name, uid))
+            scale = _build.scale_changes(name, body, desired, counted)
             sets.update({f"/status/{key}": value for key, value in scale.items()})
             written = _kube.patch_status_tested(parent, sets, tested, {**changes, **scale})
+            if scale:
+                state.scale_counts.note(namespace, name, uid, scale)
             break
         except _kube.Changed:
             # What readiness is decided on changed between our read and write (reconcile wrote a

@@ -359,7 +359,7 @@ def workload_event(
     try:
         latest = _readiness.on_workload_event(state, body, logger, known)
     finally:  # an event is not retried: the scale's count is written even when readiness gave up
-        _scale.sync_scale_status(body, latest, logger)  # the scale subresource's status.replicas/selector
+        _scale.sync_scale_status(state, body, latest, logger)  # status.replicas/selector
 
 
 @kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})

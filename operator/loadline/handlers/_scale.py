@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import kopf
 from kubernetes.client.exceptions import ApiException
@@ -29,35 +29,58 @@ from loadline.status import read_status
 from loadline.status.build import planned_gpu_gib, scale_changes
 from loadline.units import GIB
 
+if TYPE_CHECKING:
+    from loadline.handlers._state import OperatorState
+
 __all__ = ["autoscaling_children", "model_gauges", "sync_scale_status", "validate_scale"]
 
 
 def sync_scale_status(
-    workload: Mapping[str, Any], known: Mapping[str, Any] | None, logger: logging.Logger | kopf.Logger
+    state: OperatorState,
+    workload: Mapping[str, Any],
+    known: Mapping[str, Any] | None,
+    logger: logging.Logger | kopf.Logger,
 ) -> None:
     """Write the owner's ``status.replicas``/``status.selector`` when the workload's count moved.
 
     ``known``: the owner as the operator last saw it (the readiness mirror's write of the same event,
-    which carries the count along, or the index's copy); its status decides whether a write is needed, so an
-    unchanged count costs no request. A write refused for a conflict (its reconcile, readiness or a
-    crash's decision wrote the model meanwhile) is decided again on the owner as the API server then
-    holds it, as every read-decide-write of the handlers is: a single-replica Deployment that turns
-    available sends no later event, so a dropped count stayed unwritten. A vanished owner is left."""
+    which carries the count along, or the index's copy), with what this process wrote of the count
+    lately over it (:class:`~loadline.handlers._state.ScaleCounts`: the index shows a write later than
+    the workload's next event comes). An unchanged count costs no request.
+
+    The count is the workload's, decided on its event, and a Deployment's events come one at a time: it
+    is written as it is, on condition only that the owner is still the model of that uid (no read
+    first: :func:`_kube.set_status_members`). A model with no status yet, or a model of that name that
+    is not the owner, refuses that write, and the count is then decided again on the model as the API
+    server holds it, as every read-decide-write of the handlers is. A vanished owner is left."""
     meta = workload.get("metadata") or {}
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None or known is None:
         return
-    if _scale_changes(workload, owner, known) is None:
-        return  # the index's copy already holds it: no request
+    namespace, name, uid = str(meta.get("namespace")), str(owner["name"]), str(owner.get("uid"))
+    written = state.scale_counts.written(namespace, name, uid)
+    changes = _scale_changes(workload, owner, known, written)
+    if changes is None:
+        return  # what the operator last saw already holds it: no request
+    try:
+        _kube.set_status_members(API_VERSION, KIND, namespace, name, uid, changes)
+        state.scale_counts.note(namespace, name, uid, changes)
+        return
+    except ApiException as exc:
+        if exc.status == 404:
+            return
+        if exc.status != 422:
+            raise
     for _ in range(_kube.CONFLICT_RETRIES):
         try:
-            parent = _kube.get(API_VERSION, KIND, meta.get("namespace"), owner["name"])
-            if parent is None or parent["metadata"].get("uid") != owner.get("uid"):
+            parent = _kube.get(API_VERSION, KIND, namespace, name)
+            if parent is None or parent["metadata"].get("uid") != uid:
                 return
-            changes = _scale_changes(workload, owner, parent)
+            changes = _scale_changes(workload, owner, parent, {})
             if changes is None:
                 return
             _kube.patch_status(parent, changes)
+            state.scale_counts.note(namespace, name, uid, changes)
             return
         except ApiException as exc:
             if exc.status == 404:
@@ -65,15 +88,22 @@ def sync_scale_status(
             if exc.status != 409:
                 raise
     logger.warning("status.replicas of %s/%s not written (%d conflicts); the workload's next event writes it",
-                   meta.get("namespace"), owner["name"], _kube.CONFLICT_RETRIES)  # fmt: skip
+                   namespace, name, _kube.CONFLICT_RETRIES)  # fmt: skip
 
 
 def _scale_changes(
-    workload: Mapping[str, Any], owner: Mapping[str, Any], model: Mapping[str, Any]
+    workload: Mapping[str, Any],
+    owner: Mapping[str, Any],
+    model: Mapping[str, Any],
+    written: Mapping[str, Any],
 ) -> dict[str, Any] | None:
-    """The scale status ``model`` needs for ``workload``'s count; None when it already holds it."""
+    """The scale status ``model`` needs for ``workload``'s count, with what this process ``written``
+    of it lately taken as held; None when it already holds it."""
     desired = int((model.get("spec") or {}).get("replicas", 1))
-    return scale_changes(str(owner["name"]), workload, desired, read_status(model)) or None
+    status = read_status(model)
+    if written:
+        status = status.model_copy(update=written)
+    return scale_changes(str(owner["name"]), workload, desired, status) or None
 
 
 OOM_CLASSES = tuple(c.value for c in OomClass)

@@ -318,6 +318,34 @@ class RestartClaims:
             return frozenset(self.live(time.time()))
 
 
+#: How long a scale count this process wrote stands in for its index's copy of the model (seconds):
+#: the index shows the write within a second or two; after this the index decides again, so a count
+#: written meanwhile by another hand (another replica after a hand-over) is not overridden for longer.
+SCALE_WRITTEN_SECONDS = 30.0
+
+
+class ScaleCounts:
+    """The scale subresource's ``status.replicas``/``status.selector`` this process last wrote, by
+    model (namespace, name, uid), for :data:`SCALE_WRITTEN_SECONDS`. A workload's next event usually
+    comes before the index shows the write: decided on the index's copy alone, it was written again
+    (or read first, to find it already written), two thirds of the scale's requests at creation."""
+
+    def __init__(self, max_entries: int = SEEN_WORKLOADS_MAX, ttl: float = SCALE_WRITTEN_SECONDS) -> None:
+        self._lock = threading.Lock()
+        self._written: TTLCache[tuple[str, str, str], dict[str, Any]] = TTLCache(max_entries, ttl)
+
+    def written(self, namespace: str, name: str, uid: str) -> dict[str, Any]:
+        """What this process wrote of the model's scale status lately (empty: nothing, or long ago)."""
+        with self._lock:
+            return dict(self._written.get((namespace, name, uid)) or {})
+
+    def note(self, namespace: str, name: str, uid: str, changes: Mapping[str, Any]) -> None:
+        """``changes`` (``replicas``, ``selector``) were written to the model's status."""
+        with self._lock:
+            key = (namespace, name, uid)
+            self._written[key] = {**(self._written.get(key) or {}), **changes}
+
+
 class LeaseClient:
     """The Lease client of the restart slots' table, made on first use (the state is built before the
     client configuration is loaded, and a process that never shares slots never needs one)."""
@@ -380,6 +408,8 @@ class OperatorState:
     observations: Observations = field(default_factory=Observations)
     #: The crash roll-outs running and waiting their turn (docs/oom.md, "A storm of crashes").
     pacer: Pacer = field(default_factory=lambda: Pacer(PacingLimits()))
+    #: The scale subresource's counts this process wrote lately (its index shows them later).
+    scale_counts: ScaleCounts = field(default_factory=ScaleCounts)
 
     def forget_model(self, namespace: str, name: str) -> None:
         """A deleted model's reservations, fingerprints, guard and lock go with it."""
