@@ -290,6 +290,21 @@ def test_a_childs_event_is_judged_on_the_index_and_read_again_only_when_what_it_
     assert parent.calls == []
 
 
+def test_a_new_models_first_status_carries_its_scale_subresource(
+    state: OperatorState, fake: FakeKube
+) -> None:
+    """What ``kubectl scale``, an HPA and KEDA read (the pods' selector, and their count: none yet) is
+    in the model's first status, from the workload the apply answered; and it is noted, so the
+    workload's first event (which the index's copy of the model, without that status yet, would judge)
+    writes nothing. A resync of a model that already holds it writes nothing either."""
+    first = run(state, body())
+    assert first["selector"] == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
+    assert first["replicas"] == 0
+    namespace = body()["metadata"]["namespace"]
+    assert state.scale_counts.written(namespace, "chat", body()["metadata"]["uid"])["replicas"] == 0
+    assert "selector" not in run(state, body(first)) and "replicas" not in run(state, body(first))
+
+
 def test_a_child_turning_available_writes_readiness_and_its_scale_count_in_one_request(
     state: OperatorState, fake: FakeKube, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -532,10 +547,10 @@ def test_a_leaderworkerset_models_group_count_reaches_its_scale_subresource_at_e
     memo: dict[str, Any] = {}
     first = looks.look(model, memo, 0)
     assert looks.calls == [("get", "LeaderWorkerSet")]
-    assert (
-        first["replicas"] == 2
-        and first["selector"] == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
-    )
+    assert first["replicas"] == 2
+    # The selector came with the model's first status (reconcile's), the count with the look.
+    selector = {**model["status"], **first}["selector"]
+    assert selector == "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
     assert first.get("phase") != "Ready"
     model["status"].update(first)
     lws["status"].update(readyReplicas=2, availableReplicas=2)

@@ -73,7 +73,7 @@ def reconcile(
         body, manifests = cast(kopf.Body, gated[0]), gated[1]
         changed = _apply_or_fail(state, body, patch, logger, plan, manifests, settings)
         state.capacity.note_planned(f"{meta['namespace']}/{meta['name']}", plan, inputs.obj.spec.replicas)
-        _write_deployed(body, patch, logger, inputs, plan, changed, manifests, policies)
+        _write_deployed(state, body, patch, logger, inputs, plan, changed, manifests, policies)
 
 
 def _refuse_unsafe(body: Mapping[str, Any], settings: OperatorSettings, policies: list[FleetPolicy]) -> None:
@@ -202,6 +202,7 @@ def _apply_or_fail(
 
 
 def _write_deployed(
+    state: OperatorState,
     body: kopf.Body,
     patch: kopf.Patch,
     logger: logging.Logger | kopf.Logger,
@@ -232,10 +233,17 @@ def _write_deployed(
     compliance = _policies.compliance_status(
         body, with_changes(previous, status), inputs.obj.spec, policies, inputs.plan
     )
-    status = {**status, **compliance}
+    # The scale subresource's count and selector, from the workload as the apply's answer holds it: a
+    # new model's are written with its first status, not by its workload's first event (which comes
+    # before that status exists, and cost a refused write, a read and a write again).
+    answer = applied.workload
+    scale = _build.scale_changes(meta["name"], answer, desired, previous) if answer is not None else {}
+    status = {**status, **compliance, **scale}
     changes = _build.status_changes(previous, status)
     if changes:
         patch.status.update(changes)
+    if scale:
+        state.scale_counts.note(meta["namespace"], meta["name"], str(meta.get("uid")), scale)
     report_compliance(body, previous, with_changes(previous, changes))
     said = "applied " + ", ".join(applied.changed) if applied.changed else ""
     if applied.changed:
