@@ -265,7 +265,11 @@ def _scale_fixture() -> tuple[dict[str, Any], dict[str, Any]]:
         "spec": {"replicas": 1},
         "status": {"replicas": 1, "observedGeneration": 1, "updatedReplicas": 1},
     }
-    known = {"metadata": {"name": "chat", "uid": "u1", "resourceVersion": "5"}, "spec": {"replicas": 1}}
+    known = {
+        "metadata": {"name": "chat", "uid": "u1", "resourceVersion": "5"},
+        "spec": {"replicas": 1},
+        "status": {"phase": "Deploying"},
+    }
     return workload, known
 
 
@@ -291,6 +295,9 @@ def test_a_scale_count_is_written_without_a_read_and_not_again_while_the_index_l
     monkeypatch.setattr(_kube, "set_status_members", set_members)
     monkeypatch.setattr(_kube, "get", lambda *a: calls.append(("get", a)))
     state = OperatorState()
+    before_first_status = {key: value for key, value in known.items() if key != "status"}
+    sync_scale_status(state, workload, before_first_status, logging.getLogger("test"))
+    assert calls == []  # reconcile's first status write carries the count
     sync_scale_status(state, workload, known, logging.getLogger("test"))
     selector = "app.kubernetes.io/instance=chat,app.kubernetes.io/name=vllm"
     assert calls == [("set", ("team-a", "chat", "u1", {"replicas": 1, "selector": selector}))]
@@ -308,10 +315,10 @@ def test_a_scale_count_is_written_without_a_read_and_not_again_while_the_index_l
 def test_a_scale_status_write_refused_for_a_conflict_is_written_on_the_fresh_model(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A model with no status yet refuses the uid-tested write (its parent is missing): the count is
-    then written on the model as read, and a write refused there because reconcile wrote the model at
-    the same moment must still land (a single-replica Deployment turning available sends no event
-    after that one)."""
+    """A uid-tested write refused (a model of that name that is not the owner, or a status emptied
+    since the index saw it) has the count decided again on the model as read, and a write refused
+    there because reconcile wrote the model at the same moment must still land (a single-replica
+    Deployment turning available sends no event after that one)."""
     import logging
 
     from kubernetes.client.exceptions import ApiException

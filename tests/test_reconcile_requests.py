@@ -513,6 +513,24 @@ def test_a_stuck_model_seen_through_its_deployments_events_costs_one_list_and_no
     assert writes[1:] == [{}, {}]
 
 
+def test_a_deployments_count_that_moved_before_the_models_first_status_is_written_by_the_look(
+    state: OperatorState, fake: FakeKube, looks: ReadinessKube
+) -> None:
+    """The workload's event that moved its count can come before the model has a status to write it
+    in (the scale sync leaves it to reconcile's first status, which holds the count the apply
+    answered): the readiness look writes it, once, so a model stuck Deploying shows its pending pod."""
+    model = deploying(state)
+    assert model["status"]["replicas"] == 0
+    pending = deployment(0)
+    pending["status"]["replicas"] = 1  # its pod exists, waiting for a GPU
+    state.workloads.note(pending)
+    memo: dict[str, Any] = {}
+    first = looks.look(model, memo, 0)
+    assert first["replicas"] == 1 and looks.calls == []
+    model["status"].update(first)
+    assert "replicas" not in looks.look(model, memo, 5)
+
+
 def test_the_workload_changing_is_listed_again_and_ready_comes_from_its_events(
     state: OperatorState, fake: FakeKube, looks: ReadinessKube
 ) -> None:

@@ -307,14 +307,17 @@ def read_readiness(
     changes = _build.build_readiness_status(
         status, ready=ready, message=message, now=_build.now_iso(), stuck=bool(unschedulable)
     )
-    if multi_node and workload is not None:
-        # A LeaderWorkerSet is not watched: its group count reaches the scale subresource at each look
-        # (a Deployment's comes from its watch events, loadline.handlers._scale).
+    if workload is not None:
+        # A LeaderWorkerSet is not watched: its group count reaches the scale subresource at each look.
+        # A Deployment's comes from its watch events (loadline.handlers._scale), and from here when it
+        # moved before the model had a status to write it in.
         desired = int((body.get("spec") or {}).get("replicas", 1))
-        scale = _build.build_scale_status(meta["name"], workload, desired, status.replicas)
-        moved = _build.status_changes(status, scale)
+        uid = str(meta.get("uid"))
+        counted = status.model_copy(update=state.scale_counts.written(meta["namespace"], meta["name"], uid))
+        moved = _build.scale_changes(meta["name"], workload, desired, counted)
         if moved:
             patch.status.update(moved)
+            state.scale_counts.note(meta["namespace"], meta["name"], uid, moved)
     if changes:
         patch.status.update(changes)
         if changes.get("phase") == "Ready":

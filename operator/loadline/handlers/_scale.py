@@ -46,7 +46,8 @@ def sync_scale_status(
     ``known``: the owner as the operator last saw it (the readiness mirror's write of the same event,
     which carries the count along, or the index's copy), with what this process wrote of the count
     lately over it (:class:`~loadline.handlers._state.ScaleCounts`: the index shows a write later than
-    the workload's next event comes). An unchanged count costs no request.
+    the workload's next event comes). An unchanged count costs no request, and so does a model with no
+    status yet: reconcile's first status write carries the count.
 
     The count is the workload's, decided on its event, and a Deployment's events come one at a time: it
     is written as it is, on condition only that the owner is still the model of that uid (no read
@@ -56,6 +57,10 @@ def sync_scale_status(
     meta = workload.get("metadata") or {}
     owner = next((o for o in meta.get("ownerReferences") or [] if o.get("kind") == KIND), None)
     if owner is None or known is None:
+        return
+    if "phase" not in read_status(known).model_fields_set:
+        # Reconcile has not written the model's first status yet, which carries the count as the apply
+        # answered it; one that moved since is written by the readiness look or the next event.
         return
     namespace, name, uid = str(meta.get("namespace")), str(owner["name"]), str(owner.get("uid"))
     written = state.scale_counts.written(namespace, name, uid)
