@@ -105,3 +105,23 @@ def test_the_log_leaves_out_only_kopfs_routine_success_lines() -> None:
     assert _log_of_one_handler_run("watching", filtered=True) == [said]
     assert _log_of_one_handler_run("timer", filtered=True) == [said]
     assert _log_of_one_handler_run("changing", filtered=True) == [said, "Handler 'h' succeeded."]
+
+
+def test_the_client_module_of_pod_logs_loads_at_start_up_not_at_a_bursts_first_log_read() -> None:
+    """Loading the client's CoreV1Api takes about a second under the import lock; at a burst's first
+    log read every other handler thread waited on it. The handlers' modules alone (what the admission
+    process imports) do not load it; the operator's start-up does."""
+    import subprocess
+    import sys
+
+    script = (
+        "import sys, kopf\n"
+        "from loadline.handlers import _registry\n"
+        "name = 'kubernetes.client.api.core_v1_api'\n"
+        "print(name in sys.modules)\n"
+        "_registry.telemetry.serve = lambda port: None\n"
+        "_registry.configure(settings=kopf.OperatorSettings(), memo=kopf.Memo())\n"
+        "print(name in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "True"]

@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 import kopf
-from kubernetes.client import CoreV1Api  # here: ~1 s to load, under the import lock, at a first look
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import HTTPError
 
@@ -160,7 +160,7 @@ def _plan_settings(plan: Mapping[str, Any]) -> dict[str, Any]:
 
 def _read_log(namespace: str, pod: str, container: str) -> str | None:
     try:
-        text = CoreV1Api().read_namespaced_pod_log(
+        text = client.CoreV1Api().read_namespaced_pod_log(
             pod, namespace, container=container, limit_bytes=LOG_HEAD_BYTES, _request_timeout=5
         )
     except (ApiException, ValueError):

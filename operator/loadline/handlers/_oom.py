@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import kopf
-from kubernetes.client import CoreV1Api  # here: ~1 s to load, under the import lock, at a first look
+from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
 from loadline import telemetry
@@ -94,7 +94,7 @@ def _read_previous_log(
     """The crashed container's previous log, its last ``tail_lines`` or first ``limit_bytes``; None
     when it cannot be read (best effort: the crash is handled without it)."""
     try:
-        text = CoreV1Api().read_namespaced_pod_log(
+        text = client.CoreV1Api().read_namespaced_pod_log(
             pod, namespace, container=container, previous=True, tail_lines=tail_lines,
             limit_bytes=limit_bytes, _request_timeout=5,
         )  # fmt: skip

@@ -82,6 +82,7 @@ def configure(settings: kopf.OperatorSettings, memo: kopf.Memo, **_: Any) -> Non
         lanes=Lanes.sized(SETTINGS.max_workers),
         pacer=Pacer(PacingLimits(SETTINGS.rollouts_at_once, SETTINGS.rollouts_per_pool)),
     )
+    _kube.load_client_modules()
     # Before any watch starts: kopf's index gate woke every waiting object at each new object.
     if not _toggles.install():
         logging.getLogger(__name__).info("kopf's ToggleSet is not the one expected; kept as it is")
