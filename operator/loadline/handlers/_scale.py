@@ -67,30 +67,26 @@ def sync_scale_status(
     changes = _scale_changes(workload, owner, known, written)
     if changes is None:
         return  # what the operator last saw already holds it: no request
-    try:
-        _kube.set_status_members(API_VERSION, KIND, namespace, name, uid, changes)
-        state.scale_counts.note(namespace, name, uid, changes)
-        return
-    except ApiException as exc:
-        if exc.status == 404:
-            return
-        if exc.status != 422:
-            raise
-    for _ in range(_kube.CONFLICT_RETRIES):
+    for attempt in range(1 + _kube.CONFLICT_RETRIES):
         try:
-            parent = _kube.get(API_VERSION, KIND, namespace, name)
-            if parent is None or parent["metadata"].get("uid") != uid:
-                return
-            changes = _scale_changes(workload, owner, parent, {})
-            if changes is None:
-                return
-            _kube.patch_status(parent, changes)
+            if attempt == 0:
+                _kube.set_status_members(API_VERSION, KIND, namespace, name, uid, changes)
+            else:
+                parent = _kube.get(API_VERSION, KIND, namespace, name)
+                if parent is None or parent["metadata"].get("uid") != uid:
+                    return
+                fresh = _scale_changes(workload, owner, parent, {})
+                if fresh is None:
+                    return
+                changes = fresh
+                _kube.patch_status(parent, changes)
             state.scale_counts.note(namespace, name, uid, changes)
             return
         except ApiException as exc:
             if exc.status == 404:
                 return
-            if exc.status != 409:
+            # The uid-tested write's refusal is 422; a write guarded by the version read, 409.
+            if exc.status != (422 if attempt == 0 else 409):
                 raise
     logger.warning("status.replicas of %s/%s not written (%d conflicts); the workload's next event writes it",
                    namespace, name, _kube.CONFLICT_RETRIES)  # fmt: skip
