@@ -243,7 +243,7 @@ def test_one_snapshot_of_the_indexes_serves_the_plans_of_half_a_second(
     indexes shows in the first plan after that."""
     import time
 
-    from loadline.handlers import _index
+    from loadline.state import _index
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
@@ -265,7 +265,7 @@ def test_a_crashs_remediation_plans_on_the_last_snapshot_for_longer(
     is) serves them for REMEDIATION_VIEW_SECONDS, while reconcile still asks for one of half a second."""
     import time
 
-    from loadline.handlers import _index
+    from loadline.state import _index
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
@@ -291,7 +291,7 @@ def test_a_remediations_snapshot_and_its_capacity_outlive_reconciles_newer_ones(
     old, rather than switching to each newer one."""
     import time
 
-    from loadline.handlers import _index
+    from loadline.state import _index
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
@@ -322,7 +322,7 @@ def test_a_snapshot_a_moment_old_never_shows_a_planned_models_gpus_free(
     model's pods, still in the snapshot, keep holding their GPUs until a snapshot without them."""
     import time
 
-    from loadline.handlers import _index
+    from loadline.state import _index
 
     clock = [100.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
@@ -515,7 +515,7 @@ def test_pods_on_the_old_gpu_type_fill_nothing_of_a_model_replanned_onto_another
 
 def test_the_pod_index_keeps_whether_a_pod_is_terminating() -> None:
     """The capacity view reads the index's trimmed pods: the deletion mark must survive the trim."""
-    from loadline.handlers import _index
+    from loadline.state import _index
 
     body = model_pod("l4-a", "a", terminating=True)
     body["spec"]["containers"] = [{"resources": {"limits": {"nvidia.com/gpu": "1"}}}]

@@ -12,10 +12,10 @@ import yaml
 from loadline.api import parse_inference_model
 from loadline.cli import main
 from loadline.errors import NoFeasiblePlanError
-from loadline.handlers import _index
 from loadline.sizing import Plan, cluster_shapes, find_gpu, plan_inference_model, shapes_for
 from loadline.sizing._capacity import _catalog_name
 from loadline.sizing._shapes import ClusterShapes
+from loadline.state import _index
 from tests.conftest import inference_model
 
 REPO = Path(__file__).resolve().parents[1]

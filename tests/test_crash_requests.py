@@ -10,9 +10,10 @@ from typing import Any
 import kopf
 import pytest
 
-from loadline.handlers import _events, _index, _kube, _oom, _readiness, _rollout, _state
+from loadline.handlers import _events, _kube, _oom, _readiness, _rollout
 from loadline.handlers._state import OperatorState
 from loadline.settings import OperatorSettings
+from loadline.state import ROLL_OUT_GUARD_SECONDS, _index
 from loadline.status import build as _build
 from tests.test_oom_operator_side import pod
 from tests.test_reconcile_requests import FakeParent, available_deployment
@@ -194,7 +195,7 @@ def test_the_guard_ends_with_its_decisions_version_or_its_time(
     clock = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: clock[0])
     state.roll_outs.expect("team-a", "chat", "c1")
-    clock[0] += _state.ROLL_OUT_GUARD_SECONDS - 1
+    clock[0] += ROLL_OUT_GUARD_SECONDS - 1
     assert state.roll_outs.predates(parent.model)
     clock[0] += 2
     assert not state.roll_outs.predates(parent.model)  # its version never came

@@ -9,7 +9,8 @@ from typing import Any
 
 from kopf._core.engines.indexing import OperatorIndexer
 
-from loadline.handlers import _index, _registry
+from loadline.handlers import _registry
+from loadline.state import _index
 
 KEY = ("team-a", "chat-abc", "uid-1")
 

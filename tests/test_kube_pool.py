@@ -11,6 +11,7 @@ import yaml
 from kubernetes import client
 
 from loadline.handlers import _kube
+from loadline.state import RecentReads
 
 KUBECONFIG = {
     "apiVersion": "v1",
@@ -63,7 +64,7 @@ def test_recent_reads_share_one_read_in_flight_and_read_again_when_old() -> None
         time.sleep(0.2)  # the LIST in flight while the others ask
         return ["pod-a"]
 
-    recent: _kube.RecentReads[str, list[str]] = _kube.RecentReads(max_age=5.0, clock=lambda: now[0])
+    recent: RecentReads[str, list[str]] = RecentReads(max_age=5.0, clock=lambda: now[0])
     answers: list[list[str]] = []
     first = threading.Thread(target=lambda: answers.append(recent.get("team-a", slow_read)))
     first.start()

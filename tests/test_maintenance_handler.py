@@ -12,7 +12,7 @@ import kopf
 import pytest
 
 from loadline.api import Maintenance, OOMRisk, Overrides, RemediationState, parse_fleet_policy
-from loadline.handlers import _inputs, _kube, _maintenance, _reconcile, _state
+from loadline.handlers import _inputs, _kube, _maintenance, _reconcile
 from loadline.handlers._state import OperatorState
 from loadline.hub import ConfigCache
 from loadline.maintenance import (
@@ -24,6 +24,7 @@ from loadline.maintenance import (
 )
 from loadline.risk import estimate_from_status
 from loadline.settings import OperatorSettings
+from loadline.state import CLAIM_SECONDS
 from loadline.status import build as _build
 from loadline.traffic import model_load_query
 from tests.conftest import inference_model, stored_plan
@@ -363,8 +364,8 @@ def test_a_claim_of_a_model_deleted_mid_restart_expires(
     """A slot taken by this process stands in for the index only until the index catches up: a model
     deleted before its restart finished must not hold the policy's slot for the rest of the process."""
     state.claims.claim("team-a/gone", 1000.0)
-    assert state.claims.live(1000.0 + _state.CLAIM_SECONDS - 1) == ["team-a/gone"]
-    assert state.claims.live(1000.0 + _state.CLAIM_SECONDS + 1) == []
+    assert state.claims.live(1000.0 + CLAIM_SECONDS - 1) == ["team-a/gone"]
+    assert state.claims.live(1000.0 + CLAIM_SECONDS + 1) == []
 
 
 def test_releasing_held_overrides_moves_the_remediation_revision(

@@ -13,11 +13,11 @@ import pytest
 
 from loadline.api import parse_inference_model
 from loadline.handlers import _kube, _observe
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._state import ReadyPods
 from loadline.observe import CorrectionStore, plan_fingerprint
 from loadline.settings import OperatorSettings
 from loadline.sizing import plan_inference_model
+from loadline.state import INSTANCE_LABEL
 from tests.conftest import stored_plan, typed_status
 
 LOG = (Path(__file__).parent / "corpus" / "startup" / "vllm_0.19.0_llama70b_fp8_tp2_h100.log").read_text()

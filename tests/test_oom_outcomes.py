@@ -12,7 +12,7 @@ import pytest
 
 from loadline import telemetry
 from loadline.api import RemediationState, RemediationTrial
-from loadline.handlers import _events, _index, _kube, _oom, _outcomes
+from loadline.handlers import _events, _kube, _oom, _outcomes
 from loadline.handlers._state import OperatorState
 from loadline.oom import (
     Change,
@@ -30,6 +30,7 @@ from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confide
 from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
 from loadline.oom._remediate import next_rung
 from loadline.settings import OperatorSettings
+from loadline.state import _index
 from tests.conftest import typed_status
 from tests.test_crash_requests import crashed_pod
 from tests.test_reconcile_requests import FakeParent

@@ -10,6 +10,7 @@ from typing import Any
 
 from loadline.handlers._fleet import CountRefresher
 from loadline.settings import OperatorSettings
+from loadline.state import RecentReads
 
 
 class Recorder:
@@ -69,7 +70,7 @@ def test_a_failing_count_does_not_stop_counting() -> None:
 
 
 def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypatch: Any) -> None:
-    from loadline.handlers import _fleet, _kube
+    from loadline.handlers import _fleet
 
     def model(name: str, state: str) -> dict[str, Any]:
         return {"metadata": {"namespace": "ns", "name": name, "labels": {"team": "a"}},
@@ -82,7 +83,7 @@ def test_restart_slots_of_a_sharded_replica_count_every_shards_restarts(monkeypa
         return [model("a", "Running"), model("b", "Scheduled"), model("c", "Running")]
 
     monkeypatch.setattr(_fleet, "list_models", list_models)
-    reads: _kube.RecentReads[str, dict[str, dict[str, Any]]] = _kube.RecentReads(max_age=5.0)
+    reads: RecentReads[str, dict[str, dict[str, Any]]] = RecentReads(max_age=5.0)
     found = _fleet.restarting_everywhere(OperatorSettings(), reads)
     assert sorted(found) == ["ns/a", "ns/c"] and found["ns/a"]["labels"] == {"team": "a"}
     _fleet.restarting_everywhere(OperatorSettings(), reads)

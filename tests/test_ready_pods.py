@@ -16,8 +16,9 @@ import kopf
 import pytest
 from kubernetes.client.exceptions import ApiException
 
-from loadline.handlers import _events, _index, _kube, _readiness
+from loadline.handlers import _events, _kube, _readiness
 from loadline.handlers._state import OperatorState, ReadyPods
+from loadline.state import _index
 from loadline.status import build as _build
 from tests.test_reconcile_requests import FakeParent
 

@@ -14,10 +14,10 @@ import kopf
 import pytest
 import yaml
 
-from loadline.handlers import _events, _index, _kube, _plan, _readiness, _reconcile, _rollout
-from loadline.handlers._index import INSTANCE_LABEL
+from loadline.handlers import _events, _kube, _plan, _readiness, _reconcile, _rollout
 from loadline.handlers._state import OperatorState
 from loadline.settings import OperatorSettings
+from loadline.state import INSTANCE_LABEL, AppliedVersions, RecentReads, _index, applied_now
 from loadline.status import build as _build
 from loadline.status import patch as tested_patch
 from tests.conftest import typed_status
@@ -383,7 +383,7 @@ def applied(time: str) -> dict[str, Any]:
 def test_an_apply_changed_the_object_when_its_managers_time_is_the_answers(
     stamp: str, date: str, changed: bool
 ) -> None:
-    assert _kube.applied_now(applied(stamp), "loadline", date) is changed
+    assert applied_now(applied(stamp), "loadline", date) is changed
 
 
 def test_a_version_written_by_another_since_our_apply_is_no_change_of_ours(
@@ -401,7 +401,7 @@ def test_a_version_written_by_another_since_our_apply_is_no_change_of_ours(
     resource = type("Resource", (), {"server_side_apply": lambda self, **_: answers.pop(0)})()
     monkeypatch.setattr(_kube, "_resource", lambda api_version, kind: resource)
     pdb = {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "chat-pdb-test"}}
-    versions = _kube.AppliedVersions()
+    versions = AppliedVersions()
     answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:08:15 GMT"))  # created
     assert _kube.apply(pdb, "loadline", versions)[1] is True
     answers.append(Answer("1", "2026-11-23T21:08:15Z", "Mon, 23 Nov 2026 21:09:00 GMT"))  # a resync
@@ -413,8 +413,8 @@ def test_a_version_written_by_another_since_our_apply_is_no_change_of_ours(
 
 
 def test_an_unreadable_answer_counts_as_changed() -> None:
-    assert _kube.applied_now(applied("2026-11-23T21:08:11Z"), "loadline", None)
-    assert _kube.applied_now({"metadata": {}}, "loadline", "Mon, 23 Nov 2026 21:08:15 GMT")
+    assert applied_now(applied("2026-11-23T21:08:11Z"), "loadline", None)
+    assert applied_now({"metadata": {}}, "loadline", "Mon, 23 Nov 2026 21:08:15 GMT")
 
 
 # --- the readiness timer's looks while Deploying ---
@@ -440,9 +440,7 @@ class ReadinessKube:
         self.workload = workload
         self.pods = [pending_pod("chat")]
         # The operator's memory, its unbound pods' reads on this fake's clock.
-        self.state = dataclasses.replace(
-            state, unbound_pods=_kube.RecentReads(max_age=5.0, clock=lambda: self.now)
-        )
+        self.state = dataclasses.replace(state, unbound_pods=RecentReads(max_age=5.0, clock=lambda: self.now))
         self.calls: list[tuple[str, str]] = []
         self.selectors: list[dict[str, str]] = []
         self.now = 0.0

@@ -12,8 +12,9 @@ import kopf
 import pytest
 from kopf._cogs.structs.references import Resource
 
-from loadline.handlers import _index, _registry
+from loadline.handlers import _registry
 from loadline.render import LABEL_MANAGED_BY, LABEL_MODEL, MANAGED_BY
+from loadline.state import _index
 
 NODES = Resource("", "v1", "nodes", namespaced=False)
 PODS = Resource("", "v1", "pods", namespaced=True)

@@ -1,5 +1,5 @@
 """Applying a model's children, skipping those this process applied exactly so for this generation
-(:class:`loadline.handlers._state.AppliedChildren`), and removing those of a layout no longer planned."""
+(:class:`loadline.state.AppliedChildren`), and removing those of a layout no longer planned."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 from kubernetes.client.exceptions import ApiException
 
 from loadline.handlers import _kube
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.render import child_kinds
+from loadline.state import INSTANCE_LABEL
 from loadline.status import build as _build
 
 if TYPE_CHECKING:

@@ -28,6 +28,7 @@ from loadline.sharding import ShardAssignment
 
 if TYPE_CHECKING:  # _state holds this module's CountRefresher
     from loadline.handlers._state import OperatorState
+from loadline.state import RecentReads
 from loadline.status import build as _build
 from loadline.status import read_status, stored, with_changes
 
@@ -121,7 +122,7 @@ def refresh_counts(bodies: Mapping[str, Mapping[str, Any]], settings: OperatorSe
 
 
 def restarting_everywhere(
-    settings: OperatorSettings, reads: _kube.RecentReads[str, dict[str, dict[str, Any]]]
+    settings: OperatorSettings, reads: RecentReads[str, dict[str, dict[str, Any]]]
 ) -> dict[str, dict[str, Any]]:
     """The models whose restart runs, of every shard (sharded replicas see only their own models in
     their indexes, and FleetPolicy ``maxConcurrent`` slots are counted over the whole cluster): one

@@ -9,20 +9,17 @@ from __future__ import annotations
 import importlib
 import json
 import threading
-import time
-from collections.abc import Callable, Hashable, Mapping
-from datetime import datetime, timedelta
-from email.utils import parsedate_to_datetime
-from typing import Any, Generic, TypeVar
+from collections.abc import Mapping
+from typing import Any
 
 import urllib3
-from cachetools import LRUCache
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 from kubernetes.dynamic.exceptions import NotFoundError, ResourceNotFoundError
 
 from loadline import telemetry
+from loadline.state import AppliedVersions, applied_now
 from loadline.status.patch import build_tested_status_patch
 
 _lock = threading.Lock()
@@ -108,35 +105,6 @@ class CountingApiClient(client.ApiClient):
         return response
 
 
-K = TypeVar("K", bound=Hashable)
-V = TypeVar("V")
-
-
-class RecentReads(Generic[K, V]):
-    """A read (a LIST, usually) reused for ``max_age`` seconds per key, one in flight per key: callers
-    that ask meanwhile wait for it and take its answer. For what many timers of a burst ask within the
-    same few seconds (a LIST per caller was a large share of the operator's requests at fleet scale)."""
-
-    def __init__(self, max_age: float, clock: Callable[[], float] = time.monotonic) -> None:
-        self.max_age = max_age
-        self._clock = clock
-        self._guard = threading.Lock()
-        self._locks: dict[K, threading.Lock] = {}
-        self._answers: dict[K, tuple[float, V]] = {}
-
-    def get(self, key: K, read: Callable[[], V]) -> V:
-        """The answer of ``read()`` for ``key``, read again only when the last is older than max_age."""
-        with self._guard:
-            lock = self._locks.setdefault(key, threading.Lock())
-        with lock:
-            taken = self._answers.get(key)
-            if taken is None or self._clock() - taken[0] > self.max_age:
-                started = self._clock()
-                taken = (started, read())
-                self._answers[key] = taken
-            return taken[1]
-
-
 def dynamic() -> DynamicClient:
     """One discovery-backed client per process (in-cluster config, else KUBECONFIG)."""
     global _client
@@ -187,60 +155,6 @@ def has_kind(api_version: str, kind: str) -> bool:
         except ResourceNotFoundError:
             return False
     return True
-
-
-#: How many children :class:`AppliedVersions` keeps: an LRU, as children the garbage collector deletes
-#: with their model never pass through :func:`delete`.
-APPLIED_VERSIONS_MAX = 50_000
-ObjectKey = tuple[str, str, str | None, str]
-
-
-class AppliedVersions:
-    """The resourceVersion of each child as this process's last apply returned it: a later apply that
-    returns the same one changed nothing. One per operator process (its state)."""
-
-    def __init__(self, max_entries: int = APPLIED_VERSIONS_MAX) -> None:
-        self._lock = threading.Lock()
-        self._versions: LRUCache[ObjectKey, str | None] = LRUCache(maxsize=max_entries)
-
-    def swap(self, key: ObjectKey, version: str | None) -> str | None:
-        """Note ``version`` for ``key``; the one noted before (None when none was)."""
-        with self._lock:
-            before = self._versions.pop(key, None)
-            self._versions[key] = version
-            return before
-
-    def forget(self, key: ObjectKey) -> None:
-        with self._lock:
-            self._versions.pop(key, None)
-
-
-def applied_now(obj: Mapping[str, Any], field_manager: str, server_date: str | None) -> bool:
-    """Whether a server-side apply by ``field_manager`` changed ``obj`` (as the API server returned it).
-
-    The API server writes nothing for an apply that changes nothing: the object keeps its
-    resourceVersion and the manager's ``managedFields`` time. An apply that changed something stamps
-    that time with the server's clock, the clock of the response's ``Date`` header; both are whole
-    seconds, so a time within a second of the answer is this apply's. (A GET before every apply told
-    the same at one request per child; an unreadable header counts as changed.)"""
-    if not server_date:
-        return True
-    try:
-        answered = parsedate_to_datetime(server_date)
-    except (TypeError, ValueError):
-        return True
-    stamps = [
-        entry.get("time")
-        for entry in (obj.get("metadata") or {}).get("managedFields") or []
-        if entry.get("manager") == field_manager and entry.get("operation") == "Apply"
-    ]
-    times = []
-    for stamp in stamps:
-        try:
-            times.append(datetime.fromisoformat(str(stamp).replace("Z", "+00:00")))
-        except ValueError:
-            return True
-    return not times or max(times) >= answered - timedelta(seconds=1)
 
 
 def apply(

@@ -32,7 +32,6 @@ import kopf
 from loadline import telemetry
 from loadline.api import FleetPolicy, InferenceModelStatus, PlanSummary
 from loadline.handlers import _events, _kube, _oom, _policies, _reconcile, _restart_slots, _upgrade
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.maintenance import (
     LoadSlot,
     MaintenanceDecision,
@@ -50,6 +49,7 @@ from loadline.render import workload_ref
 from loadline.risk import OOMRiskEstimate, estimate_from_status
 from loadline.settings import OperatorSettings
 from loadline.sizing import free_rooms_by_type
+from loadline.state import INSTANCE_LABEL
 from loadline.status import build as _build
 from loadline.status import read_status
 from loadline.status.patch import merged

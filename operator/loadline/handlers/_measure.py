@@ -18,8 +18,8 @@ import kopf
 
 from loadline.api import InferenceModelStatus
 from loadline.handlers import _kube, _risk
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.settings import OperatorSettings
+from loadline.state import INSTANCE_LABEL
 from loadline.status import build as _build
 from loadline.status import read_status
 from loadline.traffic import PrometheusClient, gpu_memory_used_query, measured_gpu_memory

@@ -34,7 +34,6 @@ from loadline.api import InferenceModelStatus
 from loadline.api._observed import OBSERVATIONS_CONFIGMAP, OBSERVATIONS_KEY, ObservationRecord
 from loadline.errors import LoadlineError
 from loadline.handlers import _kube
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.observe import (
     CorrectionStore,
     Observation,
@@ -48,12 +47,13 @@ from loadline.observe import (
     uncorrected_kv_gib,
 )
 from loadline.settings import OperatorSettings
+from loadline.state import INSTANCE_LABEL, AppliedVersions
 from loadline.status import build as _build
 from loadline.status import read_status, stored
 from loadline.traffic import CACHE_CONFIG_INFO, PrometheusClient, cache_config_query, samples
 
 if TYPE_CHECKING:
-    from loadline.handlers._state import ReadyPods
+    from loadline.state import ReadyPods
 
 #: Phases in which the model's engine runs and has logged its start-up figures.
 OBSERVED_PHASES = frozenset({"Ready", "Degraded"})
@@ -98,7 +98,7 @@ class Observations:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._store = CorrectionStore()
-        self._versions = _kube.AppliedVersions(max_entries=4)  # the store's ConfigMap only
+        self._versions = AppliedVersions(max_entries=4)  # the store's ConfigMap only
 
     def current(self) -> CorrectionStore:
         with self._lock:

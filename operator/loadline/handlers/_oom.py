@@ -29,7 +29,7 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline import telemetry
 from loadline.api import API_VERSION, KIND, FleetPolicy
-from loadline.handlers import _events, _index, _kube, _policies, _rollout
+from loadline.handlers import _events, _kube, _policies, _rollout
 from loadline.oom import (
     Crash,
     CrashDecision,
@@ -45,6 +45,7 @@ from loadline.pacing import RollOutRequest, Waiting
 from loadline.policy import combine, enforced, remediation_limits, select_policies
 from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView
+from loadline.state import INSTANCE_LABEL, REMEDIATION_VIEW_SECONDS
 from loadline.status import build as _build
 from loadline.status import read_status, with_changes
 from loadline.status.patch import merged
@@ -156,14 +157,14 @@ def on_pod_event(
     indexes: Indexes | None = None,
 ) -> None:
     """Handle the pod's crashes not handled yet. ``known``: its model as the operator's index last saw
-    it (:func:`loadline.handlers._index.model_entry`), decided on first instead of a GET.
+    it (:func:`loadline.state.model_entry`), decided on first instead of a GET.
     ``indexes``: the GPU nodes and pods a remediation is planned on, for the crash's own roll-out
     (:func:`roll_out_soon`); without them the crash's thread asks reconcile
     (:func:`_rollout.ask_reconcile`), and the roll-out waits for it."""
     pod = dict(body)
     meta = pod.get("metadata", {})
     namespace = meta.get("namespace", "")
-    name = (meta.get("labels") or {}).get(_index.INSTANCE_LABEL)
+    name = (meta.get("labels") or {}).get(INSTANCE_LABEL)
     if not name:
         return
     for status in (pod.get("status") or {}).get("containerStatuses") or []:
@@ -233,7 +234,7 @@ def _handle_crash(
             return True
         changes, remediation, waiting = decided.changes, None, None
         if indexes is not None and decided.rolls_out:
-            view = state.views.view(*indexes, max_age=_index.REMEDIATION_VIEW_SECONDS)
+            view = state.views.view(*indexes, max_age=REMEDIATION_VIEW_SECONDS)
             changes, remediation, waiting = _with_remediation(
                 state, parent, decided, settings, view, policies
             )

@@ -10,10 +10,10 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from loadline.handlers import _inputs, _kube, _scale
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.render import render_manifests
 from loadline.settings import OperatorSettings
 from loadline.sizing import ClusterView, Plan, workload_demand
+from loadline.state import INSTANCE_LABEL
 
 if TYPE_CHECKING:
     from loadline.handlers._state import OperatorState

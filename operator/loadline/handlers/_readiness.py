@@ -15,9 +15,9 @@ from kubernetes.client.exceptions import ApiException
 
 from loadline.api import API_VERSION, KIND
 from loadline.handlers import _events, _kube
-from loadline.handlers._index import INSTANCE_LABEL
 from loadline.handlers._plan import REPLAN_ANNOTATION
 from loadline.render import workload_ref
+from loadline.state import INSTANCE_LABEL
 from loadline.status import build as _build
 from loadline.status import read_status
 
@@ -45,8 +45,8 @@ def new_pods_created(state: OperatorState, workload: Mapping[str, Any], model: s
 
 
 def replica_set_revision(state: OperatorState, namespace: str, uid: str, name: str) -> str | None:
-    """A ReplicaSet's revision, read once a minute at most (:class:`_state.ReadyPods`); None when it is
-    gone, renamed, or the operator may not read it (a chart from before its RBAC rule)."""
+    """A ReplicaSet's revision, read once a minute at most (:class:`loadline.state.ReadyPods`); None
+    when it is gone, renamed, or the operator may not read it (a chart from before its RBAC rule)."""
     revision = state.ready_pods.revisions.get(uid)
     if revision is None:
         try:
@@ -64,9 +64,9 @@ def replica_set_revision(state: OperatorState, namespace: str, uid: str, name: s
 
 def current_ready_pods(state: OperatorState, workload: Mapping[str, Any] | None, model: str) -> int | None:
     """How many of the model's pods of its Deployment's current template are Ready, from the pod watch
-    (:class:`_state.ReadyPods`): those of the ReplicaSet whose revision is the Deployment's current one
-    (:func:`_build.current_revision`). None when the Deployment's controller has not observed its spec
-    yet, or no ReplicaSet of the model has a Ready pod."""
+    (:class:`loadline.state.ReadyPods`): those of the ReplicaSet whose revision is the Deployment's
+    current one (:func:`_build.current_revision`). None when the Deployment's controller has not
+    observed its spec yet, or no ReplicaSet of the model has a Ready pod."""
     revision = _build.current_revision(workload)
     if revision is None or workload is None:
         return None
@@ -154,7 +154,7 @@ def on_workload_event(
             sets, tested = _build.build_readiness_patch(previous, changes)
             namespace, name, uid = str(meta.get("namespace")), owners[0]["name"], str(owners[0].get("uid"))
             # The count as this process last wrote it, which the index may not show yet.
-            counted = previous.model_copy(update=state.scale_counts.written(namespace, name, uid))
+            counted = state.scale_counts.over(previous, namespace, name, uid)
             scale = _build.scale_changes(name, body, desired, counted)
             sets.update({f"/status/{key}": value for key, value in scale.items()})
             written = _kube.patch_status_tested(parent, sets, tested, {**changes, **scale})
@@ -189,7 +189,7 @@ def check_readiness(
     The child's events can arrive before the parent's first status is written (KWOK and small models
     become available within a second); this timer closes that race without a write when idle. It backs
     off (:func:`_build.readiness_check_due`); a Deployment is read as its watch events last showed it
-    (:class:`loadline.handlers._state.SeenWorkloads`; a LeaderWorkerSet, not watched, with a GET); the
+    (:class:`loadline.state.SeenWorkloads`; a LeaderWorkerSet, not watched, with a GET); the
     unbound pods are looked at for an unschedulable reason once the model has been Deploying for
     :data:`UNSCHEDULABLE_AFTER_SECONDS`, until the reason for this version of the workload is found
     (:func:`unbound_pods`, one LIST per namespace shared by the looks of a few seconds): a stuck model
@@ -313,7 +313,7 @@ def read_readiness(
         # moved before the model had a status to write it in.
         desired = int((body.get("spec") or {}).get("replicas", 1))
         uid = str(meta.get("uid"))
-        counted = status.model_copy(update=state.scale_counts.written(meta["namespace"], meta["name"], uid))
+        counted = state.scale_counts.over(status, meta["namespace"], meta["name"], uid)
         moved = _build.scale_changes(meta["name"], workload, desired, counted)
         if moved:
             patch.status.update(moved)

@@ -19,7 +19,6 @@ from loadline.handlers import (
     _admission,
     _discovery,
     _fleet,
-    _index,
     _kube,
     _maintenance,
     _measure,
@@ -42,6 +41,7 @@ from loadline.pacing import Pacer, PacingLimits
 from loadline.render import LABEL_MANAGED_BY, MANAGED_BY
 from loadline.settings import OperatorSettings
 from loadline.sharding import ShardAssignment
+from loadline.state import INSTANCE_LABEL, WATCH_SELECTORS, model_entry, node_entry, pairs, pod_entry
 from loadline.status import read_status
 
 SETTINGS = OperatorSettings()
@@ -130,7 +130,7 @@ def wait_for_discovery(**_: Any) -> None:
 def select_watches(settings: kopf.OperatorSettings) -> None:
     """Server-side selectors: the API server sends only what an index or handler keeps (GPU nodes,
     bound pods, our Deployments), not every node and pod of the cluster."""
-    for (group, version, plural), (labels, fields) in _index.WATCH_SELECTORS.items():
+    for (group, version, plural), (labels, fields) in WATCH_SELECTORS.items():
         if labels:
             settings.watching.label_selectors[group, version, plural] = labels
         if fields:
@@ -140,13 +140,13 @@ def select_watches(settings: kopf.OperatorSettings) -> None:
 @kopf.index("", "v1", "nodes")
 def gpu_nodes(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
     """GPU nodes, trimmed to what capacity planning reads (kept in memory, no LIST per reconcile)."""
-    return _index.node_entry(body, name)
+    return node_entry(body, name)
 
 
 @kopf.index("", "v1", "pods")
 def gpu_pods(body: kopf.Body, **_: Any) -> dict[str, Any]:
     """Bound pods that hold GPUs, trimmed likewise."""
-    return _index.pod_entry(body)
+    return pod_entry(body)
 
 
 def _owned(meta: kopf.Meta, memo: kopf.Memo, **_: Any) -> bool:
@@ -195,7 +195,7 @@ def fleet_policies(body: kopf.Body, name: str, **_: Any) -> dict[str, Any]:
 
 def _policy_bodies(index: kopf.Index[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
     bodies: dict[str, dict[str, Any]] = {}
-    for name, body in _index.pairs(index):  # read from handlers' threads too
+    for name, body in pairs(index):  # read from handlers' threads too
         bodies.setdefault(name, body)
     return bodies
 
@@ -316,7 +316,7 @@ def maintenance(
     if _maintenance.remediation_rolling(state, body):
         return  # the workload's controller rolls it: nothing to gather or do this tick
     nodes, pods = state.views.view(kwargs["gpu_nodes"], kwargs["gpu_pods"])
-    restarting_now = dict(_index.pairs(kwargs["restarting"]))
+    restarting_now = dict(pairs(kwargs["restarting"]))
     if state.shards.sharded:  # the slots are the cluster's: other shards' restarts hold them too
         restarting_now = {**_fleet.restarting_everywhere(SETTINGS, state.restarting), **restarting_now}
     policies = _policies.parse_policies(_policy_bodies(kwargs["fleet_policies"]).values())
@@ -330,11 +330,11 @@ def maintenance(
 def owned_models(
     body: kopf.Body, namespace: str | None, name: str, meta: kopf.Meta, memo: kopf.Memo, **_: Any
 ) -> dict[str, dict[str, Any]] | None:
-    """This replica's models as last seen (:func:`_index.model_entry`): its pods' events are handled
+    """This replica's models as last seen (:func:`model_entry`): its pods' events are handled
     here and no one else's, and a child's event or a crash is judged without reading the model."""
     if not state_of(memo).shards.owns_uid(meta.get("uid")):
         return None
-    return {f"{namespace}/{name}": _index.model_entry(body)}
+    return {f"{namespace}/{name}": model_entry(body)}
 
 
 @kopf.on.event("apps", "v1", "deployments", labels=MANAGED)
@@ -363,12 +363,12 @@ def workload_event(
         _scale.sync_scale_status(state, body, latest, logger)  # status.replicas/selector
 
 
-@kopf.on.event("", "v1", "pods", labels={_index.INSTANCE_LABEL: kopf.PRESENT})
+@kopf.on.event("", "v1", "pods", labels={INSTANCE_LABEL: kopf.PRESENT})
 async def pod_event(body: kopf.Body, logger: kopf.Logger, memo: kopf.Memo, **kwargs: Any) -> None:
     # Most pod events are no crash: decided on the event loop; a crash takes a CRASHES lane thread, a
     # Deploying model's pod turning Ready a CHECKS lane thread.
     state = state_of(memo)
-    model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][_index.INSTANCE_LABEL]}"
+    model = f"{body['metadata'].get('namespace')}/{body['metadata']['labels'][INSTANCE_LABEL]}"
     if state.ready_pods.note(body, deleted=kwargs.get("type") == "DELETED"):
         known = next(iter(kwargs["owned_models"].get(model, ())), None)
         if state.shards.owns_key(model, kwargs["owned_models"]) and _readiness.needs_readiness(known):

@@ -3,7 +3,7 @@
 The decision's status patch carries the plan (:func:`plan_remediation`); the workload alone is then
 applied (:func:`apply_remediation`); what that path cannot do is handed to reconcile by an annotation
 (:func:`ask_reconcile`). Reconcile and the roll-out coordinate through
-:class:`loadline.handlers._state.RollOuts`.
+:class:`loadline.state.RollOuts`.
 """
 
 from __future__ import annotations

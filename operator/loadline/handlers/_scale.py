@@ -19,7 +19,7 @@ import kopf
 from kubernetes.client.exceptions import ApiException
 
 from loadline import telemetry
-from loadline.api import API_VERSION, KIND, InferenceModel
+from loadline.api import API_VERSION, KIND, InferenceModel, InferenceModelStatus
 from loadline.handlers import _admission, _kube
 from loadline.hub import ConfigCache
 from loadline.oom import OomClass
@@ -45,7 +45,7 @@ def sync_scale_status(
 
     ``known``: the owner as the operator last saw it (the readiness mirror's write of the same event,
     which carries the count along, or the index's copy), with what this process wrote of the count
-    lately over it (:class:`~loadline.handlers._state.ScaleCounts`: the index shows a write later than
+    lately over it (:class:`~loadline.state.ScaleCounts`: the index shows a write later than
     the workload's next event comes). An unchanged count costs no request, and so does a model with no
     status yet: reconcile's first status write carries the count.
 
@@ -63,8 +63,8 @@ def sync_scale_status(
         # answered it; one that moved since is written by the readiness look or the next event.
         return
     namespace, name, uid = str(meta.get("namespace")), str(owner["name"]), str(owner.get("uid"))
-    written = state.scale_counts.written(namespace, name, uid)
-    changes = _scale_changes(workload, owner, known, written)
+    counted = state.scale_counts.over(read_status(known), namespace, name, uid)
+    changes = _scale_changes(workload, owner, known, counted)
     if changes is None:
         return  # what the operator last saw already holds it: no request
     for attempt in range(1 + _kube.CONFLICT_RETRIES):
@@ -75,7 +75,7 @@ def sync_scale_status(
                 parent = _kube.get(API_VERSION, KIND, namespace, name)
                 if parent is None or parent["metadata"].get("uid") != uid:
                     return
-                fresh = _scale_changes(workload, owner, parent, {})
+                fresh = _scale_changes(workload, owner, parent, read_status(parent))
                 if fresh is None:
                     return
                 changes = fresh
@@ -96,14 +96,11 @@ def _scale_changes(
     workload: Mapping[str, Any],
     owner: Mapping[str, Any],
     model: Mapping[str, Any],
-    written: Mapping[str, Any],
+    status: InferenceModelStatus,
 ) -> dict[str, Any] | None:
-    """The scale status ``model`` needs for ``workload``'s count, with what this process ``written``
-    of it lately taken as held; None when it already holds it."""
+    """The scale status ``model`` needs for ``workload``'s count, when its ``status`` (with this
+    process's own writes laid over it) does not hold it yet; None when it does."""
     desired = int((model.get("spec") or {}).get("replicas", 1))
-    status = read_status(model)
-    if written:
-        status = status.model_copy(update=written)
     return scale_changes(str(owner["name"]), workload, desired, status) or None
 
 
