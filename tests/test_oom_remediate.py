@@ -88,6 +88,31 @@ def test_profiling_oom_lowers_batched_tokens_first() -> None:
     assert r.changes == (Change("config.max_num_batched_tokens", 16384, 8192),)
 
 
+NO_KV_ROOM = "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization`"
+
+
+def test_no_room_for_kv_blocks_shrinks_the_profiling_batch_and_never_the_budget() -> None:
+    incident = make(
+        message=NO_KV_ROOM,
+        config={"max_num_batched_tokens": 16384, "max_num_seqs": 1024, "gpu_memory_utilization": 0.85},
+    )
+    d, r = propose(incident)
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert r.changes == (Change("config.max_num_batched_tokens", 16384, 8192),)
+    alternatives = [(o.action, o.changes) for o in r.alternatives]
+    assert alternatives == [
+        ("lower_max_num_seqs", (Change("config.max_num_seqs", 1024, 512),)),
+        ("raise_gpu_memory_utilization", (Change("config.gpu_memory_utilization", 0.85, 0.9),)),
+    ]
+
+
+def test_no_room_for_kv_blocks_with_no_batch_known_raises_the_budget_to_its_ceiling() -> None:
+    _, r = propose(make(message=NO_KV_ROOM))
+    assert r.changes == (Change("config.gpu_memory_utilization", None, 0.95),)
+    _, at_ceiling = propose(make(message=NO_KV_ROOM, config={"gpu_memory_utilization": 0.95}))
+    assert at_ceiling.action == "none"
+
+
 def test_batch_utilization_unknown_steps_from_vllm_default() -> None:
     r = forced(OomClass.BATCH_MISCONFIGURATION, make(message=RUNTIME_OOM))
     assert r.changes == (Change("config.gpu_memory_utilization", None, 0.85),)

@@ -44,16 +44,28 @@ def test_thin_message_after_load_is_batch_settings() -> None:
     assert "after_load" in d.signals
 
 
-def test_a_refusal_after_load_is_not_a_batch_oom() -> None:
-    # "No available memory for the cache blocks" asks for *more* budget; lowering batch settings is wrong.
-    d = classify(
-        make(
-            message="ValueError: No available memory for the cache blocks.",
-            ever_ready=False,
-            phase="starting",
-        )
-    )
-    assert d.oom_class is not OomClass.BATCH_MISCONFIGURATION
+NO_KV_ROOM = (
+    "ValueError: No available memory for the cache blocks. Try increasing `gpu_memory_utilization` when "
+    "initializing the engine."
+)
+
+
+def test_vllms_refusal_of_kv_blocks_names_its_budget_so_is_batch_settings() -> None:
+    # vLLM's budget held the weights and the profiling batch and left nothing for KV blocks: the budget
+    # and the profiling batch are settings (the message names one), whatever the timing.
+    d = classify(make(message=NO_KV_ROOM, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert d.decided_by is not None and d.decided_by[0] == "no_cache_blocks"
+    # The weights comfortably inside the GPU only confirm it.
+    fits = classify(make(message=NO_KV_ROOM, plan={"weights_gib": 15.0, "gpu_memory_gib": 80.0}))
+    assert fits.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+def test_vllms_refusal_of_kv_blocks_with_weights_filling_the_budget_is_the_model() -> None:
+    # 70 of 80 GiB under a 0.9 budget (72 GiB): no batch setting makes room for the KV cache.
+    d = classify(make(message=NO_KV_ROOM, plan={"weights_gib": 70.0, "gpu_memory_gib": 80.0}))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert "weights_no_room" in d.signals
 
 
 def test_first_batch_after_ready_is_batch_settings_but_not_later() -> None:

@@ -22,6 +22,9 @@ _DEFAULT_GPU_UTIL = 0.9
 # One step down for gpu_memory_utilization, and the floor below which we stop and ask a person.
 _UTIL_STEP = 0.05
 _UTIL_FLOOR = 0.5
+# Raised (only for vLLM's "no room for KV blocks" refusal) up to this: above it CUDA graphs, NCCL and the
+# CUDA context, which vLLM's budget does not hold, have too little left.
+_UTIL_CEILING = 0.95
 # max_num_batched_tokens is not halved below this: smaller prefill chunks cost more than they save.
 _MIN_BATCHED_TOKENS = 2048
 # max_model_len is proposed in multiples of this (a whole number of KV blocks for any block size).
@@ -44,6 +47,11 @@ def _round_len(tokens: float) -> int:
 def _util_step(old: float) -> float | None:
     new = round(old - _UTIL_STEP, 2)
     return new if new >= _UTIL_FLOOR else None
+
+
+def _util_raise(old: float) -> float | None:
+    new = round(min(_UTIL_CEILING, old + _UTIL_STEP), 2)
+    return new if new > old else None
 
 
 def _replan(incident: Incident) -> Remediation:
@@ -131,6 +139,20 @@ def _batch_options(diagnosis: Diagnosis, incident: Incident) -> list[Option]:
         )
 
     signals = set(diagnosis.signals)
+    if "no_cache_blocks" in signals:
+        # vLLM's budget (gpu_memory_utilization of the GPU) held the weights and the profiling batch's
+        # peak but nothing for KV blocks: a smaller profiling batch or a larger budget makes room; a
+        # smaller budget makes less (kv_cache_utils.check_enough_kv_cache_memory, the V0 worker alike).
+        util_up = _util_raise(util_from)
+        raise_util = None
+        if util_up is not None:
+            raise_util = Option(
+                "raise_gpu_memory_utilization",
+                f"Raise gpu_memory_utilization from {util_from} to {util_up}: vLLM left no room for KV "
+                "cache blocks within its budget, as its own message says.",
+                (Change("config.gpu_memory_utilization", util_old, util_up),),
+            )
+        return [o for o in (batched, seqs, raise_util) if o is not None]
     if "sampler_warmup" in signals:
         order = [seqs, util, batched]
     elif "profiling_oom" in signals:
