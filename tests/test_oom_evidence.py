@@ -487,3 +487,19 @@ def test_cuda_oom_in_a_reports_words_names_the_gpu() -> None:
     )
     assert "gpu_only" in d.signals
     assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+def test_a_child_reported_killed_by_sigkill_is_the_kernels_oom_killer() -> None:
+    # The parent lived to report it, so the whole container was not killed (a probe or a deletion):
+    # Python's negative return code, Go's wording and the plain one, with no out-of-memory word at all.
+    for text in (
+        "RuntimeError: Worker VllmWorkerProcess pid 812 died, exit code -9",
+        "model runner process has terminated: signal: killed",
+        "the engine process was killed by signal 9 while loading shards",
+    ):
+        d = classify(make(message=text, ever_ready=False, phase="loading"))
+        assert "host_kill" in d.signals, text
+        assert d.oom_class is OomClass.HOST_MEMORY, text
+    # Signal 9's number elsewhere is not a kill.
+    other = classify(make(message="exit code 9: bad argument --max-model-len", ever_ready=False))
+    assert "host_kill" not in other.signals

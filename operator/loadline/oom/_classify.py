@@ -161,6 +161,11 @@ def _read_text(text: str, t: Tables) -> _Facts:
     m = p["sigkill"].search(text)
     if f.host_kill is None and m and oom_word:
         f.host_kill = m.group(0)
+    # A process that reports its child killed by SIGKILL lived on, so the kill was not the container's
+    # (a probe or a deletion kills them all): the kernel's OOM killer picks the largest process of the
+    # cgroup, and a GPU out-of-memory is an exception raised inside the process, never a signal.
+    if f.host_kill is None:
+        f.host_kill = _found(p["child_killed"], text)
     # "OOM" without the GPU's own words is a GPU out-of-memory only when it came in a GPU-only step
     # (the profiling batch, CUDA graph capture, the sampler warm-up) and nothing speaks of the host.
     gpu_step = (
