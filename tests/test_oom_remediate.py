@@ -92,15 +92,13 @@ NO_KV_ROOM = "ValueError: No available memory for the cache blocks. Try increasi
 
 
 def test_no_room_for_kv_blocks_shrinks_the_profiling_batch_and_never_the_budget() -> None:
-    incident = make(
-        message=NO_KV_ROOM,
-        config={"max_num_batched_tokens": 16384, "max_num_seqs": 1024, "gpu_memory_utilization": 0.85},
+    config = {"max_num_batched_tokens": 16384, "max_num_seqs": 1024, "gpu_memory_utilization": 0.85}
+    d, r = propose(make(message=NO_KV_ROOM, config=config))
+    assert (d.oom_class, r.changes) == (
+        OomClass.BATCH_MISCONFIGURATION,
+        (Change("config.max_num_batched_tokens", 16384, 8192),),
     )
-    d, r = propose(incident)
-    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
-    assert r.changes == (Change("config.max_num_batched_tokens", 16384, 8192),)
-    alternatives = [(o.action, o.changes) for o in r.alternatives]
-    assert alternatives == [
+    assert [(o.action, o.changes) for o in r.alternatives] == [
         ("lower_max_num_seqs", (Change("config.max_num_seqs", 1024, 512),)),
         ("raise_gpu_memory_utilization", (Change("config.gpu_memory_utilization", 0.85, 0.9),)),
     ]

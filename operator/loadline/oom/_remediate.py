@@ -102,6 +102,20 @@ def _replan(incident: Incident) -> Remediation:
     )
 
 
+def _util_option(
+    direction: str, old: float | None, start: float, new: float | None, why: str
+) -> Option | None:
+    """One step of gpu_memory_utilization (``direction``: "lower" or "raise") from ``start`` (``old``
+    as the config said it, None: vLLM's default) to ``new``; None when there is no step left."""
+    if new is None:
+        return None
+    return Option(
+        f"{direction}_gpu_memory_utilization",
+        f"{direction.capitalize()} gpu_memory_utilization from {start} to {new}: {why}",
+        (Change("config.gpu_memory_utilization", old, new),),
+    )
+
+
 def _batch_options(diagnosis: Diagnosis, incident: Incident) -> list[Option]:
     """Each knob that could go down one step, most relevant first."""
     config = incident.config
@@ -120,14 +134,10 @@ def _batch_options(diagnosis: Diagnosis, incident: Incident) -> list[Option]:
             "sampling and CUDA graphs.",
             (Change("config.max_num_seqs", seqs_old, new),),
         )
-    util = None
-    if util_new is not None:
-        util = Option(
-            "lower_gpu_memory_utilization",
-            f"Lower gpu_memory_utilization from {util_from} to {util_new}: the KV cache gets a little "
-            "less and CUDA graphs, the sampler and NCCL get that headroom.",
-            (Change("config.gpu_memory_utilization", util_old, util_new),),
-        )
+    util = _util_option(
+        "lower", util_old, util_from, util_new,
+        "the KV cache gets a little less and CUDA graphs, the sampler and NCCL get that headroom.",
+    )  # fmt: skip
     batched = None
     if batched_old is not None and batched_old > _MIN_BATCHED_TOKENS:
         new = max(_MIN_BATCHED_TOKENS, batched_old // 2)
@@ -143,15 +153,10 @@ def _batch_options(diagnosis: Diagnosis, incident: Incident) -> list[Option]:
         # vLLM's budget (gpu_memory_utilization of the GPU) held the weights and the profiling batch's
         # peak but nothing for KV blocks: a smaller profiling batch or a larger budget makes room; a
         # smaller budget makes less (kv_cache_utils.check_enough_kv_cache_memory, the V0 worker alike).
-        util_up = _util_raise(util_from)
-        raise_util = None
-        if util_up is not None:
-            raise_util = Option(
-                "raise_gpu_memory_utilization",
-                f"Raise gpu_memory_utilization from {util_from} to {util_up}: vLLM left no room for KV "
-                "cache blocks within its budget, as its own message says.",
-                (Change("config.gpu_memory_utilization", util_old, util_up),),
-            )
+        raise_util = _util_option(
+            "raise", util_old, util_from, _util_raise(util_from),
+            "vLLM left no room for KV cache blocks within its budget, as its own message says.",
+        )  # fmt: skip
         return [o for o in (batched, seqs, raise_util) if o is not None]
     if "sampler_warmup" in signals:
         order = [seqs, util, batched]
