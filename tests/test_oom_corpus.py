@@ -151,7 +151,15 @@ def test_the_blind_sets_stay_at_their_measurement() -> None:
 #: refusals that name a setting; tuning figures since): set 3 9/19 with a second wrong class (a thread
 #: resolved as fragmentation), set 5 10/17; a child reported killed by SIGKILL read as the OOM killer:
 #: set 5 11/17.
-LATER_BLIND_SETS = [("blind set 3", 19, 9, 2), ("blind set 4", 12, 7, 0), ("blind set 5", 17, 11, 0)]
+#: - set 6 (2026-11-29, after the two rules above, from Qwen, vLLM and its recipes, LightLLM, SGLang,
+#:   oMLX, MiniCPM-V, TGI, Tabby, NeMo Guardrails, Taiwan-LLM, ollama, Qwen2.5-Omni, exllamav3): 9/20
+#:   measured once (8/14 real), every miss `unknown`; the rules of before the two gave 9/20 too.
+LATER_BLIND_SETS = [
+    ("blind set 3", 19, 9, 2),
+    ("blind set 4", 12, 7, 0),
+    ("blind set 5", 17, 11, 0),
+    ("blind set 6", 20, 9, 0),
+]
 
 
 @pytest.mark.parametrize(("collected", "size", "floor", "wrong"), LATER_BLIND_SETS)
