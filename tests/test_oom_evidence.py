@@ -503,3 +503,25 @@ def test_a_child_reported_killed_by_sigkill_is_the_kernels_oom_killer() -> None:
     # Signal 9's number elsewhere is not a kill.
     other = classify(make(message="exit code 9: bad argument --max-model-len", ever_ready=False))
     assert "host_kill" not in other.signals
+
+
+def test_a_shared_memory_segment_that_cannot_be_made_is_host_memory() -> None:
+    # /dev/shm is a tmpfs in RAM: NCCL's and vLLM's segments there are host memory, whatever the engine.
+    for text in (
+        "ncclSystemError: Last error: Error while creating shared memory segment /dev/shm/nccl-Ab12 (size 9637888)",
+        "NCCL WARN Error: failed to extend /dev/shm/nccl-Qw3 to 33030144 bytes",
+        "OSError: [Errno 28] No space left on device: '/dev/shm/psm_5f2e'",
+    ):
+        d = classify(make(message=text, ever_ready=False, phase="starting"))
+        assert "shm_full" in d.signals, text
+        assert d.oom_class is OomClass.HOST_MEMORY, text
+    disk = classify(make(message="OSError: [Errno 28] No space left on device: '/root/.cache/huggingface'"))
+    assert "shm_full" not in disk.signals
+
+
+def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None:
+    # cudaErrorMemoryAllocation is error 2; llama.cpp prints "CUDA error <code> at <file>:<line>: <name>".
+    text = "CUDA error 2 at /src/llama.cpp/ggml-cuda.cu:7641: out of memory\ncurrent device: 0"
+    d = classify(make(message=text, ever_ready=False, phase="starting"))
+    assert "gpu_only" in d.signals
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget

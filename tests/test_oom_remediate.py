@@ -283,3 +283,11 @@ def test_kv_caller_side_growth_lowers_under_the_crash_length() -> None:
     # The longest recent prompt (24000) stands in for prompt_tokens_max: 24000 x 0.9 = 21600 -> 21504.
     assert r.changes == (Change("config.max_model_len", 131072, 21504),)
     assert "400" in r.summary
+
+
+def test_a_full_dev_shm_asks_a_person_to_look_at_its_size_beside_the_memory_limit() -> None:
+    text = "Error while creating shared memory segment /dev/shm/nccl-eQz2sT (size 5767520)"
+    d, r = propose(make(message=text, config={"memory_limit_bytes": 32 * GIB}))
+    assert d.oom_class is OomClass.HOST_MEMORY
+    assert r.action == "raise_memory_limit"
+    assert any("/dev/shm" in item for item in r.look_at)

@@ -52,6 +52,8 @@ class _Facts:
     serving: bool = False
     ray_oom: bool = False
     host_alloc: str | None = None
+    #: A shared-memory segment (/dev/shm, a tmpfs in RAM) that could not be created or grown.
+    shm_full: str | None = None
     offload_flags: bool = False
     #: Killed from outside for memory: the OOM killer named, or SIGKILL / exit 137 with an OOM word.
     host_kill: str | None = None
@@ -74,7 +76,12 @@ class _Facts:
     def host_text(self) -> bool:
         """Whether the text itself speaks of the host's memory (not counting the reason or exit code)."""
         return bool(
-            self.ray_oom or self.host_alloc or self.host_kill or self.ray_worker_died or self.host_words
+            self.ray_oom
+            or self.host_alloc
+            or self.shm_full
+            or self.host_kill
+            or self.ray_worker_died
+            or self.host_words
         )
 
 
@@ -207,6 +214,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.host_alloc = m.group(0)
     else:
         f.host_alloc = _cut_inside(text, t, "host_alloc")
+    f.shm_full = _found(p["shm_full"], text)
     if f.max_len is None:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
         if f.kv_cut is None:
@@ -260,13 +268,16 @@ def _score_text(
     if f.host_alloc:
         s.add("host_alloc", what=f.host_alloc)
         host = True
+    if f.shm_full:
+        s.add("shm_full", what=f.shm_full)
+        host = True
     if f.host_kill:
         s.add("host_kill", what=f.host_kill)
         host = True
     if f.ray_worker_died and not f.ray_oom:
         s.add("ray_worker_died", what=f.ray_worker_died)
         host = True
-    if f.host_words and not (f.ray_oom or f.host_alloc or f.host_kill):
+    if f.host_words and not (f.ray_oom or f.host_alloc or f.shm_full or f.host_kill):
         s.add("host_words", what=f.host_words)
         host = True
     if host and f.offload_flags:
