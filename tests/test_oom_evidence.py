@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from loadline.oom import Incident, OomClass, classify, parse_incident, parse_oom_text, propose_remediation
 
 ADVICE = (
@@ -489,34 +491,35 @@ def test_cuda_oom_in_a_reports_words_names_the_gpu() -> None:
     assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
 
 
-def test_a_child_reported_killed_by_sigkill_is_the_kernels_oom_killer() -> None:
-    # The parent lived to report it, so the whole container was not killed (a probe or a deletion):
-    # Python's negative return code, Go's wording and the plain one, with no out-of-memory word at all.
-    for text in (
-        "RuntimeError: Worker VllmWorkerProcess pid 812 died, exit code -9",
-        "model runner process has terminated: signal: killed",
-        "the engine process was killed by signal 9 while loading shards",
-    ):
-        d = classify(make(message=text, ever_ready=False, phase="loading"))
-        assert "host_kill" in d.signals, text
-        assert d.oom_class is OomClass.HOST_MEMORY, text
-    # Signal 9's number elsewhere is not a kill.
-    other = classify(make(message="exit code 9: bad argument --max-model-len", ever_ready=False))
-    assert "host_kill" not in other.signals
+#: Host memory in the words of the kernel's signal and of shared memory, with no out-of-memory word:
+#: - a child its parent reports killed by SIGKILL (Python's negative return code, Go's wording, the plain
+#:   one): the parent lived, so no probe or deletion killed the container, and the kernel's OOM killer
+#:   picks the largest process;
+#: - a shared-memory segment that cannot be made or grown: /dev/shm is a tmpfs in RAM.
+HOST_WORDINGS = [
+    ("RuntimeError: Worker VllmWorkerProcess pid 812 died, exit code -9", "host_kill"),
+    ("model runner process has terminated: signal: killed", "host_kill"),
+    ("the engine process was killed by signal 9 while loading shards", "host_kill"),
+    (
+        "ncclSystemError: Last error: Error while creating shared memory segment /dev/shm/nccl-Ab12",
+        "shm_full",
+    ),
+    ("NCCL WARN Error: failed to extend /dev/shm/nccl-Qw3 to 33030144 bytes", "shm_full"),
+    ("OSError: [Errno 28] No space left on device: '/dev/shm/psm_5f2e'", "shm_full"),
+]
 
 
-def test_a_shared_memory_segment_that_cannot_be_made_is_host_memory() -> None:
-    # /dev/shm is a tmpfs in RAM: NCCL's and vLLM's segments there are host memory, whatever the engine.
-    for text in (
-        "ncclSystemError: Last error: Error while creating shared memory segment /dev/shm/nccl-Ab12 (size 9637888)",
-        "NCCL WARN Error: failed to extend /dev/shm/nccl-Qw3 to 33030144 bytes",
-        "OSError: [Errno 28] No space left on device: '/dev/shm/psm_5f2e'",
-    ):
-        d = classify(make(message=text, ever_ready=False, phase="starting"))
-        assert "shm_full" in d.signals, text
-        assert d.oom_class is OomClass.HOST_MEMORY, text
+@pytest.mark.parametrize(("text", "signal"), HOST_WORDINGS)
+def test_a_killed_child_or_a_full_dev_shm_is_host_memory(text: str, signal: str) -> None:
+    d = classify(make(message=text, ever_ready=False, phase="starting"))
+    assert signal in d.signals
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+def test_signal_9s_number_or_a_full_disk_elsewhere_is_not_host_memory() -> None:
+    exit_9 = classify(make(message="exit code 9: bad argument --max-model-len", ever_ready=False))
     disk = classify(make(message="OSError: [Errno 28] No space left on device: '/root/.cache/huggingface'"))
-    assert "shm_full" not in disk.signals
+    assert "host_kill" not in exit_9.signals and "shm_full" not in disk.signals
 
 
 def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None:
