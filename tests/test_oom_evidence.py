@@ -495,9 +495,14 @@ def test_cuda_oom_in_a_reports_words_names_the_gpu() -> None:
 #: - a child its parent reports killed by SIGKILL (Python's negative return code, Go's wording, the plain
 #:   one): the parent lived, so no probe or deletion killed the container, and the kernel's OOM killer
 #:   picks the largest process;
-#: - a shared-memory segment that cannot be made or grown: /dev/shm is a tmpfs in RAM.
+#: - a shared-memory segment that cannot be made or grown: /dev/shm is a tmpfs in RAM;
+#: - the kernel's OOM killer in its own words, old and new, global and a cgroup's (mm/oom_kill.c).
 HOST_WORDINGS = [
     ("RuntimeError: Worker VllmWorkerProcess pid 812 died, exit code -9", "host_kill"),
+    ("Loading safetensors checkpoint shards: 40% Completed | 12/30\nKilled", "host_kill"),
+    ("[1]+  Killed                  python -m vllm.entrypoints.openai.api_server", "host_kill"),
+    ("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:81234100kB", "host_alloc"),
+    ("Out of memory: Kill process 812 (python) score 937 or sacrifice child", "host_alloc"),
     ("model runner process has terminated: signal: killed", "host_kill"),
     ("the engine process was killed by signal 9 while loading shards", "host_kill"),
     (
@@ -510,7 +515,7 @@ HOST_WORDINGS = [
 
 
 @pytest.mark.parametrize(("text", "signal"), HOST_WORDINGS)
-def test_a_killed_child_or_a_full_dev_shm_is_host_memory(text: str, signal: str) -> None:
+def test_a_killed_child_a_full_dev_shm_or_the_kernels_oom_killer_is_host_memory(text: str, signal: str) -> None:
     d = classify(make(message=text, ever_ready=False, phase="starting"))
     assert signal in d.signals
     assert d.oom_class is OomClass.HOST_MEMORY
@@ -518,6 +523,8 @@ def test_a_killed_child_or_a_full_dev_shm_is_host_memory(text: str, signal: str)
 
 def test_signal_9s_number_or_a_full_disk_elsewhere_is_not_host_memory() -> None:
     exit_9 = classify(make(message="exit code 9: bad argument --max-model-len", ever_ready=False))
+    said = classify(make(message="Killed by the user after the benchmark; CUDA out of memory before that"))
+    assert "host_kill" not in said.signals
     disk = classify(make(message="OSError: [Errno 28] No space left on device: '/root/.cache/huggingface'"))
     assert "host_kill" not in exit_9.signals and "shm_full" not in disk.signals
 
