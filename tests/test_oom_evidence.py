@@ -501,6 +501,10 @@ HOST_WORDINGS = [
     ("RuntimeError: Worker VllmWorkerProcess pid 812 died, exit code -9", "host_kill"),
     ("Loading safetensors checkpoint shards: 40% Completed | 12/30\nKilled", "host_kill"),
     ("[1]+  Killed                  python -m vllm.entrypoints.openai.api_server", "host_kill"),
+    ("RuntimeError: DataLoader worker (pid 4242) is killed by signal: Killed.", "host_kill"),
+    ("ProcessExitedException: process 0 terminated with signal SIGKILL", "host_kill"),
+    ("torch.distributed.elastic: failed (exitcode: -9) local_rank: 0 (pid: 1234)", "host_kill"),
+    ("engine container exited with code 137 after the OOM", "host_kill"),
     ("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:81234100kB", "host_alloc"),
     ("Out of memory: Kill process 812 (python) score 937 or sacrifice child", "host_alloc"),
     ("model runner process has terminated: signal: killed", "host_kill"),
@@ -515,7 +519,9 @@ HOST_WORDINGS = [
 
 
 @pytest.mark.parametrize(("text", "signal"), HOST_WORDINGS)
-def test_a_killed_child_a_full_dev_shm_or_the_kernels_oom_killer_is_host_memory(text: str, signal: str) -> None:
+def test_a_killed_child_a_full_dev_shm_or_the_kernels_oom_killer_is_host_memory(
+    text: str, signal: str
+) -> None:
     d = classify(make(message=text, ever_ready=False, phase="starting"))
     assert signal in d.signals
     assert d.oom_class is OomClass.HOST_MEMORY
@@ -525,6 +531,8 @@ def test_signal_9s_number_or_a_full_disk_elsewhere_is_not_host_memory() -> None:
     exit_9 = classify(make(message="exit code 9: bad argument --max-model-len", ever_ready=False))
     said = classify(make(message="Killed by the user after the benchmark; CUDA out of memory before that"))
     assert "host_kill" not in said.signals
+    code_1370 = classify(make(message="CUDA out of memory; the job exited with code 1370"))
+    assert "host_kill" not in code_1370.signals
     disk = classify(make(message="OSError: [Errno 28] No space left on device: '/root/.cache/huggingface'"))
     assert "host_kill" not in exit_9.signals and "shm_full" not in disk.signals
 
