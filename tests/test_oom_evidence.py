@@ -496,7 +496,8 @@ def test_cuda_oom_in_a_reports_words_names_the_gpu() -> None:
 #:   one): the parent lived, so no probe or deletion killed the container, and the kernel's OOM killer
 #:   picks the largest process;
 #: - a shared-memory segment that cannot be made or grown: /dev/shm is a tmpfs in RAM;
-#: - the kernel's OOM killer in its own words, old and new, global and a cgroup's (mm/oom_kill.c).
+#: - the kernel's OOM killer in its own words, old and new, global and a cgroup's (mm/oom_kill.c);
+#: - a CPU allocator's failure: PyTorch's DefaultCPUAllocator, NumPy's array allocation.
 HOST_WORDINGS = [
     ("RuntimeError: Worker VllmWorkerProcess pid 812 died, exit code -9", "host_kill"),
     ("Loading safetensors checkpoint shards: 40% Completed | 12/30\nKilled", "host_kill"),
@@ -507,6 +508,14 @@ HOST_WORDINGS = [
     ("engine container exited with code 137 after the OOM", "host_kill"),
     ("Memory cgroup out of memory: Killed process 4242 (python3) total-vm:81234100kB", "host_alloc"),
     ("Out of memory: Kill process 812 (python) score 937 or sacrifice child", "host_alloc"),
+    (
+        "RuntimeError: [enforce fail at alloc_cpu.cpp:83] DefaultCPUAllocator: can't allocate memory",
+        "host_alloc",
+    ),
+    (
+        "numpy.core._exceptions._ArrayMemoryError: Unable to allocate 3.20 GiB for an array with shape",
+        "host_alloc",
+    ),
     ("model runner process has terminated: signal: killed", "host_kill"),
     ("the engine process was killed by signal 9 while loading shards", "host_kill"),
     (
@@ -519,7 +528,7 @@ HOST_WORDINGS = [
 
 
 @pytest.mark.parametrize(("text", "signal"), HOST_WORDINGS)
-def test_a_killed_child_a_full_dev_shm_or_the_kernels_oom_killer_is_host_memory(
+def test_host_memory_in_the_words_of_the_kernel_shared_memory_and_cpu_allocators(
     text: str, signal: str
 ) -> None:
     d = classify(make(message=text, ever_ready=False, phase="starting"))
@@ -540,6 +549,23 @@ def test_signal_9s_number_or_a_full_disk_elsewhere_is_not_host_memory() -> None:
 def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None:
     # cudaErrorMemoryAllocation is error 2; llama.cpp prints "CUDA error <code> at <file>:<line>: <name>".
     text = "CUDA error 2 at /src/llama.cpp/ggml-cuda.cu:7641: out of memory\ncurrent device: 0"
+    d = classify(make(message=text, ever_ready=False, phase="starting"))
+    assert "gpu_only" in d.signals
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "NCCL WARN Cuda failure 'out of memory'",
+        "include/alloc.h:48 NCCL WARN Cuda failure 2 'out of memory'",
+        "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
+        "HIP error: hipErrorOutOfMemory",
+        "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
+    ],
+)
+def test_the_gpu_runtimes_own_names_for_out_of_memory_are_a_gpu_out_of_memory(text: str) -> None:
+    # NCCL's, the CUDA driver's, ROCm's and XLA's wordings of a failed device allocation.
     d = classify(make(message=text, ever_ready=False, phase="starting"))
     assert "gpu_only" in d.signals
     assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget
