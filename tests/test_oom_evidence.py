@@ -569,3 +569,14 @@ def test_the_gpu_runtimes_own_names_for_out_of_memory_are_a_gpu_out_of_memory(te
     d = classify(make(message=text, ever_ready=False, phase="starting"))
     assert "gpu_only" in d.signals
     assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget
+
+
+def test_a_memory_leak_named_while_serving_is_the_creep_a_restart_clears() -> None:
+    # A leak is memory that climbs under a steady load until it runs out: the class whose fix is a
+    # restart (and expandable segments), not a smaller batch. Before Ready it says nothing of the kind.
+    text = "There is a GPU memory leak in the server: after two days of requests, CUDA out of memory."
+    serving = classify(make(message=text, ever_ready=True, phase="serving"))
+    assert "memory_climbing_text" in serving.signals
+    assert serving.oom_class is OomClass.FRAGMENTATION
+    starting = classify(make(message=text, ever_ready=False, phase="starting"))
+    assert "memory_climbing_text" not in starting.signals
