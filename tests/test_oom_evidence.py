@@ -463,16 +463,6 @@ def test_an_oom_in_vllms_sleep_mode_pool_is_its_utilization_on_a_shared_gpu() ->
 # API references).
 
 
-def test_a_failed_cuda_device_allocation_is_a_gpu_out_of_memory() -> None:
-    text = (
-        "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMalloc(&ptr, size): out of memory "
-        "(/src/cpp/tensorrt_llm/runtime/bufferManager.cpp:88)"
-    )
-    d = classify(make(message=text, ever_ready=False, phase="starting"))
-    assert "gpu_only" in d.signals
-    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget
-
-
 def test_a_failed_pinned_host_allocation_is_host_memory() -> None:
     text = "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMallocHost(&ptr, size): out of memory"
     d = classify(make(message=text, ever_ready=False, phase="starting"))
@@ -557,6 +547,8 @@ def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None
 @pytest.mark.parametrize(
     "text",
     [
+        "[TensorRT-LLM][ERROR] CUDA runtime error in ::cudaMalloc(&ptr, size): out of memory "
+        "(/src/cpp/tensorrt_llm/runtime/bufferManager.cpp:88)",
         "NCCL WARN Cuda failure 'out of memory'",
         "include/alloc.h:48 NCCL WARN Cuda failure 2 'out of memory'",
         "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
@@ -565,7 +557,8 @@ def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None
     ],
 )
 def test_the_gpu_runtimes_own_names_for_out_of_memory_are_a_gpu_out_of_memory(text: str) -> None:
-    # NCCL's, the CUDA driver's, ROCm's and XLA's wordings of a failed device allocation.
+    # The CUDA runtime's, NCCL's, the CUDA driver's, ROCm's and XLA's wordings of a failed device
+    # allocation.
     d = classify(make(message=text, ever_ready=False, phase="starting"))
     assert "gpu_only" in d.signals
     assert d.oom_class is OomClass.BATCH_MISCONFIGURATION  # after the weights, before Ready: the budget
