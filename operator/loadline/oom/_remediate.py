@@ -304,8 +304,8 @@ def _host(diagnosis: Diagnosis, incident: Incident) -> Remediation:
         look_at.append("Ray's memory monitor acts on the whole node: other pods' RAM counts too.")
     if "shm_full" in diagnosis.signals:
         look_at.append(
-            "the pod's /dev/shm: an emptyDir in memory whose sizeLimit the plan sets (2 GiB per GPU); a "
-            "raised memory limit leaves that size as it is"
+            "the pod's /dev/shm: an emptyDir in memory whose sizeLimit the plan sets; a raised memory "
+            "limit leaves that size as it is"
         )
     if not options:
         return Remediation(
