@@ -227,3 +227,48 @@ def test_the_phase_from_the_log_decides_a_thin_message() -> None:
     after_load = classify(make(ever_ready=None, phase=start_up_phase(LOADED, whole=True)))
     assert at_load.oom_class is OomClass.MODEL_EXCEEDS_VRAM
     assert after_load.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+def _held(allocated: float, requested: float = 0.44, total: float = 79.19, pools: float = 0.0) -> str:
+    free = total - allocated - 1.0
+    pooled = f", with {pools:.2f} GiB allocated in private pools (e.g., CUDA Graphs)," if pools else ""
+    return (
+        f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {requested:.2f} GiB. GPU 0 has a total "
+        f"capacity of {total:.2f} GiB of which {free:.2f} GiB is free. Including non-PyTorch memory, this "
+        f"process has {allocated + 1.0:.2f} GiB memory in use. Of the allocated memory {allocated:.2f} GiB is "
+        f"allocated by PyTorch{pooled} and 0.05 GiB is reserved by PyTorch but unallocated."
+    )
+
+
+def test_pytorch_holding_past_vllms_budget_before_ready_is_the_weights() -> None:
+    # No phase, no plan figure: only the allocator's figures. 76 of 79 GiB held by PyTorch is past the
+    # default budget (0.9 × 79 = 71 GiB) that vLLM keeps everything after loading within.
+    d = classify(make(message=_held(76.0), ever_ready=False))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert d.decided_by is not None and d.decided_by[0] == "held_past_budget"
+    assert any("past vLLM's whole budget" in e for e in d.evidence)
+    # A lowered budget moves the line: 0.5 × 79 GiB, and 60 GiB held is past it.
+    assert classify(make(message=_held(60.0), ever_ready=False)).oom_class is OomClass.UNKNOWN
+    lowered = classify(make(message=_held(60.0), ever_ready=False, config={"gpu_memory_utilization": 0.5}))
+    assert lowered.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+
+
+def test_pytorch_past_the_budget_says_nothing_once_the_weights_loaded_or_the_plan_knows_them() -> None:
+    past = _held(76.0)
+    # After loading (profiling, graph capture, the first batch) the budget is vLLM's to keep: not this rule.
+    for fields in (
+        {"phase": "starting"},
+        {"ever_ready": True},
+        {"message": past + " (CUDA graph capture)", "log_tail": "Capturing CUDA graphs"},
+    ):
+        d = classify(make(**{"message": past, "ever_ready": False, **fields}))
+        assert "held_past_budget" not in d.signals, fields
+    # A capture's private pools in the figures, or a request bigger than the budget's headroom (a batch's
+    # activation, not one layer's tensor): not this rule.
+    assert "held_past_budget" not in classify(make(message=_held(76.0, pools=0.5), ever_ready=False)).signals
+    assert (
+        "held_past_budget" not in classify(make(message=_held(76.0, requested=9.0), ever_ready=False)).signals
+    )
+    # The plan's weights figure is the better witness: weights that fit leave the timing to decide.
+    fits = classify(make(message=past, ever_ready=False, plan={"weights_gib": 30.0, "gpu_memory_gib": 79.19}))
+    assert "held_past_budget" not in fits.signals and fits.oom_class is not OomClass.MODEL_EXCEEDS_VRAM

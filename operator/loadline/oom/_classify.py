@@ -337,6 +337,34 @@ def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
         s.add("weights_fit", gpu=_num(plan.gpu_memory_gib), **values)
 
 
+def _score_held_past_budget(
+    s: _Score, fig: AllocatorFigures | None, incident: Incident, f: _Facts, runtime: bool, pieces: bool
+) -> None:
+    """PyTorch's own allocations past vLLM's whole budget before Ready: the weights (no plan figure).
+
+    vLLM keeps what it allocates after loading within ``gpu_memory_utilization`` × the GPU: the KV
+    cache is sized to what the profiling run's peak leaves of that budget, and CUDA graphs draw from
+    private pools. The weights come before any budget (vLLM's loader allocates each layer's tensors as
+    they stream in), so PyTorch holding more than the budget, used up rather than in pieces, before the
+    engine loaded or served and with a request the budget's headroom could have held (one layer's
+    tensor, not a batch's activation), was filled by them. The plan's own weights figure, when the
+    incident has one, is the better witness (:func:`_score_plan`), so this reads only without it."""
+    if fig is None or fig.total_gib is None or not fig.requested_gib or runtime or pieces:
+        return
+    if incident.ever_ready is not False or incident.plan.weights_gib is not None:
+        return
+    if incident.phase in {"starting", "serving"} or f.weights_loaded or f.profiling or f.graph_capture:
+        return
+    if f.sampler_warmup or (fig.private_pools_gib or 0.0) > 0.0:
+        return
+    held = fig.allocated_gib if fig.allocated_gib is not None else fig.reserved_total_gib
+    util = incident.config.gpu_memory_utilization or _DEFAULT_GPU_UTIL
+    budget = util * fig.total_gib
+    if held is None or held < budget or fig.requested_gib > fig.total_gib - budget:
+        return
+    s.add("held_past_budget", held=_num(held), total=_num(fig.total_gib), util=util, budget=_num(budget))
+
+
 def _creeping(incident: Incident, t: Tables, prompts_growing: bool) -> bool:
     """GPU memory climbing before the crash while the prompts did not grow (a steady load)."""
     rate = incident.metrics.gpu_memory_growth_gib_per_hour
@@ -758,6 +786,7 @@ def classify(incident: Incident) -> Diagnosis:
     _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
     _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup, in_capture=in_capture)
+    _score_held_past_budget(s, figures, incident, facts, runtime, pieces or in_capture)
     _score_config(s, incident, host_signal)
 
     host_only = reason == "oomkilled" or facts.host_text
