@@ -128,10 +128,10 @@ def test_the_blind_sets_stay_at_their_measurement() -> None:
     # The first two blind sets (held out whole; the second gathered after the rules and measured once):
     # 17/22 on 2026-11-28, then 20/22 with the RAM, long-prompt and warm-up rules, every miss `unknown`.
     # A rule change must not lose one of their cases nor call one wrongly.
-    later = ("blind set 3", "blind set 4", "blind set 5")
+    later = [name for name, *_ in LATER_BLIND_SETS]
     first_two = [c for c in CASES if c.split == "blind" and not any(s in (c.collected or "") for s in later)]
     result = score(first_two, _predict)
-    assert result.total >= 20
+    assert result.total == 22
     assert result.right >= 17, result.misses
     assert all(got == "unknown" for _, _, got in result.misses), result.misses
 
@@ -156,11 +156,18 @@ def test_the_blind_sets_stay_at_their_measurement() -> None:
 #:   measured once (8/14 real), every miss `unknown`; the rules of before the two gave 9/20 too. 11/20
 #:   with the /dev/shm and CUDA-error-2 rules written after reading it (a tuning figure since); 12/20
 #:   with PyTorch past vLLM's budget before Ready read as the weights.
+#: - set 7 (2026-11-30, after the rule above, from llama.cpp, LMCache, LMDeploy, TGI, SGLang, Xinference,
+#:   SkyRL, InternVL, club-3090, ninfer-3090, b00t and vLLM): 5/20 measured once (3/12 real), two wrong
+#:   classes (a leak the kernel's OOM killer ended, called host memory; a TGI start-up whose figures show
+#:   cached pieces, called fragmentation). 9/20 with the rules written after reading it (the CUDA
+#:   runtime's "error: out of memory" prefixes, SIGBUS, an up-front KV cache allocation failing); the
+#:   parser's fix (this process's figure, not the first process listed) made a third wrong class.
 LATER_BLIND_SETS = [
     ("blind set 3", 19, 9, 2),
     ("blind set 4", 12, 7, 0),
     ("blind set 5", 17, 11, 0),
     ("blind set 6", 20, 12, 0),
+    ("blind set 7", 20, 9, 3),
 ]
 
 

@@ -514,6 +514,13 @@ HOST_WORDINGS = [
     ),
     ("NCCL WARN Error: failed to extend /dev/shm/nccl-Qw3 to 33030144 bytes", "shm_full"),
     ("OSError: [Errno 28] No space left on device: '/dev/shm/psm_5f2e'", "shm_full"),
+    ("Error: Download process was signaled to shutdown with signal 7", "bus_error"),
+    (
+        "ERROR: Unexpected bus error encountered in worker. This might be caused by insufficient shared "
+        "memory (shm).",
+        "bus_error",
+    ),
+    ("/entrypoint.sh: line 12:    57 Bus error               (core dumped) python3 -m server", "bus_error"),
 ]
 
 
@@ -534,6 +541,18 @@ def test_signal_9s_number_or_a_full_disk_elsewhere_is_not_host_memory() -> None:
     assert "host_kill" not in code_1370.signals
     disk = classify(make(message="OSError: [Errno 28] No space left on device: '/root/.cache/huggingface'"))
     assert "host_kill" not in exit_9.signals and "shm_full" not in disk.signals
+    # SIGBUS is signal 7 exactly: not 70, not exit code 7.
+    signal_70 = classify(make(message="worker exited with signal 70 after CUDA out of memory"))
+    exit_7 = classify(make(message="launcher exited with exit code 7; CUDA out of memory"))
+    assert "bus_error" not in signal_70.signals and "bus_error" not in exit_7.signals
+
+
+def test_a_bus_error_looks_at_the_pods_shared_memory() -> None:
+    d = classify(
+        make(message="Error: Download process was signaled to shutdown with signal 7", ever_ready=False)
+    )
+    remedy = propose_remediation(d, make(message="", ever_ready=False))
+    assert any("/dev/shm" in line for line in remedy.look_at), remedy.look_at
 
 
 def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None:
@@ -553,6 +572,8 @@ def test_cuda_runtime_error_2_as_ggml_prints_it_is_a_gpu_out_of_memory() -> None
         "include/alloc.h:48 NCCL WARN Cuda failure 2 'out of memory'",
         "cupy_backends.cuda.api.driver.CUDADriverError: CUDA_ERROR_OUT_OF_MEMORY: out of memory",
         "HIP error: hipErrorOutOfMemory",
+        "RuntimeError: [TM][ERROR] CUDA runtime error: out of memory /src/turbomind/utils/memory_utils.cu:32",
+        "Runtime Error: cuda: out of memory",
         "jaxlib.xla_extension.XlaRuntimeError: RESOURCE_EXHAUSTED: Out of memory while trying to allocate 8589934592 bytes.",
     ],
 )
@@ -573,3 +594,28 @@ def test_a_memory_leak_named_while_serving_is_the_creep_a_restart_clears() -> No
     assert serving.oom_class is OomClass.FRAGMENTATION
     starting = classify(make(message=text, ever_ready=False, phase="starting"))
     assert "memory_climbing_text" not in starting.signals
+
+
+LLAMA_CPP_KV = (
+    "llama_new_context_with_model: n_ctx      = 163840\n"
+    "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 43200.00 MiB on device 0: cudaMalloc failed\n"
+    "llama_kv_cache_init: failed to allocate buffer for kv cache\n"
+    "llama_new_context_with_model: llama_kv_cache_init() failed for self-attention cache"
+)
+
+
+def test_an_engine_that_cannot_allocate_its_whole_contexts_kv_cache_at_start_up_is_kv_overflow() -> None:
+    # llama.cpp allocates the KV cache for the whole configured context (n_ctx) before it serves: failing
+    # to allocate it means that context's KV cache does not fit, whatever device holds it.
+    d = classify(make(message=LLAMA_CPP_KV, ever_ready=False))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert d.decided_by is not None and d.decided_by[0] == "kv_alloc_failed"
+    said = "it runs out of memory with the kv buffer size allocating about 43G for a 160K context"
+    assert classify(make(message=said, ever_ready=False)).oom_class is OomClass.KV_CACHE_OVERFLOW
+
+
+def test_a_kv_cache_allocation_failing_while_serving_is_not_the_contexts_kv_cache() -> None:
+    # Once serving, the up-front cache is in place: a later failure to allocate is something else (an
+    # offload buffer, a pool), not the context's KV cache.
+    d = classify(make(message=LLAMA_CPP_KV, ever_ready=True, phase="serving"))
+    assert "kv_alloc_failed" not in d.signals

@@ -79,6 +79,35 @@ def test_torch_2_1_spelling_and_other_process_wording() -> None:
     assert f.private_pools_gib is None
 
 
+def test_this_process_is_the_one_torch_names_so_not_the_first_process_listed() -> None:
+    # torch lists every process NVML finds on the GPU: the others as "Process N", its own as "this
+    # process". What is held outside this process is the others' share, not this process's.
+    listed = (
+        "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.75 GiB. GPU 0 has a total "
+        "capacty of 23.64 GiB of which 950.44 MiB is free. Process 2316410 has 176.00 MiB memory in use. "
+        "Process 3149588 has 250.00 MiB memory in use. Including non-PyTorch memory, this process has "
+        "22.30 GiB memory in use. Of the allocated memory 19.44 GiB is allocated by PyTorch, and 2.51 GiB "
+        "is reserved by PyTorch but unallocated."
+    )
+    f = parse_oom_text(listed)
+    assert f is not None and f.process_in_use_gib == 22.30
+    assert f.outside_gib == pytest.approx(23.64 - 950.44 / 1024 - 22.30)
+
+
+def test_in_a_container_this_process_is_the_listed_one_that_holds_what_pytorch_holds() -> None:
+    # Inside a container NVML's PIDs are the host's, so torch lists its own process as "Process N" too:
+    # of several, the one holding at least what PyTorch holds (allocated plus cached) is this one.
+    text = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 768.00 MiB. GPU 0 has a total "
+        "capacity of 79.15 GiB of which 752.31 MiB is free. Process 25252 has 18.65 GiB memory in use. "
+        "Process 36870 has 30.11 GiB memory in use. Process 28066 has 29.47 GiB memory in use. Of the "
+        "allocated memory 28.83 GiB is allocated by PyTorch, and 12.70 MiB is reserved by PyTorch but "
+        "unallocated."
+    )
+    f = parse_oom_text(text)
+    assert f is not None and f.process_in_use_gib == 29.47
+
+
 def test_line_wrapped_mid_word_by_a_log_collector() -> None:
     text = (
         "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 232.00 MiB. GPU 0 has a total capacity "

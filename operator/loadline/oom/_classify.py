@@ -54,6 +54,8 @@ class _Facts:
     host_alloc: str | None = None
     #: A shared-memory segment (/dev/shm, a tmpfs in RAM) that could not be created or grown.
     shm_full: str | None = None
+    #: SIGBUS (signal 7, "Bus error"): a touched page of a shared mapping that tmpfs could not back.
+    bus_error: str | None = None
     offload_flags: bool = False
     #: Killed from outside for memory: the OOM killer named, or SIGKILL / exit 137 with an OOM word.
     host_kill: str | None = None
@@ -64,6 +66,8 @@ class _Facts:
     kv_cut: str | None = None
     #: The KV refusal in other words: one max_model_len sequence does not fit the KV cache.
     kv_words: str | None = None
+    #: An engine that allocates the whole context's KV cache up front failed to allocate it.
+    kv_alloc: str | None = None
     #: A batch-sizing setting named outside the engine's standard advice sentences.
     batch_setting: str | None = None
     #: The report's own words for memory climbing until the out-of-memory.
@@ -79,6 +83,7 @@ class _Facts:
             self.ray_oom
             or self.host_alloc
             or self.shm_full
+            or self.bus_error
             or self.host_kill
             or self.ray_worker_died
             or self.host_words
@@ -215,6 +220,8 @@ def _read_text(text: str, t: Tables) -> _Facts:
     else:
         f.host_alloc = _cut_inside(text, t, "host_alloc")
     f.shm_full = _found(p["shm_full"], text)
+    f.bus_error = None if f.shm_full else _found(p["bus_error"], text)
+    f.kv_alloc = _found(p["kv_alloc_failed"], flat)
     if f.max_len is None:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
         if f.kv_cut is None:
@@ -271,13 +278,16 @@ def _score_text(
     if f.shm_full:
         s.add("shm_full", what=f.shm_full)
         host = True
+    if f.bus_error:
+        s.add("bus_error", what=f.bus_error)
+        host = True
     if f.host_kill:
         s.add("host_kill", what=f.host_kill)
         host = True
     if f.ray_worker_died and not f.ray_oom:
         s.add("ray_worker_died", what=f.ray_worker_died)
         host = True
-    if f.host_words and not (f.ray_oom or f.host_alloc or f.shm_full or f.host_kill):
+    if f.host_words and not (f.ray_oom or f.host_alloc or f.shm_full or f.bus_error or f.host_kill):
         s.add("host_words", what=f.host_words)
         host = True
     if host and f.offload_flags:
@@ -302,6 +312,8 @@ def _score_text(
         s.add("max_len_exceeds_kv_cut", what=f.kv_cut)
     elif f.kv_words:
         s.add("kv_refusal_words", what=f.kv_words)
+    elif f.kv_alloc and not runtime:
+        s.add("kv_alloc_failed", what=f.kv_alloc)
     if f.gpu_oom and f.sleep_pool and not before_load_done:
         s.add("sleep_pool_oom", what=f.sleep_pool)
     if f.load_failed:
@@ -707,6 +719,7 @@ def _has_gpu_signal(
         or facts.max_len is not None
         or facts.kv_cut is not None
         or facts.kv_words is not None
+        or (facts.kv_alloc is not None and not runtime)
         or facts.load_failed
     ):
         return True

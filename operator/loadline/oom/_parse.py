@@ -51,7 +51,11 @@ _REQUESTED = re.compile(r"Tried to allocate " + _SIZE)
 _TOTAL_FREE = re.compile(
     r"GPU (\d+) has a total capac(?:i)?ty of " + _SIZE + r" of which " + _SIZE + r" is free"
 )
-_IN_USE = re.compile(r"(?:this process|Process \d+) has " + _SIZE + r" memory in use")
+# torch lists every process NVML finds on the GPU: its own as "this process has X memory in use", any
+# other as "Process N has X memory in use". Inside a container NVML's PIDs are the host's, so torch
+# cannot tell its own apart and lists it as "Process N" too.
+_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
+_A_PROCESS = re.compile(r"Process \d+ has " + _SIZE + r" memory in use")
 _ALLOCATED = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch")
 _POOLS = re.compile(r"with " + _SIZE + r" allocated in private pools")
 _RESERVED_UNALLOC = re.compile(_SIZE + r" is reserved by PyTorch but unallocated")
@@ -107,21 +111,39 @@ def _parse_old(window: str, requested: float | None) -> AllocatorFigures | None:
     )
 
 
+def _process_in_use(window: str, held: float | None) -> float | None:
+    """What this process holds on the GPU: torch's "this process" figure; without it, the one process
+    listed, or of several the least that still covers what PyTorch holds (``held``: allocated plus
+    reserved but unallocated), since this process holds at least that; the first listed when no
+    figure says what PyTorch holds."""
+    own = _THIS_PROCESS.search(window)
+    if own is not None:
+        return _gib(own, 1)
+    listed = [_gib(m, 1) or 0.0 for m in _A_PROCESS.finditer(window)]
+    if len(listed) <= 1 or held is None:
+        return listed[0] if listed else None
+    covering = [gib for gib in listed if gib >= held]
+    return min(covering) if covering else max(listed)
+
+
 def _parse_new(window: str, requested: float | None) -> AllocatorFigures | None:
     total_free = _TOTAL_FREE.search(window)
     allocated = _ALLOCATED.search(window)
     if total_free is None and allocated is None:
         return None
+    allocated_gib = _gib(allocated, 1)
+    unallocated = _gib(_RESERVED_UNALLOC.search(window), 1)
+    held = None if allocated_gib is None else allocated_gib + (unallocated or 0.0)
     return AllocatorFigures(
         fmt="new",
         gpu=int(total_free.group(1)) if total_free else None,
         requested_gib=requested,
         total_gib=_gib(total_free, 2),
         free_gib=_gib(total_free, 4),
-        process_in_use_gib=_gib(_IN_USE.search(window), 1),
-        allocated_gib=_gib(allocated, 1),
+        process_in_use_gib=_process_in_use(window, held),
+        allocated_gib=allocated_gib,
         private_pools_gib=_gib(_POOLS.search(window), 1),
-        reserved_unallocated_gib=_gib(_RESERVED_UNALLOC.search(window), 1),
+        reserved_unallocated_gib=unallocated,
     )
 
 

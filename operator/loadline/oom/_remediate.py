@@ -302,7 +302,7 @@ def _host(diagnosis: Diagnosis, incident: Incident) -> Remediation:
     look_at = []
     if "ray_oom" in diagnosis.signals:
         look_at.append("Ray's memory monitor acts on the whole node: other pods' RAM counts too.")
-    if "shm_full" in diagnosis.signals:
+    if {"shm_full", "bus_error"} & set(diagnosis.signals):
         look_at.append(
             "the pod's /dev/shm: an emptyDir in memory whose sizeLimit the plan sets; a raised memory "
             "limit leaves that size as it is"
