@@ -402,23 +402,45 @@ _NODE_GPUS: GuardedMemo[tuple[str, tuple[str, ...], ClusterShapes | None, str], 
 def _splits(inputs: SpecInputs) -> tuple[int, ...]:
     """The tensor-parallel sizes the heads allow and vLLM can build the layers for
     (:func:`~loadline.sizing._align.tp_problem`: whole shards, whole quantization blocks and groups)."""
-    arch = inputs.model.architecture
-    return tuple(
-        tp
-        for tp in _head_splits(arch.num_attention_heads, arch.num_kv_heads)
-        if not tp_problem(arch, inputs.quantization, inputs.version, tp)
-    )
+    return _alignment(inputs)[0]
 
 
-def _skipped(inputs: SpecInputs) -> list[tuple[int, str]]:
+def _skipped(inputs: SpecInputs) -> tuple[tuple[int, str], ...]:
     """The tensor-parallel sizes the heads allow but vLLM cannot build the layers for, and why."""
+    return _alignment(inputs)[1]
+
+
+#: The tensor-parallel sizes vLLM can build a model's layers for, and those it cannot with why.
+Alignment = tuple[tuple[int, ...], tuple[tuple[int, str], ...]]
+
+
+def _alignment(inputs: SpecInputs) -> Alignment:
+    """:func:`_splits` and :func:`_skipped`, memoised per architecture (by identity: the entry keeps
+    it), quantization and version: a plan asks for them several times (its type plans' keys, its
+    layouts, its notes) and every spec of a model, method and release gets the same answer, while
+    :func:`tp_problem`'s own memo, per size as well, holds fewer of a fleet's combinations than it
+    sees."""
     arch = inputs.model.architecture
-    found = []
+    key = (id(arch), inputs.quantization, inputs.version)
+    found = _ALIGNMENT.peek(key, arch)
+    if found is None:
+        found = _ALIGNMENT.get(key, arch, lambda: _new_alignment(inputs))
+    return found
+
+
+def _new_alignment(inputs: SpecInputs) -> Alignment:
+    arch = inputs.model.architecture
+    aligned, skipped = [], []
     for tp in _head_splits(arch.num_attention_heads, arch.num_kv_heads):
         problem = tp_problem(arch, inputs.quantization, inputs.version, tp)
         if problem:
-            found.append((tp, f"TP {tp} skipped: {problem}"))
-    return found
+            skipped.append((tp, f"TP {tp} skipped: {problem}"))
+        else:
+            aligned.append(tp)
+    return tuple(aligned), tuple(skipped)
+
+
+_ALIGNMENT: GuardedMemo[tuple[int, str, str], Alignment] = GuardedMemo(8192)
 
 
 def alignment_notes(inputs: SpecInputs) -> tuple[str, ...]:
