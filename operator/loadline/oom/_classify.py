@@ -799,7 +799,7 @@ def classify(incident: Incident) -> Diagnosis:
     _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
     _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup, in_capture=in_capture)
-    _score_held_past_budget(s, figures, incident, facts, runtime, pieces or in_capture)
+    _score_held_past_budget(s, figures, incident, facts, runtime, pieces)
     _score_config(s, incident, host_signal)
 
     host_only = reason == "oomkilled" or facts.host_text
