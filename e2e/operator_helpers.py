@@ -30,6 +30,17 @@ def model(kubectl: Kubectl, namespace: str, name: str) -> dict[str, Any]:
     return result
 
 
+def models(kubectl: Kubectl, namespace: str, names: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """``names``' objects from one LIST: one snapshot of the namespace at a single resourceVersion.
+    Reading them one GET at a time is no snapshot: a restart that ends between two GETs and the next
+    one that starts at once would both look Running."""
+    wanted = set(names)
+    items = kubectl.json("get", "inferencemodels", "-n", namespace)["items"]
+    found = {o["metadata"]["name"]: o for o in items if o["metadata"]["name"] in wanted}
+    assert set(found) == wanted, f"missing from {namespace}: {sorted(wanted - set(found))}"
+    return found
+
+
 def wait_phase(
     kubectl: Kubectl, namespace: str, name: str, phase: str, timeout: float = 60
 ) -> dict[str, Any]:

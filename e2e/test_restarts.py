@@ -22,7 +22,7 @@ from chart import ChartOperator
 from conftest import RESTART_HISTORY_DAYS, RESTART_WINDOW_MINUTES
 from crash import crash_container
 from kube import E2E_DIR, REPO, STATE_DIR, Kubectl, wait_for
-from operator_helpers import example, model, pods_of, wait_phase
+from operator_helpers import example, model, models, pods_of, wait_phase
 from test_oom import FRAGMENTED, age_container, age_readiness, climbing_gpu_memory
 from test_prometheus import HISTORY, STEP, openmetrics
 
@@ -238,7 +238,10 @@ def hold_restarts_one_at_a_time(
         )
         states: set[tuple[str, str]] = set()
         while time.time() < end.timestamp() + 30:
-            now = {m: maintenance(kubectl, namespace, m).get("state", "") for m in first}
+            now = {
+                m: ((obj.get("status") or {}).get("maintenance") or {}).get("state", "")
+                for m, obj in models(kubectl, namespace, first).items()
+            }
             states.add(tuple(sorted(now.values())))
             if time.time() < start.timestamp() - 2:
                 assert set(now.values()) == {"Scheduled"}, now

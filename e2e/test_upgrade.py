@@ -35,7 +35,7 @@ import yaml
 
 from chart import ChartOperator, Replica, helm, token_kubeconfig
 from kube import KUBECONFIG, REPO, STATE_DIR, Kubectl, kubectl_binary, wait_for
-from operator_helpers import example, model, pods_of, wait_phase
+from operator_helpers import example, model, models, pods_of, wait_phase
 
 #: f40ecb4^: the last commit that sized the start-up probe and the model cache from the in-GPU weights
 #: (f40ecb4 sizes them from the checkpoint's download), so HEAD renders every model's pods differently.
@@ -285,8 +285,8 @@ def test_upgrade_restarts_no_pod_rolls_in_the_window_and_rolls_back(
         deadline = start.timestamp() + 12 * 60
         while time.time() < deadline:
             states = {
-                m: ((model(kubectl, namespace, m).get("status") or {}).get("maintenance") or {})
-                for m in MODELS
+                m: ((obj.get("status") or {}).get("maintenance") or {})
+                for m, obj in models(kubectl, namespace, MODELS).items()
             }
             running = [m for m, s in states.items() if s.get("state") == "Running"]
             most = max(most, len(running))
