@@ -596,6 +596,37 @@ def test_a_memory_leak_named_while_serving_is_the_creep_a_restart_clears() -> No
     assert "memory_climbing_text" not in starting.signals
 
 
+@pytest.mark.parametrize(
+    "msg",
+    [
+        # "continued to" is a steady climb in other words; VRAM is the GPU's memory by another name.
+        "Right after deployment 20G was free on each GPU. The memory usage continued to increase, and "
+        "finally OOM occurred.",
+        "llama-server VRAM usage gradually increasing with each run until OOM.",
+    ],
+)
+def test_memory_climbing_in_other_words_while_serving_is_fragmentation(msg: str) -> None:
+    d = classify(make(reason="Error", message=msg, ever_ready=True))
+    assert "memory_climbing_text" in d.signals
+    assert d.oom_class is OomClass.FRAGMENTATION
+
+
+def test_a_leak_named_is_evidence_of_running_out_without_the_word_oom() -> None:
+    # A server that says its memory leaks and then crashes ran out of that memory: no "OOM" is needed.
+    d = classify(make(reason="Error", message="As titled, there is a GPU memory leak.", ever_ready=True))
+    assert "memory_climbing_text" in d.signals
+    assert d.oom_class is OomClass.FRAGMENTATION
+    # Python's note at shutdown about leaked semaphores or shared_memory objects names no memory leak.
+    shutdown = (
+        "resource_tracker.py:254: UserWarning: resource_tracker: There appear to be 1 leaked semaphore "
+        "objects to clean up at shutdown\nresource_tracker: There appear to be 5 leaked shared_memory "
+        "objects to clean up at shutdown"
+    )
+    quiet = classify(make(reason="Error", message=shutdown, ever_ready=True))
+    assert quiet.oom_class is OomClass.UNKNOWN
+    assert "memory_climbing_text" not in quiet.signals
+
+
 LLAMA_CPP_KV = (
     "llama_new_context_with_model: n_ctx      = 163840\n"
     "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 43200.00 MiB on device 0: cudaMalloc failed\n"

@@ -75,6 +75,8 @@ class _Facts:
     prompt_words: str | None = None
     #: "OOM" or "out of memory" anywhere in the text.
     oom: bool = False
+    #: A memory leak named: memory that ran out over time, said so, whether or not "OOM" is said too.
+    leak: str | None = None
 
     @property
     def host_text(self) -> bool:
@@ -227,6 +229,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         if f.kv_cut is None:
             f.kv_words = _found(p["kv_fit_words"], text)
     f.climbing_words = _found(p["memory_climbing_words"], text)
+    f.leak = _found(p["memory_leak_words"], text)
     f.prompt_words = _found(p["long_prompt_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
@@ -324,7 +327,7 @@ def _score_text(
         s.add("no_cache_blocks")
     if f.gpu_oom and runtime:
         s.add("runtime_gpu_oom")
-    if runtime and f.climbing_words and f.oom and not host:
+    if runtime and f.climbing_words and (f.oom or f.leak) and not host:
         s.add("memory_climbing_text", what=f.climbing_words)
     if runtime and f.prompt_words and f.oom and not host:
         s.add("long_prompt_text", what=f.prompt_words)
@@ -735,6 +738,9 @@ def _has_gpu_signal(
             # The same, or prompts growing (an app's long context), said in the report's own words
             # rather than measured.
             or (facts.oom and bool(facts.climbing_words or facts.prompt_words))
+            # A leak named is memory running out by itself: the crash of a server that says its memory
+            # leaks is that memory's end, with or without the word "OOM".
+            or facts.leak is not None
         )
     )
 
