@@ -627,6 +627,40 @@ def test_a_leak_named_is_evidence_of_running_out_without_the_word_oom() -> None:
     assert "memory_climbing_text" not in quiet.signals
 
 
+def test_an_out_of_memory_the_loader_reports_itself_is_the_gpus() -> None:
+    # Host memory running out while loading has words of its own (a kill, MemoryError, a failed mmap);
+    # a loader alive to say "out of memory" in none of them failed a device allocation: the weights.
+    said = "Running out of memory when loading large model in dual GPU setup."
+    d = classify(make(reason="Error", message=said, ever_ready=False, phase="loading"))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    host = classify(
+        make(
+            reason="Error",
+            message="Loading weights: OSError: [Errno 12] Cannot allocate memory (out of memory)",
+            ever_ready=False,
+            phase="loading",
+        )
+    )
+    assert host.oom_class is OomClass.HOST_MEMORY
+    # Not loading: a bare "out of memory" names no device, and the loading rule says nothing.
+    after = classify(
+        make(reason="Error", message=said.replace(" when loading large model", ""), ever_ready=True)
+    )
+    assert after.oom_class is OomClass.UNKNOWN
+
+
+@pytest.mark.parametrize("what", ["GPU", "CUDA", "device", "video"])
+def test_running_out_of_the_gpus_memory_in_other_words_is_a_gpu_out_of_memory(what: str) -> None:
+    # "out of CUDA memory" names the device that ran out as surely as torch's "CUDA out of memory".
+    said = f"The model loads, then the server runs out of {what} memory while it starts."
+    d = classify(make(reason="Error", message=said, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    vram = classify(
+        make(reason="Error", message="Ran out of VRAM at start-up.", ever_ready=False, phase="starting")
+    )
+    assert vram.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
 LLAMA_CPP_KV = (
     "llama_new_context_with_model: n_ctx      = 163840\n"
     "ggml_backend_cuda_buffer_type_alloc_buffer: allocating 43200.00 MiB on device 0: cudaMalloc failed\n"
@@ -643,6 +677,23 @@ def test_an_engine_that_cannot_allocate_its_whole_contexts_kv_cache_at_start_up_
     assert d.decided_by is not None and d.decided_by[0] == "kv_alloc_failed"
     said = "it runs out of memory with the kv buffer size allocating about 43G for a 160K context"
     assert classify(make(message=said, ever_ready=False)).oom_class is OomClass.KV_CACHE_OVERFLOW
+
+
+def test_the_kv_caches_own_failure_outranks_a_coarse_loading_phase() -> None:
+    # Every engine allocates its KV cache after the weights: a failure that names the KV cache's
+    # allocation came after loading, whatever the coarse phase (a log cut short reads as "loading").
+    d = classify(make(message=LLAMA_CPP_KV, ever_ready=False, phase="loading"))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert "at_load" not in d.signals
+    # vLLM's own "Failed to load model - not enough GPU memory" is the load, whatever else is said.
+    failed = classify(
+        make(
+            message="Failed to load model - not enough GPU memory. " + LLAMA_CPP_KV,
+            ever_ready=False,
+            phase="loading",
+        )
+    )
+    assert failed.oom_class is not OomClass.KV_CACHE_OVERFLOW
 
 
 def test_a_kv_cache_allocation_failing_while_serving_is_not_the_contexts_kv_cache() -> None:

@@ -452,7 +452,12 @@ def _timing_verdict(
         row_id = "host_kill"
     elif gpu and not runtime:
         after_load = f.weights_loaded or f.profiling or f.graph_capture or f.sampler_warmup
-        if incident.phase == "loading" or (f.load_phase and not f.weights_loaded) or f.load_failed:
+        # The step the failure itself names (the KV cache's allocation, the profiling batch, a capture)
+        # comes after the weights in every engine's start-up, so it outranks a coarse phase "loading".
+        named_after_load = after_load or f.kv_alloc is not None
+        if f.load_failed or (
+            (incident.phase == "loading" or (f.load_phase and not f.weights_loaded)) and not named_after_load
+        ):
             row_id = "at_load"
         elif (incident.phase == "starting" or after_load) and f.gpu_oom and not pieces:
             # A refusal (no cache blocks, max_len vs KV) is not an out-of-memory during a batch.
@@ -710,6 +715,16 @@ def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None
     return None
 
 
+def _loading_oom_on_gpu(incident: Incident, facts: _Facts) -> bool:
+    """An out-of-memory the process reports itself while loading weights, in no words of the host's:
+    the GPU's. Running out of host memory while loading has words of its own (a kill, ``MemoryError``,
+    ``std::bad_alloc``, "Cannot allocate memory", a failed mmap: the host facts), so a bare "out of
+    memory" from a loader that is still alive is its device allocation failing."""
+    loading = incident.phase == "loading" or (facts.load_phase and not facts.weights_loaded)
+    host = facts.host_kill or facts.host_words or facts.ray_worker_died or facts.host_alloc
+    return facts.oom and loading and not host and facts.shm_full is None and facts.bus_error is None
+
+
 def _has_gpu_signal(
     incident: Incident, facts: _Facts, t: Tables, runtime: bool, host_signal: bool, growing: bool
 ) -> bool:
@@ -777,6 +792,7 @@ def classify(incident: Incident) -> Diagnosis:
     t = tables()
     text = incident.text
     facts = _read_text(text, t)
+    facts.gpu_oom = facts.gpu_oom or _loading_oom_on_gpu(incident, facts)
     figures = parse_oom_text(text)
     s = _Score(t)
 
