@@ -228,8 +228,9 @@ def _read_text(text: str, t: Tables) -> _Facts:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
         if f.kv_cut is None:
             f.kv_words = _found(p["kv_fit_words"], text)
-    f.climbing_words = _found(p["memory_climbing_words"], text)
+    # A leak named is memory climbing by definition: its words are climbing words too.
     f.leak = _found(p["memory_leak_words"], text)
+    f.climbing_words = _found(p["memory_climbing_words"], text) or f.leak
     f.prompt_words = _found(p["long_prompt_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
     return f
@@ -721,8 +722,7 @@ def _loading_oom_on_gpu(incident: Incident, facts: _Facts) -> bool:
     ``std::bad_alloc``, "Cannot allocate memory", a failed mmap: the host facts), so a bare "out of
     memory" from a loader that is still alive is its device allocation failing."""
     loading = incident.phase == "loading" or (facts.load_phase and not facts.weights_loaded)
-    host = facts.host_kill or facts.host_words or facts.ray_worker_died or facts.host_alloc
-    return facts.oom and loading and not host and facts.shm_full is None and facts.bus_error is None
+    return facts.oom and loading and not facts.host_text
 
 
 def _has_gpu_signal(
