@@ -170,13 +170,16 @@ def test_the_blind_sets_stay_at_their_measurement() -> None:
 #:   called model too big). 7/20 with the rules written after reading it (the KV cache's own failure
 #:   outranks a coarse "loading" phase; a loader's own "out of memory" with no host words is the GPU's;
 #:   "out of CUDA/GPU memory" and "out of VRAM" are GPU out-of-memory wordings).
+#: The model's name as an incident field, added to every corpus case whose own text names it, with the
+#: weights read from it (the catalog's count, else a floor the name states): set 3 10/19, set 6 15/20,
+#: set 8 8/20 (tuning figures; no other split moved and no wrong class was added).
 LATER_BLIND_SETS = [
-    ("blind set 3", 19, 9, 2),
+    ("blind set 3", 19, 10, 2),
     ("blind set 4", 12, 8, 0),
     ("blind set 5", 17, 11, 0),
-    ("blind set 6", 20, 13, 0),
+    ("blind set 6", 20, 15, 0),
     ("blind set 7", 20, 10, 3),
-    ("blind set 8", 20, 7, 1),
+    ("blind set 8", 20, 8, 1),
 ]
 
 

@@ -701,3 +701,99 @@ def test_a_kv_cache_allocation_failing_while_serving_is_not_the_contexts_kv_cach
     # offload buffer, a pool), not the context's KV cache.
     d = classify(make(message=LLAMA_CPP_KV, ever_ready=True, phase="serving"))
     assert "kv_alloc_failed" not in d.signals
+
+
+# ---- the model's name stands in for the plan's weights -----------------------------------------------
+
+BARE_OOM = "torch.OutOfMemoryError: CUDA out of memory."
+
+
+def test_a_named_model_too_big_for_its_gpu_is_model_too_big_without_a_plan() -> None:
+    # vllm-project/vllm#23050: Qwen3-30B-A3B on one 32 GiB RTX 5090; the error text says nothing else.
+    d = classify(
+        make(
+            message=BARE_OOM,
+            ever_ready=False,
+            model="Qwen3-30B-A3B-Thinking-2507",
+            plan={"gpu_memory_gib": 32},
+        )
+    )
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert d.decided_by is not None and d.decided_by[0] == "named_weights_exceed_gpu"
+    assert "Qwen3-30B-A3B-Thinking-2507" in d.decided_by[1]
+    # Without the name the same incident does not decide.
+    assert (
+        classify(make(message=BARE_OOM, ever_ready=False, plan={"gpu_memory_gib": 32})).oom_class
+        is OomClass.UNKNOWN
+    )
+
+
+def test_the_gpus_size_comes_from_the_allocators_total_capacity_when_the_plan_has_none() -> None:
+    # sgl-project/sglang#5576: gemma-3-12b-it (bfloat16, 22.7 GiB) on a 16 GB card.
+    message = new_format("226.00 MiB", "15.58 GiB", "71.25 MiB", "13.94 GiB", "13.64 GiB", "67.23 MiB")
+    d = classify(make(message=message, ever_ready=False, model="google/gemma-3-12b-it"))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM and "named_weights_exceed_gpu" in d.signals
+    assert classify(make(message=message, ever_ready=False)).oom_class is OomClass.UNKNOWN
+
+
+def test_a_named_model_that_leaves_no_room_under_the_budget_counts_for_model_too_big() -> None:
+    # 14 B parameters in 16 bits (26 GiB at least) on a 28 GiB GPU: past 0.9 of it.
+    d = classify(
+        make(
+            message=BARE_OOM,
+            ever_ready=False,
+            model="Qwen2.5-14B-Instruct-custom",
+            plan={"gpu_memory_gib": 28},
+        )
+    )
+    assert "named_weights_no_room" in d.signals
+
+
+def test_tensor_parallel_spreads_the_named_weights() -> None:
+    one = classify(
+        make(message=BARE_OOM, ever_ready=False, model="Llama-3.3-70B-custom", plan={"gpu_memory_gib": 80})
+    )
+    four = classify(
+        make(
+            message=BARE_OOM,
+            ever_ready=False,
+            model="Llama-3.3-70B-custom",
+            plan={"gpu_memory_gib": 80},
+            config={"tensor_parallel_size": 4},
+        )
+    )
+    assert "named_weights_exceed_gpu" in one.signals
+    assert not {"named_weights_exceed_gpu", "named_weights_no_room"} & set(four.signals)
+
+
+def test_a_floor_read_from_a_name_never_says_the_weights_fit() -> None:
+    # A name's figure is a floor: it can show the weights too big, never comfortably small.
+    named = classify(
+        make(message=BARE_OOM, ever_ready=True, model="TinyModel-1B-custom", plan={"gpu_memory_gib": 80})
+    )
+    assert "weights_fit" not in named.signals
+    # The catalog's count is exact: that one can.
+    catalog = classify(
+        make(message=BARE_OOM, ever_ready=True, model="Qwen/Qwen3-8B", plan={"gpu_memory_gib": 80})
+    )
+    assert "weights_fit" in catalog.signals
+
+
+def test_the_host_running_out_is_not_turned_into_model_too_big_by_a_name() -> None:
+    d = classify(
+        make(reason="OOMKilled", exit_code=137, model="Llama-3.3-70B-custom", plan={"gpu_memory_gib": 24})
+    )
+    assert d.oom_class is OomClass.HOST_MEMORY
+    assert not {"named_weights_exceed_gpu", "named_weights_no_room"} & set(d.signals)
+
+
+def test_the_plans_own_weights_outrank_the_name() -> None:
+    d = classify(
+        make(
+            message=BARE_OOM,
+            ever_ready=False,
+            model="Llama-3.3-70B-custom",
+            plan={"gpu_memory_gib": 80, "weights_gib": 35.0},
+        )
+    )
+    assert not {"named_weights_exceed_gpu", "named_weights_no_room", "weights_exceed_gpu"} & set(d.signals)

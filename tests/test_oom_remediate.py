@@ -231,6 +231,23 @@ def test_model_exceeds_vram_replans_tensor_parallel() -> None:
     assert any(o.action == "quantize" for o in r.alternatives)
 
 
+def test_model_exceeds_vram_replans_from_the_models_name_when_the_plan_has_no_weights() -> None:
+    # An incident written from a report: the model's name and the allocator's total, no plan.
+    message = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 226.00 MiB. GPU 0 has a total "
+        "capacity of 15.58 GiB of which 71.25 MiB is free. Including non-PyTorch memory, this process has "
+        "13.94 GiB memory in use. Of the allocated memory 13.64 GiB is allocated by PyTorch, and 67.23 MiB "
+        "is reserved by PyTorch but unallocated."
+    )
+    d, r = propose(make(message=message, ever_ready=False, model="google/gemma-3-12b-it"))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM and r.action == "replan"
+    # 22.7 GiB of bfloat16 weights: 11.3 GiB a GPU at TP 2 is past 0.7 x 15.58; TP 4 (5.7) fits.
+    assert r.changes == (Change("config.tensor_parallel_size", None, 4),)
+    assert "gemma-3-12b-it" in r.summary and not r.look_at
+    bigger = next(o for o in r.alternatives if o.action == "bigger_gpu")
+    assert bigger.changes == (Change("plan.gpu_memory_gib", 15.58, 32.5),)
+
+
 def test_model_exceeds_vram_offers_quantization_only_when_allowed() -> None:
     incident = make(plan={"weights_gib": 134, "gpu_memory_gib": 79.33})
     r = forced(OomClass.MODEL_EXCEEDS_VRAM, incident)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from loadline.oom._model import CAUSES, AllocatorFigures, Diagnosis, Incident, OomClass
 from loadline.oom._parse import parse_oom_text
 from loadline.oom._signals import Tables, TimingRow, tables
+from loadline.sizing import NamedWeights, weights_from_name
 from loadline.units import GIB
 
 __all__ = ["classify"]
@@ -334,23 +335,49 @@ def _score_text(
         s.add("long_prompt_text", what=f.prompt_words)
 
 
-def _score_plan(s: _Score, incident: Incident, gpu_signal: bool) -> None:
+def _score_plan(s: _Score, incident: Incident, gpu_signal: bool, fig: AllocatorFigures | None) -> None:
+    """The weights per GPU against the GPU: the plan's figures, else the model's name.
+
+    The GPU's size is the plan's, else the allocator's own "total capacity". Without the plan's weights,
+    the model's name gives them (the catalog's count, else a floor the name states), and only where the
+    GPU's memory ran out: a floor can say the weights did not fit, never that they fit comfortably."""
     plan, config, t = incident.plan, incident.config, s.t
-    if plan.weights_gib is None or plan.gpu_memory_gib is None:
+    gpu = plan.gpu_memory_gib or (fig.total_gib if fig is not None else None)
+    if gpu is None:
         return
-    if not gpu_signal and not _plan_exceeds(incident):
-        return
+    named: NamedWeights | None = None
+    if plan.weights_gib is not None:
+        weights = plan.weights_gib
+        if not gpu_signal and not _plan_exceeds(incident):
+            return
+    else:
+        if not gpu_signal or not incident.model:
+            return
+        named = weights_from_name(incident.model, config.dtype, config.quantization)
+        if named is None:
+            return
+        weights = named.gib
     tp = config.tensor_parallel_size or 1
-    per_gpu = plan.weights_gib / tp
-    ratio = per_gpu / plan.gpu_memory_gib
+    per_gpu = weights / tp
+    ratio = per_gpu / gpu
     util = config.gpu_memory_utilization or _DEFAULT_GPU_UTIL
-    values = {"per_gpu": _num(per_gpu), "weights": _num(plan.weights_gib), "tp": tp}
-    if ratio >= 1.0:
-        s.add("weights_exceed_gpu", gpu=_num(plan.gpu_memory_gib), **values)
-    elif ratio >= util - t.threshold("weights_no_room_margin"):
-        s.add("weights_no_room", gpu=_num(plan.gpu_memory_gib), ratio=_pct(ratio), util=util, **values)
-    elif ratio < t.threshold("weights_fit_ratio"):
-        s.add("weights_fit", gpu=_num(plan.gpu_memory_gib), **values)
+    values = {"per_gpu": _num(per_gpu), "weights": _num(weights), "tp": tp, "gpu": _num(gpu)}
+    no_room = ratio >= util - t.threshold("weights_no_room_margin")
+    fits = ratio < t.threshold("weights_fit_ratio")
+    if named is not None:
+        values["basis"] = named.basis
+        if ratio >= 1.0:
+            s.add("named_weights_exceed_gpu", **values)
+        elif no_room:
+            s.add("named_weights_no_room", ratio=_pct(ratio), util=util, **values)
+        elif fits and named.exact:
+            s.add("weights_fit", **values)
+    elif ratio >= 1.0:
+        s.add("weights_exceed_gpu", **values)
+    elif no_room:
+        s.add("weights_no_room", ratio=_pct(ratio), util=util, **values)
+    elif fits:
+        s.add("weights_fit", **values)
 
 
 def _score_held_past_budget(
@@ -817,7 +844,7 @@ def classify(incident: Incident) -> Diagnosis:
     in_capture = facts.gpu_oom and facts.graph_capture and not runtime
     pieces = _pieces(figures, t) is not None and not facts.sampler_warmup and not in_capture
     _score_text(s, facts, incident, runtime, before_load_done, gpu_signal, pieces=pieces)
-    _score_plan(s, incident, gpu_signal)
+    _score_plan(s, incident, gpu_signal, figures)
     _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
     _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup, in_capture=in_capture)

@@ -59,6 +59,8 @@ class Config:
     gpu_memory_utilization: float | None = None
     tensor_parallel_size: int | None = None
     dtype: str | None = None
+    #: The quantization method the weights were loaded with (vLLM's ``--quantization``, or a GGUF type).
+    quantization: str | None = None
     memory_limit_bytes: int | None = None
     kv_offload_cpu_gib: float | None = None
     #: Whether PYTORCH_CUDA_ALLOC_CONF already holds ``expandable_segments:True``.
@@ -93,6 +95,9 @@ class Incident:
     #: KV cache, CUDA graphs, sampler warm-up) or ``serving``. The message alone often does not say.
     phase: str | None = None
     engine_version: str | None = None
+    #: The model served, as its spec or a report names it: the weights' size when the plan's figure is
+    #: missing (the catalog's count, else a floor read from the name: ``sizing.weights_from_name``).
+    model: str | None = None
     metrics: Metrics = field(default_factory=Metrics)
     config: Config = field(default_factory=Config)
     plan: Plan = field(default_factory=Plan)

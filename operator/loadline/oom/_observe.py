@@ -148,12 +148,15 @@ def build_incident(
         "ever_ready": ever_ready,
         "seconds_since_ready": since_ready,
         "engine_version": (plan.engine_version or None) if plan else None,
+        "model": str((spec.get("model") or {}).get("name") or "") or None,
         "config": {
             "max_model_len": plan.max_model_len if plan else None,
             "max_num_seqs": plan.max_num_seqs if plan else None,
             "max_num_batched_tokens": plan.max_num_batched_tokens if plan else None,
             "gpu_memory_utilization": plan.gpu_memory_utilization if plan else None,
             "tensor_parallel_size": plan.tensor_parallel_size if plan else None,
+            # "none" is vLLM's default: the checkpoint's own quantization_config, which the plan knows.
+            "quantization": None if spec.get("quantization") in {None, "", "none"} else spec["quantization"],
             "memory_limit_bytes": quantity_bytes(limits.get("memory")),
             "kv_offload_cpu_gib": offload,
             "expandable_segments": "expandable_segments:true" in alloc.lower(),

@@ -13,6 +13,7 @@ import math
 from collections.abc import Collection
 
 from loadline.oom._model import Change, Diagnosis, Incident, OomClass, Option, Remediation
+from loadline.sizing import weights_from_name
 from loadline.units import GIB
 
 __all__ = ["next_rung", "propose_remediation"]
@@ -54,10 +55,18 @@ def _util_raise(old: float) -> float | None:
     return new if new > old else None
 
 
-def _replan(incident: Incident) -> Remediation:
+def _replan(incident: Incident, diagnosis: Diagnosis) -> Remediation:
     plan, config = incident.plan, incident.config
     tp = config.tensor_parallel_size or 1
-    if plan.weights_gib is None or plan.gpu_memory_gib is None:
+    # The plan's figures, else the model's name (the catalog's count or a floor) and the allocator's
+    # "total capacity": the same witnesses the classifier read.
+    weights, said = plan.weights_gib, ""
+    if weights is None and incident.model:
+        named = weights_from_name(incident.model, config.dtype, config.quantization)
+        if named is not None:
+            weights, said = round(named.gib, 1), f"at least {round(named.gib, 1)} GiB, from {named.basis}"
+    gpu = plan.gpu_memory_gib or (diagnosis.figures.total_gib if diagnosis.figures else None)
+    if weights is None or gpu is None:
         return Remediation(
             action="replan",
             summary=(
@@ -68,16 +77,16 @@ def _replan(incident: Incident) -> Remediation:
             changes=(Change("config.tensor_parallel_size", config.tensor_parallel_size, tp * 2),),
             look_at=("plan.weights_gib and plan.gpu_memory_gib (missing, so the step is a guess)",),
         )
-    budget = _WEIGHTS_SHARE * plan.gpu_memory_gib
+    budget = _WEIGHTS_SHARE * gpu
     new_tp = tp * 2
-    while plan.weights_gib / new_tp > budget and new_tp < 64:
+    while weights / new_tp > budget and new_tp < 64:
         new_tp *= 2
-    min_gpu = math.ceil(plan.weights_gib / tp / _WEIGHTS_SHARE * 10) / 10
+    min_gpu = math.ceil(weights / tp / _WEIGHTS_SHARE * 10) / 10
     alternatives = [
         Option(
             action="bigger_gpu",
             summary=f"Keep tensor parallel {tp} on a GPU with at least {min_gpu} GiB.",
-            changes=(Change("plan.gpu_memory_gib", plan.gpu_memory_gib, min_gpu),),
+            changes=(Change("plan.gpu_memory_gib", gpu, min_gpu),),
         )
     ]
     if plan.quantization_allowed:
@@ -85,8 +94,7 @@ def _replan(incident: Incident) -> Remediation:
             Option(
                 action="quantize",
                 summary=(
-                    "Serve an FP8 checkpoint: 16-bit weights halve to about "
-                    f"{round(plan.weights_gib / 2, 1)} GiB."
+                    f"Serve an FP8 checkpoint: 16-bit weights halve to about {round(weights / 2, 1)} GiB."
                 ),
                 changes=(Change("config.quantization", None, "fp8"),),
             )
@@ -94,8 +102,8 @@ def _replan(incident: Incident) -> Remediation:
     return Remediation(
         action="replan",
         summary=(
-            f"The weights ({plan.weights_gib} GiB) do not fit {tp} GPU(s) of {plan.gpu_memory_gib} GiB: "
-            f"spread them over tensor parallel {new_tp} ({round(plan.weights_gib / new_tp, 1)} GiB per GPU)."
+            f"The weights ({said or f'{weights} GiB'}) do not fit {tp} GPU(s) of {gpu} GiB: "
+            f"spread them over tensor parallel {new_tp} ({round(weights / new_tp, 1)} GiB per GPU)."
         ),
         changes=(Change("config.tensor_parallel_size", config.tensor_parallel_size, new_tp),),
         alternatives=tuple(alternatives),
@@ -354,7 +362,7 @@ def propose_remediation(diagnosis: Diagnosis, incident: Incident) -> Remediation
     """The one-step fix for ``diagnosis``, computed from the incident's config and plan."""
     match diagnosis.oom_class:
         case OomClass.MODEL_EXCEEDS_VRAM:
-            return _replan(incident)
+            return _replan(incident, diagnosis)
         case OomClass.BATCH_MISCONFIGURATION:
             return _batch(diagnosis, incident)
         case OomClass.KV_CACHE_OVERFLOW:

@@ -49,6 +49,7 @@ class _Config(_Strict):
     gpu_memory_utilization: float | None = Field(default=None, gt=0.0, le=1.0)
     tensor_parallel_size: int | None = Field(default=None, gt=0)
     dtype: str | None = None
+    quantization: str | None = None
     memory_limit_bytes: int | None = Field(default=None, gt=0)
     kv_offload_cpu_gib: float | None = Field(default=None, ge=0.0)
     expandable_segments: bool | None = None
@@ -71,6 +72,7 @@ class _Incident(_Strict):
     seconds_since_ready: float | None = Field(default=None, ge=0.0)
     phase: Literal["loading", "starting", "serving"] | None = None
     engine_version: str | None = None
+    model: str | None = None
     metrics: _Metrics = Field(default_factory=_Metrics)
     config: _Config = Field(default_factory=_Config)
     plan: _Plan = Field(default_factory=_Plan)
@@ -116,6 +118,7 @@ def parse_incident(data: Mapping[str, Any]) -> Incident:
         seconds_since_ready=model.seconds_since_ready,
         phase=model.phase,
         engine_version=model.engine_version,
+        model=model.model,
         metrics=Metrics(
             prompt_tokens_max=m.prompt_tokens_max,
             kv_cache_usage=m.kv_cache_usage,

@@ -38,6 +38,7 @@ from loadline.sizing._data import (
     quantization_methods,
 )
 from loadline.sizing._download import CheckpointDownload, checkpoint_download
+from loadline.sizing._named import NamedWeights, weights_from_name
 from loadline.sizing._params import ParameterCounts, count_parameters
 from loadline.sizing._plan import Candidate, KvCorrections, Plan, plan_inference_model
 from loadline.sizing._resolve import (
@@ -77,6 +78,7 @@ __all__ = [
     "GPUType",
     "KvCorrections",
     "MemoryBudget",
+    "NamedWeights",
     "NodeRoom",
     "NodeShape",
     "ParameterCounts",
@@ -126,5 +128,6 @@ __all__ = [
     "shapes_for",
     "shapes_of",
     "tune",
+    "weights_from_name",
     "workload_demand",
 ]
