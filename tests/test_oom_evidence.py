@@ -797,3 +797,56 @@ def test_the_plans_own_weights_outrank_the_name() -> None:
         )
     )
     assert not {"named_weights_exceed_gpu", "named_weights_no_room", "weights_exceed_gpu"} & set(d.signals)
+
+
+def test_the_weights_vllm_logged_outrank_a_floor_from_the_name() -> None:
+    # club-3090#708: a 75 B NVFP4 model over several 24 GiB GPUs (the incident does not say how many);
+    # vLLM's own "Model loading took 13.31 GiB" is what one GPU held, so the weights fit and the
+    # profiling run's batch was what ran out.
+    message = (
+        "CUDA out of memory. Tried to allocate 2.00 GiB. GPU 1 has 23.56 GiB total, 1.08 GiB free,\n22.46 GiB "
+        "in use. (Model loading took 13.31 GiB) — during torch.compile autotuning in _dummy_run"
+    )
+    model = "nvidia/NVIDIA-Nemotron-Labs-3-Puzzle-75B-A9B-NVFP4"
+    d = classify(
+        make(message=message, ever_ready=False, phase="starting", model=model, plan={"gpu_memory_gib": 24})
+    )
+    assert "named_weights_exceed_gpu" not in d.signals and "weights_fit" in d.signals
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+# ---- other accelerators' allocators say how large their largest free block was ----------------------
+
+PJRT = (
+    "RESOURCE_EXHAUSTED: Error allocating device buffer: \nAttempting to allocate 1.96G. \nThat was not "
+    "possible. \nThere are 3.46G free. \nThe largest contiguous region of free memory is 1.75G due to "
+    "fragmentation."
+)
+TT_METAL = (
+    "TT_FATAL: Out of Memory: Not enough space to allocate 1879048192 B DRAM buffer across 8 banks,\nwhere "
+    "each bank needs to store 234881024 B, but bank size is 4272341376 B\n(allocated: 3993427840 B, free: "
+    "278913536 B, largest free block: 134217728 B)"
+)
+
+
+@pytest.mark.parametrize("message", [PJRT, TT_METAL])
+def test_free_memory_with_no_block_as_large_as_the_request_is_fragmentation(message: str) -> None:
+    # Read during loading, the figures outrank the phase: device memory fragments while loading too.
+    d = classify(make(message=message, ever_ready=False, phase="loading"))
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert d.decided_by is not None and d.decided_by[0] == "largest_block_short"
+
+
+def test_a_largest_block_as_large_as_the_request_is_not_fragmentation() -> None:
+    used_up = PJRT.replace("There are 3.46G free", "There are 1.50G free")
+    assert "largest_block_short" not in classify(make(message=used_up, ever_ready=False)).signals
+
+
+def test_running_out_of_a_tpus_hbm_is_the_devices_memory() -> None:
+    # GoogleCloudPlatform/kubernetes-engine-samples#1467: Llama 3.1 405B on TPU slices of 16 GiB HBM.
+    message = (
+        "RuntimeError: Bad StatusOr access: RESOURCE_EXHAUSTED: XLA:TPU compile permanent error. Ran out of "
+        "memory in memory space hbm. Used 20.44G of 15.75G hbm. Exceeded hbm capacity by 4.70G."
+    )
+    d = classify(make(message=message, ever_ready=False, model="LLama-3.1-405B", plan={"gpu_memory_gib": 16}))
+    assert "gpu_only" in d.signals and d.oom_class is OomClass.MODEL_EXCEEDS_VRAM

@@ -146,3 +146,24 @@ def test_partial_message_keeps_what_it_has() -> None:
 )
 def test_no_allocator_figures(text: str) -> None:
     assert parse_oom_text(text) is None
+
+
+def test_xlas_and_tt_metals_largest_free_block_is_read() -> None:
+    pjrt = parse_oom_text(
+        "RESOURCE_EXHAUSTED: Error allocating device buffer: Attempting to allocate 1.96G. That was not "
+        "possible. There are 3.46G free. The largest contiguous region of free memory is 1.75G due to "
+        "fragmentation."
+    )
+    assert pjrt is not None and (pjrt.requested_gib, pjrt.free_gib, pjrt.largest_free_gib) == (
+        1.96,
+        3.46,
+        1.75,
+    )
+    tt = parse_oom_text(
+        "Not enough space to allocate 1879048192 B DRAM buffer across 8 banks, where each bank needs to "
+        "store 234881024 B, but bank size is 4272341376 B (allocated: 3993427840 B, free: 278913536 B, "
+        "largest free block: 134217728 B)"
+    )
+    # Per bank, as the request is: 224 MiB asked, 266 MiB free, the largest block 128 MiB.
+    assert tt is not None and tt.requested_gib == 0.21875 and tt.largest_free_gib == 0.125
+    assert tt.free_gib is not None and abs(tt.free_gib - 278913536 / 1024**3) < 1e-6

@@ -16,6 +16,7 @@ from loadline.observe._learn import (
 from loadline.observe._parse import (
     Observation,
     ObserveError,
+    logged_weights_gib,
     observation_from_cache_config,
     parse_startup_log,
 )
@@ -37,6 +38,7 @@ __all__ = [
     "ObserveError",
     "capacity_condition",
     "load_store",
+    "logged_weights_gib",
     "minor_of",
     "mismatches",
     "observation_from_cache_config",

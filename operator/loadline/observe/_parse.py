@@ -187,6 +187,19 @@ def parse_startup_log(text: str, *, source: str = "LOGFILE") -> Observation:
     return _observation(reading, tables)
 
 
+def logged_weights_gib(text: str) -> float | None:
+    """The weights one GPU held, as vLLM logged them ("Model loading took 13.31 GiB"; the busiest rank
+    when several logged), or None when the text has no such line. Unlike :func:`parse_startup_log`, a
+    text without it is no error: a crash report quotes what it quotes."""
+    tables = _tables()
+    reading = _Reading()
+    for raw_line in _ANSI.sub("", text).splitlines():
+        if "weight" in raw_line.lower() or "loading took" in raw_line.lower():
+            _read_line(raw_line[:20000], tables, reading)
+    ranks = reading.per_rank.get("weights")
+    return max(ranks.values()) if ranks else None
+
+
 def _observation(reading: _Reading, tables: _Tables) -> Observation:
     found, settings = reading.found, dict(reading.settings)
     weights = max(reading.per_rank["weights"].values()) if "weights" in reading.per_rank else None

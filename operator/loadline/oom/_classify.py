@@ -14,6 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from loadline.observe import logged_weights_gib
 from loadline.oom._model import CAUSES, AllocatorFigures, Diagnosis, Incident, OomClass
 from loadline.oom._parse import parse_oom_text
 from loadline.oom._signals import Tables, TimingRow, tables
@@ -336,32 +337,38 @@ def _score_text(
 
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool, fig: AllocatorFigures | None) -> None:
-    """The weights per GPU against the GPU: the plan's figures, else the model's name.
+    """The weights per GPU against the GPU: the plan's figures, else vLLM's own log, else the model's name.
 
     The GPU's size is the plan's, else the allocator's own "total capacity". Without the plan's weights,
-    the model's name gives them (the catalog's count, else a floor the name states), and only where the
-    GPU's memory ran out: a floor can say the weights did not fit, never that they fit comfortably."""
+    vLLM's "Model loading took X GiB" is what one GPU held; without that either, the model's name gives
+    them (the catalog's count, else a floor the name states). Both count only where the GPU's memory ran
+    out, and a floor can say the weights did not fit, never that they fit comfortably."""
     plan, config, t = incident.plan, incident.config, s.t
     gpu = plan.gpu_memory_gib or (fig.total_gib if fig is not None else None)
     if gpu is None:
         return
+    tp = config.tensor_parallel_size or 1
     named: NamedWeights | None = None
     if plan.weights_gib is not None:
-        weights = plan.weights_gib
         if not gpu_signal and not _plan_exceeds(incident):
             return
+        per_gpu = plan.weights_gib / tp
+    elif not gpu_signal:
+        return
     else:
-        if not gpu_signal or not incident.model:
+        logged = logged_weights_gib(incident.text)
+        if logged is not None:
+            per_gpu = logged
+        elif incident.model:
+            named = weights_from_name(incident.model, config.dtype, config.quantization)
+            if named is None:
+                return
+            per_gpu = named.gib / tp
+        else:
             return
-        named = weights_from_name(incident.model, config.dtype, config.quantization)
-        if named is None:
-            return
-        weights = named.gib
-    tp = config.tensor_parallel_size or 1
-    per_gpu = weights / tp
     ratio = per_gpu / gpu
     util = config.gpu_memory_utilization or _DEFAULT_GPU_UTIL
-    values = {"per_gpu": _num(per_gpu), "weights": _num(weights), "tp": tp, "gpu": _num(gpu)}
+    values = {"per_gpu": _num(per_gpu), "weights": _num(per_gpu * tp), "tp": tp, "gpu": _num(gpu)}
     no_room = ratio >= util - t.threshold("weights_no_room_margin")
     fits = ratio < t.threshold("weights_fit_ratio")
     if named is not None:
@@ -483,9 +490,10 @@ def _timing_verdict(
         # The step the failure itself names (the KV cache's allocation, the profiling batch, a capture)
         # comes after the weights in every engine's start-up, so it outranks a coarse phase "loading".
         named_after_load = after_load or f.kv_alloc is not None
-        if f.load_failed or (
-            (incident.phase == "loading" or (f.load_phase and not f.weights_loaded)) and not named_after_load
-        ):
+        loading = incident.phase == "loading" or (f.load_phase and not f.weights_loaded)
+        # The allocator's figures showing the memory in pieces outrank the phase here too: a loader's
+        # buffers fragment device memory as any other allocations do.
+        if f.load_failed or (loading and not named_after_load and not pieces):
             row_id = "at_load"
         elif (incident.phase == "starting" or after_load) and f.gpu_oom and not pieces:
             # A refusal (no cache blocks, max_len vs KV) is not an out-of-memory during a batch.
@@ -575,6 +583,13 @@ def _score_allocator(
     # reserved-but-unallocated memory at least the size of the request means the bytes were there but
     # not in one piece (fragmentation by definition); free plus cached enough, most of it cached, is the
     # same in two places. Less than that and the memory was used up.
+    if _pieces(fig, t) == "largest_block_short" and not named_setting and fig.requested_gib:
+        s.add(
+            "largest_block_short",
+            requested=_num(fig.requested_gib),
+            free=_num(fig.free_gib or 0.0),
+            largest=_num(fig.largest_free_gib or 0.0),
+        )
     if fig.reserved_unallocated_gib is not None and fig.requested_gib and not named_setting:
         verdict = _pieces(fig, t)
         ratio = fig.reserved_unallocated_gib / fig.requested_gib
@@ -602,7 +617,13 @@ def _score_allocator(
 
 def _pieces(fig: AllocatorFigures | None, t: Tables) -> str | None:
     """Which fragmentation signal the allocator's figures support, if any (see ``_score_allocator``)."""
-    if fig is None or fig.reserved_unallocated_gib is None or not fig.requested_gib:
+    if fig is None or not fig.requested_gib:
+        return None
+    largest, free = fig.largest_free_gib, fig.free_gib
+    if largest is not None and free is not None and free >= fig.requested_gib > largest:
+        # The allocator says so itself: enough free in all, no free block as large as the request.
+        return "largest_block_short"
+    if fig.reserved_unallocated_gib is None:
         return None
     unalloc, requested = fig.reserved_unallocated_gib, fig.requested_gib
     if unalloc >= t.threshold("reserved_large_ratio") * requested:
@@ -617,7 +638,8 @@ def _pieces(fig: AllocatorFigures | None, t: Tables) -> str | None:
 
 def _score_config(s: _Score, incident: Incident, host: bool) -> None:
     config, t = incident.config, s.t
-    if config.expandable_segments and {"reserved_large", "reserved_covers", "in_pieces"} & set(s.fired):
+    pieces = {"reserved_large", "reserved_covers", "in_pieces", "largest_block_short"}
+    if config.expandable_segments and pieces & set(s.fired):
         s.add("expandable_on")
     if host and config.kv_offload_cpu_gib and config.memory_limit_bytes:
         limit_gib = config.memory_limit_bytes / GIB

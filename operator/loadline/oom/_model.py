@@ -129,6 +129,9 @@ class AllocatorFigures:
     reserved_unallocated_gib: float | None = None
     #: Old format: "W reserved in total by PyTorch" (allocated plus reserved-but-unallocated).
     reserved_total_gib: float | None = None
+    #: The largest free block the allocator had, where it says so (XLA's PJRT on TPU: "The largest
+    #: contiguous region of free memory is X"; tt-metal: "largest free block: X").
+    largest_free_gib: float | None = None
 
     @property
     def outside_gib(self) -> float | None:

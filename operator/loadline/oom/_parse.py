@@ -24,6 +24,8 @@ from loadline.units import GIB
 __all__ = ["parse_oom_text", "to_gib"]
 
 _SIZE = r"(\d+(?:\.\d+)?)\s*([KMGT]i?B|bytes|B)\b"
+# XLA's runtime (PJRT) prints sizes as "1.96G": binary units without the "B" (tsl's HumanReadableNumBytes).
+_XLA_SIZE = r"(\d+(?:\.\d+)?)\s*([KMGT]i?B?|bytes|B)(?![A-Za-z])"
 
 # vLLM labels some GiB figures "GB"; torch always prints binary units. Both are read as binary.
 _UNIT_GIB = {
@@ -37,6 +39,10 @@ _UNIT_GIB = {
     "GB": 1.0,
     "TiB": 1024.0,
     "TB": 1024.0,
+    "K": 1 / 1024**2,
+    "M": 1 / 1024,
+    "G": 1.0,
+    "T": 1024.0,
 }
 
 _START = re.compile(r"CUDA out of memory|OutOfMemoryError|would exceed allowed memory", re.IGNORECASE)
@@ -77,6 +83,43 @@ _FRACTION = re.compile(
 _SHORT_TOTAL_FREE = re.compile(r"GPU(?: \d+)? has " + _SIZE + r" total, " + _SIZE + r" free")
 _SHORT_ALLOCATED = re.compile(r"PyTorch allocated:\s*" + _SIZE)
 _SHORT_UNALLOC = re.compile(r"Reserved but unallocated:\s*" + _SIZE)
+
+
+# Allocators that say how large their largest free block was: XLA's PJRT ("Attempting to allocate 1.96G.
+# That was not possible. There are 3.46G free. The largest contiguous region of free memory is 1.75G")
+# and tt-metal ("Not enough space to allocate N B DRAM buffer across 8 banks, where each bank needs to
+# store M B, ... (allocated: A B, free: F B, largest free block: L B)"; per bank, as the request is).
+_LARGEST = re.compile(
+    r"largest (?:contiguous region of free memory is|free block:?)\s*" + _XLA_SIZE, re.IGNORECASE
+)
+_BLOCK_REQUESTED = re.compile(
+    r"(?:each bank needs to store|Attempting to allocate|Not enough space to allocate)\s*" + _XLA_SIZE,
+    re.IGNORECASE,
+)
+_BLOCK_FREE = re.compile(r"(?:There (?:are|is)\s*" + _XLA_SIZE + r"\s*free|\bfree:\s*" + _XLA_SIZE + ")")
+
+
+def _parse_largest(text: str) -> AllocatorFigures | None:
+    """The request, the free memory and the largest free block, from the message that names the block."""
+    largest = _LARGEST.search(text)
+    if largest is None:
+        return None
+    window = text[max(0, largest.start() - 800) : largest.end()]
+    # The last figures before the block's: the message's own (per bank where it says "each bank").
+    requested = [m for m in _BLOCK_REQUESTED.finditer(window)]
+    bank = [m for m in requested if m.group(0).lower().startswith("each bank")]
+    request = (bank or requested)[-1] if requested else None
+    free = [m for m in _BLOCK_FREE.finditer(window)]
+    free_gib = None
+    if free:
+        last = free[-1]
+        free_gib = _gib(last, 1) if last.group(1) is not None else _gib(last, 3)
+    return AllocatorFigures(
+        fmt="largest_block",
+        requested_gib=_gib(request, 1),
+        free_gib=free_gib,
+        largest_free_gib=_gib(largest, 1),
+    )
 
 
 def to_gib(number: str, unit: str) -> float:
@@ -211,6 +254,9 @@ def parse_oom_text(text: str) -> AllocatorFigures | None:
         ]
         if readings:
             return max(readings, key=_count)
+    block = _parse_largest(text)
+    if block is not None:
+        return block
     # A bare "Tried to allocate" (some reports quote only that line).
     bare = _REQUESTED.search(text)
     return _parse_window(text[bare.start() : bare.start() + _WINDOW]) if bare else None
