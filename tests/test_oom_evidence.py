@@ -397,6 +397,15 @@ def test_host_memory_climbing_is_not_fragmentation() -> None:
     assert "memory_climbing_text" not in d.signals
 
 
+@pytest.mark.parametrize("whose", ["CPU's memory", "CPU’s memory", "CPU memory"])
+def test_the_cpus_memory_in_the_possessive_is_the_hosts(whose: str) -> None:
+    # vllm-project/vllm#2793: "after continuous use I get an Out of Memory error from my CPU's memory."
+    d = classify(
+        make(message=f"after continuous use I get an Out of Memory error from my {whose}.", ever_ready=True)
+    )
+    assert "host_words" in d.signals and d.oom_class is OomClass.HOST_MEMORY
+
+
 # ---- blind set 3's lessons (2026-11-29): wrapped sentences and other words for running out ----------
 
 
