@@ -753,14 +753,16 @@ def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None
     """
     if ever_ready:
         return "serving"
-    facts = _read_text(log_head, tables())
-    if facts.serving:
+    # Only the four start-up facts, not every signal's pattern: a head is up to 256 KiB, and reading all
+    # of them over it costs the crash lane a CPU-second on a slow node.
+    p = tables().patterns
+    if p["serving"].search(log_head):
         return "serving"
     if not whole:
         return None
-    if facts.weights_loaded:
+    if p["weights_loaded"].search(log_head):
         return "starting"
-    if facts.load_phase or facts.load_failed:
+    if p["load_phase"].search(log_head) or p["load_failed"].search(" ".join(log_head.split())):
         return "loading"
     return None
 
