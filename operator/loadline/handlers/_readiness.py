@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 import kopf
 from kubernetes.client.exceptions import ApiException
 
-from loadline.api import API_VERSION, KIND
+from loadline.api import API_VERSION, KIND, InferenceModelStatus
 from loadline.handlers import _events, _kube
 from loadline.handlers._plan import REPLAN_ANNOTATION
 from loadline.render import workload_ref
@@ -195,14 +195,14 @@ def check_readiness(
     (:func:`unbound_pods`, one LIST per namespace shared by the looks of a few seconds): a stuck model
     costs one shared read a minute at most and no writes.
     """
-    if readiness_due(body, memo):
+    if readiness_due(state.status_reads.read(body), memo):
         read_readiness(state, body, patch, memo)
 
 
-def readiness_due(body: kopf.Body, memo: MutableMapping[str, Any]) -> bool:
-    """Whether the back-off says to look now (then the look is noted in ``memo``). No I/O: the timer
-    asks this on kopf's event loop and takes a thread only when a look is due."""
-    status = read_status(body)
+def readiness_due(status: InferenceModelStatus, memo: MutableMapping[str, Any]) -> bool:
+    """Whether the back-off says to look now (then the look is noted in ``memo``), from the model's
+    status (:class:`loadline.state.StatusReads`: read once per version, as this is asked every tick).
+    No I/O: the timer asks this on kopf's event loop and takes a thread only when a look is due."""
     now = datetime.now(UTC)
     # Without a Ready condition to date it, the episode starts when this process first saw it.
     since = _build.deploying_since(status) or memo.setdefault("readiness_first_seen", now)

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+from collections.abc import Mapping
 from typing import Any
 
 import kopf
 
 from loadline import telemetry
-from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION
+from loadline.api import GROUP, KIND, PLURAL, POLICY_PLURAL, VERSION, InferenceModelStatus
 from loadline.handlers import (
     _admission,
     _discovery,
@@ -222,23 +223,29 @@ def _present(meta: kopf.Meta, indexes: dict[str, Any]) -> bool:
     return state_of(indexes["memo"]).shards.owns_uid(meta.get("uid")) and key in indexes["owned_models"]
 
 
+def _status(body: kopf.Body, kwargs: Mapping[str, Any]) -> InferenceModelStatus:
+    """The typed status of this version of the model, read once for every timer's filter and
+    due-check that asks on each tick (:class:`loadline.state.StatusReads`)."""
+    return state_of(kwargs["memo"]).status_reads.read(body)
+
+
 def _deploying(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return read_status(body).phase == "Deploying" and _present(meta, kwargs)
+    return _status(body, kwargs).phase == "Deploying" and _present(meta, kwargs)
 
 
 @kopf.timer(GROUP, VERSION, PLURAL, interval=5, initial_delay=2, when=_deploying)
 async def readiness(body: kopf.Body, patch: kopf.Patch, memo: kopf.Memo, **_: Any) -> None:
     # Fires every 5 s but reads the cluster on a back-off (5, 10, 20, 40 s, then each minute): the tick
     # is decided on the event loop, and only a due look takes a thread (the CHECKS lane).
-    if _readiness.readiness_due(body, memo):
-        state = state_of(memo)
+    state = state_of(memo)
+    if _readiness.readiness_due(state.status_reads.read(body), memo):
         await state.lanes.checks.run(
             _readiness.read_readiness, state, body, patch, memo, SETTINGS.capacity_aware
         )
 
 
 def _measurable(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _measure.measuring(SETTINGS, read_status(body)) and _present(meta, kwargs)
+    return _measure.measuring(SETTINGS, _status(body, kwargs)) and _present(meta, kwargs)
 
 
 @kopf.timer(
@@ -255,7 +262,7 @@ def measured_gpu_memory(
 
 
 def _observable(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _observe.observing(read_status(body)) and _present(meta, kwargs)
+    return _observe.observing(_status(body, kwargs)) and _present(meta, kwargs)
 
 
 @kopf.on.startup(id="observations")
@@ -265,7 +272,7 @@ def load_observations(memo: kopf.Memo, logger: kopf.Logger, **_: Any) -> None:
 
 
 def _judging(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _outcomes.judging(read_status(body), meta.get("generation")) and _present(meta, kwargs)
+    return _outcomes.judging(_status(body, kwargs), meta.get("generation")) and _present(meta, kwargs)
 
 
 @kopf.timer(
@@ -300,7 +307,7 @@ def restarting(body: kopf.Body, namespace: str | None, name: str, **_: Any) -> d
 
 
 def _maintenance_pending(body: kopf.Body, meta: kopf.Meta, **kwargs: Any) -> bool:
-    return _maintenance.pending(read_status(body)) and _present(meta, kwargs)
+    return _maintenance.pending(_status(body, kwargs)) and _present(meta, kwargs)
 
 
 @kopf.timer(

@@ -43,6 +43,7 @@ from loadline.state import (
     RollOuts,
     ScaleCounts,
     SeenWorkloads,
+    StatusReads,
     Views,
 )
 
@@ -111,6 +112,8 @@ class OperatorState:
     pacer: Pacer = field(default_factory=lambda: Pacer(PacingLimits()))
     #: The scale subresource's counts this process wrote lately (its index shows them later).
     scale_counts: ScaleCounts = field(default_factory=ScaleCounts)
+    #: Each model version's typed status, for the timers' filters and due-checks that ask every tick.
+    status_reads: StatusReads = field(default_factory=StatusReads)
 
     def forget_model(self, namespace: str, name: str) -> None:
         """A deleted model's reservations, fingerprints, guard and lock go with it."""

@@ -25,6 +25,7 @@ from loadline.state._index import (
 from loadline.state._keys import ModelKey, ObjectKey
 from loadline.state._reads import RecentReads
 from loadline.state._rollouts import ROLL_OUT_GUARD_SECONDS, RollOuts
+from loadline.state._status_reads import STATUS_READS_MAX, StatusReads
 from loadline.state._watched import (
     REVISION_SECONDS,
     SCALE_WRITTEN_SECONDS,
@@ -43,6 +44,7 @@ __all__ = [
     "ROLL_OUT_GUARD_SECONDS",
     "SCALE_WRITTEN_SECONDS",
     "SEEN_WORKLOADS_MAX",
+    "STATUS_READS_MAX",
     "VIEW_SECONDS",
     "WATCH_SELECTORS",
     "AppliedChildren",
@@ -55,6 +57,7 @@ __all__ = [
     "RollOuts",
     "ScaleCounts",
     "SeenWorkloads",
+    "StatusReads",
     "Views",
     "applied_now",
     "entries",
