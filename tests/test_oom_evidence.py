@@ -11,7 +11,15 @@ from typing import Any
 
 import pytest
 
-from loadline.oom import Incident, OomClass, classify, parse_incident, parse_oom_text, propose_remediation
+from loadline.oom import (
+    Diagnosis,
+    Incident,
+    OomClass,
+    classify,
+    parse_incident,
+    parse_oom_text,
+    propose_remediation,
+)
 
 ADVICE = (
     " If reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"
@@ -717,16 +725,15 @@ def test_a_kv_cache_allocation_failing_while_serving_is_not_the_contexts_kv_cach
 BARE_OOM = "torch.OutOfMemoryError: CUDA out of memory."
 
 
+def named(model: str, gpu_gib: float, ever_ready: bool = False, **fields: Any) -> Diagnosis:
+    """A bare GPU out-of-memory of ``model`` on a GPU of ``gpu_gib``, with no weights in its plan."""
+    plan = {"gpu_memory_gib": gpu_gib, **fields.pop("plan", {})}
+    return classify(make(message=BARE_OOM, ever_ready=ever_ready, model=model, plan=plan, **fields))
+
+
 def test_a_named_model_too_big_for_its_gpu_is_model_too_big_without_a_plan() -> None:
     # vllm-project/vllm#23050: Qwen3-30B-A3B on one 32 GiB RTX 5090; the error text says nothing else.
-    d = classify(
-        make(
-            message=BARE_OOM,
-            ever_ready=False,
-            model="Qwen3-30B-A3B-Thinking-2507",
-            plan={"gpu_memory_gib": 32},
-        )
-    )
+    d = named("Qwen3-30B-A3B-Thinking-2507", 32)
     assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
     assert d.decided_by is not None and d.decided_by[0] == "named_weights_exceed_gpu"
     assert "Qwen3-30B-A3B-Thinking-2507" in d.decided_by[1]
@@ -747,44 +754,23 @@ def test_the_gpus_size_comes_from_the_allocators_total_capacity_when_the_plan_ha
 
 def test_a_named_model_that_leaves_no_room_under_the_budget_counts_for_model_too_big() -> None:
     # 14 B parameters in 16 bits (26 GiB at least) on a 28 GiB GPU: past 0.9 of it.
-    d = classify(
-        make(
-            message=BARE_OOM,
-            ever_ready=False,
-            model="Qwen2.5-14B-Instruct-custom",
-            plan={"gpu_memory_gib": 28},
-        )
-    )
+    d = named("Qwen2.5-14B-Instruct-custom", 28)
     assert "named_weights_no_room" in d.signals
 
 
 def test_tensor_parallel_spreads_the_named_weights() -> None:
-    one = classify(
-        make(message=BARE_OOM, ever_ready=False, model="Llama-3.3-70B-custom", plan={"gpu_memory_gib": 80})
-    )
-    four = classify(
-        make(
-            message=BARE_OOM,
-            ever_ready=False,
-            model="Llama-3.3-70B-custom",
-            plan={"gpu_memory_gib": 80},
-            config={"tensor_parallel_size": 4},
-        )
-    )
+    one = named("Llama-3.3-70B-custom", 80)
+    four = named("Llama-3.3-70B-custom", 80, config={"tensor_parallel_size": 4})
     assert "named_weights_exceed_gpu" in one.signals
     assert not {"named_weights_exceed_gpu", "named_weights_no_room"} & set(four.signals)
 
 
 def test_a_floor_read_from_a_name_never_says_the_weights_fit() -> None:
     # A name's figure is a floor: it can show the weights too big, never comfortably small.
-    named = classify(
-        make(message=BARE_OOM, ever_ready=True, model="TinyModel-1B-custom", plan={"gpu_memory_gib": 80})
-    )
-    assert "weights_fit" not in named.signals
+    floor = named("TinyModel-1B-custom", 80, ever_ready=True)
+    assert "weights_fit" not in floor.signals
     # The catalog's count is exact: that one can.
-    catalog = classify(
-        make(message=BARE_OOM, ever_ready=True, model="Qwen/Qwen3-8B", plan={"gpu_memory_gib": 80})
-    )
+    catalog = named("Qwen/Qwen3-8B", 80, ever_ready=True)
     assert "weights_fit" in catalog.signals
 
 
@@ -797,14 +783,7 @@ def test_the_host_running_out_is_not_turned_into_model_too_big_by_a_name() -> No
 
 
 def test_the_plans_own_weights_outrank_the_name() -> None:
-    d = classify(
-        make(
-            message=BARE_OOM,
-            ever_ready=False,
-            model="Llama-3.3-70B-custom",
-            plan={"gpu_memory_gib": 80, "weights_gib": 35.0},
-        )
-    )
+    d = named("Llama-3.3-70B-custom", 80, plan={"weights_gib": 35.0})
     assert not {"named_weights_exceed_gpu", "named_weights_no_room", "weights_exceed_gpu"} & set(d.signals)
 
 
