@@ -838,3 +838,143 @@ def test_running_out_of_a_tpus_hbm_is_the_devices_memory() -> None:
     )
     d = classify(make(message=message, ever_ready=False, model="LLama-3.1-405B", plan={"gpu_memory_gib": 16}))
     assert "gpu_only" in d.signals and d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+
+
+# ---- "OOM" as reports write it: a verb, lower case, beside CJK text ------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "It OOMs while loading the weights onto one A100 80G",
+        "the loader OOMed halfway through the checkpoint shards",
+        "it fails on oom while loading",
+        "加载到单卡上，出现OOM ， A100 80G",
+    ],
+)
+def test_oom_written_as_a_verb_or_beside_cjk_is_an_out_of_memory(message: str) -> None:
+    d = classify(make(message=message, ever_ready=False, phase="loading"))
+    assert "at_load" in d.signals
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+
+
+@pytest.mark.parametrize("message", ["bloom-7b loaded into the room", "zoomed in on the loader"])
+def test_oom_inside_a_word_is_not_an_out_of_memory(message: str) -> None:
+    d = classify(make(message=message, ever_ready=False, phase="loading"))
+    assert d.oom_class is OomClass.UNKNOWN and "at_load" not in d.signals
+
+
+# ---- fragmentation named outside PyTorch's advice ----------------------------------------------------
+
+FRAGMENTATION_NAMED = (
+    "The upgrade from PyTorch 2.9 to 2.10 seems to have substantially increased memory fragmentation during "
+    "startup and cudagraph capture, leading to OOMs during startup for some models."
+)
+
+
+def test_fragmentation_named_by_the_report_is_fragmentation_even_during_capture() -> None:
+    d = classify(make(message=FRAGMENTATION_NAMED, ever_ready=False))
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert d.decided_by is not None and d.decided_by[0] == "fragmentation_text"
+
+
+def test_pytorchs_advice_sentence_names_no_fragmentation() -> None:
+    message = new_format("2.00 GiB", "23.64 GiB", "1.00 GiB", "22.5 GiB", "22.3 GiB", "50.00 MiB") + ADVICE
+    assert "fragmentation_text" not in classify(make(message=message, ever_ready=True)).signals
+
+
+# ---- a process that says "out of memory" and was not killed ran out of device memory ------------------
+
+
+def test_a_live_process_out_of_memory_while_serving_is_the_gpus() -> None:
+    d = classify(make(message="the server went out of memory on a request", ever_ready=True))
+    assert "runtime_gpu_oom" in d.signals and "gpu_only" in d.signals
+
+
+def test_the_same_words_from_a_killed_container_are_the_hosts() -> None:
+    d = classify(
+        make(message="the server went out of memory on a request", ever_ready=True, reason="OOMKilled")
+    )
+    assert "runtime_gpu_oom" not in d.signals
+    assert d.oom_class is OomClass.HOST_MEMORY
+
+
+# ---- the KV cache's own allocation is not a dummy batch -----------------------------------------------
+
+
+def test_a_kv_cache_allocation_at_start_up_is_not_read_as_the_profiling_batch() -> None:
+    message = (
+        "CUDA error: out of memory\nllama_kv_cache_init: failed to allocate buffer for kv cache\n"
+        "llama_new_context_with_model: llama_kv_cache_init() failed for self-attention cache"
+    )
+    d = classify(make(message=message, ever_ready=False, phase="starting"))
+    assert "after_load" not in d.signals
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+
+
+# ---- an engine's KV cache with no room for the next batch --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "decode: failed to find KV cache slot for ubatch of size 454\nllama_decode: failed to decode, ret = 1",
+        "decode: failed to find a memory slot for batch of size 512",
+        "KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.5",
+    ],
+)
+def test_no_kv_cache_slot_for_the_next_batch_is_kv_overflow(message: str) -> None:
+    d = classify(make(message=message, ever_ready=True))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW and "kv_slot_full" in d.signals
+
+
+# ---- vLLM's CPU swap space is host memory -------------------------------------------------------------
+
+
+def test_cpu_swap_space_running_out_is_host_memory() -> None:
+    message = (
+        "RuntimeError: Aborted due to the lack of CPU swap space. Please increase the swap space to avoid "
+        "this error."
+    )
+    assert classify(make(message=message, ever_ready=True)).oom_class is OomClass.HOST_MEMORY
+
+
+# ---- ROCm's runtime says its device allocation failed in its own words ---------------------------------
+
+
+def test_rocm_block_allocator_failure_is_the_gpus() -> None:
+    message = "VRAM usage keeps growing during generation until\nHSA exception: MemoryRegion::BlockAllocator::alloc failed"
+    d = classify(make(message=message, ever_ready=True))
+    assert "runtime_gpu_oom" in d.signals and "gpu_only" in d.signals
+
+
+# ---- a long configured context at start-up -----------------------------------------------------------
+
+START_UP_OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to allocate 3.50 GiB."
+
+
+def test_a_long_context_with_no_step_named_at_start_up_is_the_contexts() -> None:
+    d = classify(make(message=START_UP_OOM, ever_ready=False, config={"max_model_len": 524288}))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert d.decided_by is not None and d.decided_by[0] == "long_context_startup"
+
+
+@pytest.mark.parametrize(
+    ("extra", "config"),
+    [
+        ("", {"max_model_len": 8192}),
+        ("", {"max_model_len": 524288, "max_num_batched_tokens": 524288}),
+        ("\nCapturing CUDA graph shapes: 40%", {"max_model_len": 524288}),
+        ("\nUnable to warmup model", {"max_model_len": 524288}),
+    ],
+)
+def test_a_short_context_a_set_batch_or_a_named_step_is_not_the_contexts(
+    extra: str, config: dict[str, int]
+) -> None:
+    d = classify(make(message=START_UP_OOM + extra, ever_ready=False, config=config))
+    assert "long_context_startup" not in d.signals
+
+
+def test_a_long_context_while_serving_is_not_read_as_start_up() -> None:
+    d = classify(make(message=START_UP_OOM, ever_ready=True, config={"max_model_len": 524288}))
+    assert "long_context_startup" not in d.signals

@@ -70,6 +70,9 @@ class _Facts:
     kv_words: str | None = None
     #: An engine that allocates the whole context's KV cache up front failed to allocate it.
     kv_alloc: str | None = None
+    #: The engine's KV cache had no room for the next batch while it ran (llama.cpp's "failed to find KV
+    #: cache slot", SGLang's "KV cache pool is full"): the cache is full, not the GPU.
+    kv_slot_full: str | None = None
     #: A batch-sizing setting named outside the engine's standard advice sentences.
     batch_setting: str | None = None
     #: The report's own words for memory climbing until the out-of-memory.
@@ -79,6 +82,8 @@ class _Facts:
     oom: bool = False
     #: A memory leak named: memory that ran out over time, said so, whether or not "OOM" is said too.
     leak: str | None = None
+    #: Fragmentation named outside PyTorch's advice sentence (which every out-of-memory message ends with).
+    frag_words: str | None = None
 
     @property
     def host_text(self) -> bool:
@@ -226,12 +231,16 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.shm_full = _found(p["shm_full"], text)
     f.bus_error = None if f.shm_full else _found(p["bus_error"], text)
     f.kv_alloc = _found(p["kv_alloc_failed"], flat)
+    f.kv_slot_full = _found(p["kv_slot_full"], flat)
     if f.max_len is None:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
         if f.kv_cut is None:
             f.kv_words = _found(p["kv_fit_words"], text)
     # A leak named is memory climbing by definition: its words are climbing words too.
     f.leak = _found(p["memory_leak_words"], text)
+    # PyTorch ends every out-of-memory message with advice "... to avoid fragmentation": that sentence is
+    # in the text whatever happened, so only fragmentation named anywhere else is evidence.
+    f.frag_words = _found(p["fragmentation_words"], p["allocator_advice"].sub(" ", text))
     f.climbing_words = _found(p["memory_climbing_words"], text) or f.leak
     f.prompt_words = _found(p["long_prompt_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
@@ -320,6 +329,8 @@ def _score_text(
         s.add("kv_refusal_words", what=f.kv_words)
     elif f.kv_alloc and not runtime:
         s.add("kv_alloc_failed", what=f.kv_alloc)
+    elif f.kv_slot_full:
+        s.add("kv_slot_full", what=f.kv_slot_full)
     if f.gpu_oom and f.sleep_pool and not before_load_done:
         s.add("sleep_pool_oom", what=f.sleep_pool)
     if f.load_failed:
@@ -334,6 +345,8 @@ def _score_text(
         s.add("memory_climbing_text", what=f.climbing_words)
     if runtime and f.prompt_words and f.oom and not host:
         s.add("long_prompt_text", what=f.prompt_words)
+    if f.frag_words and not host:
+        s.add("fragmentation_text", what=f.frag_words)
 
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool, fig: AllocatorFigures | None) -> None:
@@ -385,6 +398,28 @@ def _score_plan(s: _Score, incident: Incident, gpu_signal: bool, fig: AllocatorF
         s.add("weights_no_room", ratio=_pct(ratio), util=util, **values)
     elif fits:
         s.add("weights_fit", **values)
+
+
+def _score_long_context(s: _Score, incident: Incident, f: _Facts, runtime: bool, gpu: bool) -> None:
+    """A start-up out-of-memory with a long configured context and nothing else named: the context's.
+
+    vLLM without chunked prefill (V0's default below its long-context switch) profiles one batch of
+    ``max(max_model_len, 2048)`` tokens when max_num_batched_tokens is not set, so its start-up
+    activations grow with max_model_len: at 32k tokens one layer's MLP input alone is about 1.3 GiB for
+    Llama-2-7B (2 × 11,008 × 2 bytes a token). llama.cpp allocates the whole context's KV cache at
+    start-up. A max_num_batched_tokens the operator set is a batch setting of its own (the batch, not
+    the context, may be what asked), and a named step (CUDA graph capture, a warm-up, the sampler's) or
+    vLLM's own KV refusal already says which setting asked for the memory."""
+    max_len, config = incident.config.max_model_len, incident.config
+    if not gpu or runtime or max_len is None or max_len < s.t.threshold("long_context_tokens"):
+        return
+    if config.max_num_batched_tokens is not None:
+        return
+    named = f.graph_capture or f.sampler_warmup or f.warmup_step or f.batch_setting or f.no_cache_blocks
+    kv_said = f.max_len is not None or f.kv_cut or f.kv_words or f.kv_alloc
+    if named or kv_said or f.load_failed or incident.phase == "loading":
+        return
+    s.add("long_context_startup", max_len=max_len, limit=int(s.t.threshold("long_context_tokens")))
 
 
 def _score_held_past_budget(
@@ -495,8 +530,9 @@ def _timing_verdict(
         # buffers fragment device memory as any other allocations do.
         if f.load_failed or (loading and not named_after_load and not pieces):
             row_id = "at_load"
-        elif (incident.phase == "starting" or after_load) and f.gpu_oom and not pieces:
-            # A refusal (no cache blocks, max_len vs KV) is not an out-of-memory during a batch.
+        elif (incident.phase == "starting" or after_load) and f.gpu_oom and not pieces and not f.kv_alloc:
+            # A refusal (no cache blocks, max_len vs KV) is not an out-of-memory during a batch, nor is
+            # the KV cache's own allocation for the whole configured context.
             row_id = "after_load"
     elif gpu and runtime:
         long_prompt = (
@@ -767,13 +803,24 @@ def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None
     return None
 
 
+def _own_oom_on_device(incident: Incident, facts: _Facts) -> bool:
+    """An out-of-memory the process reports itself, alive, in no words of the host's: the device's.
+
+    Linux overcommits host memory: an allocation of RAM rarely fails, the kernel's OOM killer (or the
+    container's cgroup) kills the process instead, and a killed process reports nothing (the reason is
+    OOMKilled, the exit code 137). Host memory that does fail an allocation has words of its own
+    (``MemoryError``, ``std::bad_alloc``, "Cannot allocate memory", a failed mmap, Ray's monitor: the
+    host facts). So "out of memory" said by a process that was not killed is its device allocator's.
+    """
+    killed = incident.reason.strip().lower() == "oomkilled" or incident.exit_code == 137
+    return facts.oom and not killed and not facts.host_text
+
+
 def _loading_oom_on_gpu(incident: Incident, facts: _Facts) -> bool:
-    """An out-of-memory the process reports itself while loading weights, in no words of the host's:
-    the GPU's. Running out of host memory while loading has words of its own (a kill, ``MemoryError``,
-    ``std::bad_alloc``, "Cannot allocate memory", a failed mmap: the host facts), so a bare "out of
-    memory" from a loader that is still alive is its device allocation failing."""
+    """The process's own out-of-memory (:func:`_own_oom_on_device`) while loading weights: the GPU's,
+    in the loading step."""
     loading = incident.phase == "loading" or (facts.load_phase and not facts.weights_loaded)
-    return facts.oom and loading and not facts.host_text
+    return loading and _own_oom_on_device(incident, facts)
 
 
 def _has_gpu_signal(
@@ -789,11 +836,16 @@ def _has_gpu_signal(
         or facts.kv_cut is not None
         or facts.kv_words is not None
         or (facts.kv_alloc is not None and not runtime)
+        or facts.kv_slot_full is not None
         or facts.load_failed
     ):
         return True
     if host_signal:
         return False
+    # Fragmentation named: a device allocator's failure (a host allocator under Linux's overcommit does
+    # not fail for want of a contiguous block; the kernel kills instead).
+    if facts.frag_words is not None:
+        return True
     # The plan alone says the weights do not fit: a crash with no wording is still evidence then.
     return _plan_exceeds(incident) or (
         runtime
@@ -843,16 +895,21 @@ def classify(incident: Incident) -> Diagnosis:
     t = tables()
     text = incident.text
     facts = _read_text(text, t)
-    facts.gpu_oom = facts.gpu_oom or _loading_oom_on_gpu(incident, facts)
+    runtime = bool(incident.ever_ready) or facts.serving or incident.phase == "serving"
+    # The process's own "out of memory" is the device's in any phase. While loading it is the loading
+    # step's; while serving, a request's. Between the two, a bare word names no start-up step, so it
+    # says the GPU ran out but not which setting (the batch's or the context's) asked for the memory:
+    # only the GPU's own words or a named step give the start-up timing row.
+    own_oom = _own_oom_on_device(incident, facts)
+    facts.gpu_oom = facts.gpu_oom or _loading_oom_on_gpu(incident, facts) or (runtime and own_oom)
     figures = parse_oom_text(text)
     s = _Score(t)
 
-    runtime = bool(incident.ever_ready) or facts.serving or incident.phase == "serving"
     before_load_done = (facts.load_phase and not facts.weights_loaded) or facts.load_failed
     reason = incident.reason.strip().lower()
     host_signal = reason == "oomkilled" or incident.exit_code == 137 or bool(facts.host_text)
     growing = _prompt_growth(incident, t)
-    gpu_signal = _has_gpu_signal(incident, facts, t, runtime, host_signal, growing[0])
+    gpu_signal = own_oom or _has_gpu_signal(incident, facts, t, runtime, host_signal, growing[0])
     if not gpu_signal and not host_signal:
         return Diagnosis(
             oom_class=OomClass.UNKNOWN,
@@ -866,13 +923,17 @@ def classify(incident: Incident) -> Diagnosis:
 
     # During CUDA graph capture the figures cannot show pieces (see _score_allocator): the phase decides.
     in_capture = facts.gpu_oom and facts.graph_capture and not runtime
-    pieces = _pieces(figures, t) is not None and not facts.sampler_warmup and not in_capture
+    # The report naming fragmentation is the same finding in words, and no capture hides it.
+    pieces = not facts.sampler_warmup and (
+        (_pieces(figures, t) is not None and not in_capture) or facts.frag_words is not None
+    )
     _score_text(s, facts, incident, runtime, before_load_done, gpu_signal, pieces=pieces)
     _score_plan(s, incident, gpu_signal, figures)
     _score_timing(s, incident, runtime, gpu_signal, pieces=pieces)
     _score_metrics(s, incident, runtime, growing)
     _score_allocator(s, figures, incident, runtime, named_setting=facts.sampler_warmup, in_capture=in_capture)
     _score_held_past_budget(s, figures, incident, facts, runtime, pieces)
+    _score_long_context(s, incident, facts, runtime, gpu_signal)
     _score_config(s, incident, host_signal)
 
     host_only = reason == "oomkilled" or facts.host_text
