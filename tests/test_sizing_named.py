@@ -27,6 +27,14 @@ def test_a_catalog_model_is_found_by_the_last_part_of_its_id() -> None:
     assert by_id is not None and by_tail is not None and by_id.gib == by_tail.gib and by_tail.exact
 
 
+@pytest.mark.parametrize("written", ["GPT-OSS 120B", "gpt_oss_120b", "Gpt-Oss-120B"])
+def test_a_catalog_model_is_found_as_people_write_its_name(written: str) -> None:
+    # gpt-oss ships in MXFP4: read as a 120B name at 16 bits it would be 3.5 times too big.
+    found = weights_from_name(written)
+    assert found is not None and found.exact and "mxfp4" in found.basis
+    assert found.gib == pytest.approx(weights_from_name("openai/gpt-oss-120b").gib)  # type: ignore[union-attr]
+
+
 def test_a_quantization_setting_shrinks_the_catalog_models_weights() -> None:
     full, awq = (
         weights_from_name("Qwen/Qwen2.5-72B-Instruct"),

@@ -34,6 +34,8 @@ __all__ = ["NamedWeights", "weights_from_name"]
 #: count glued to a letter (``A3B`` is Qwen's active count, ``E4B`` Gemma 3n's effective one).
 _COUNT = re.compile(r"(?<![A-Za-z0-9.])(?:(\d+)\s*[x×]\s*)?(\d+(?:\.\d+)?)\s*([bmt])(?![a-z])", re.IGNORECASE)
 _SCALE = {"m": 1e-3, "b": 1.0, "t": 1e3}
+#: What separates the words of a model's name when people write it instead of copying its id.
+_SEPARATORS = re.compile(r"[\s_]+")
 
 
 @dataclass(frozen=True)
@@ -87,13 +89,19 @@ def _markers() -> _Markers:
     )
 
 
+def _id_tail(name: str) -> str:
+    """A model id's last part as people write it, made comparable: case folded, and a space or an
+    underscore read as the hyphen Hugging Face ids use ("GPT-OSS 120B" is ``openai/gpt-oss-120b``)."""
+    return _SEPARATORS.sub("-", name.strip().lower().rsplit("/", 1)[-1])
+
+
 def _catalog_entry(name: str) -> CatalogModel | None:
     """The catalog model by its id, or by the id's last part when exactly one id ends with it."""
     entry = find_catalog_model(name)
     if entry is not None:
         return entry
-    tail = name.strip().lower().rsplit("/", 1)[-1]
-    ids = {model.id for key, model in model_catalog().items() if key.rsplit("/", 1)[-1] == tail}
+    tail = _id_tail(name)
+    ids = {model.id for key, model in model_catalog().items() if _id_tail(key) == tail}
     return find_catalog_model(ids.pop()) if len(ids) == 1 else None
 
 
