@@ -978,3 +978,31 @@ def test_a_short_context_a_set_batch_or_a_named_step_is_not_the_contexts(
 def test_a_long_context_while_serving_is_not_read_as_start_up() -> None:
     d = classify(make(message=START_UP_OOM, ever_ready=True, config={"max_model_len": 524288}))
     assert "long_context_startup" not in d.signals
+
+
+# ---- vLLM's refusal when its cache cannot hold max_num_seqs sequences ----------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "ValueError: max_num_seqs (1024) exceeds available Mamba cache blocks (856). Each decode sequence "
+        "requires one Mamba cache block, so CUDA graph capture cannot proceed. Please lower max_num_seqs to "
+        "at most 856 or increase gpu_memory_utilization.",
+        "exceeds available Mamba cache blocks (95)... CUDA graph capture cannot proceed",
+    ],
+)
+def test_a_cache_that_cannot_hold_max_num_seqs_sequences_is_batch_settings(message: str) -> None:
+    d = classify(make(message=message, ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert d.decided_by is not None and d.decided_by[0] == "seqs_exceed_cache"
+
+
+# ---- ggml's context buffer lives in host memory -------------------------------------------------------
+
+
+def test_ggml_context_buffer_that_cannot_be_allocated_is_host_memory() -> None:
+    message = "GGML_ASSERT: /src/llama.cpp/ggml.c:4411: ctx->mem_buffer != NULL"
+    assert (
+        classify(make(message=message, ever_ready=False, phase="loading")).oom_class is OomClass.HOST_MEMORY
+    )

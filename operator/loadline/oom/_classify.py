@@ -46,6 +46,8 @@ class _Facts:
     #: vLLM's sleep-mode allocator (its CuMemAllocator pool, wake_up) named in the text.
     sleep_pool: str | None = None
     no_cache_blocks: bool = False
+    #: vLLM's refusal when its (Mamba) cache holds fewer blocks than max_num_seqs sequences need.
+    seqs_exceed_cache: str | None = None
     max_len: int | None = None
     kv_capacity: int | None = None
     load_failed: bool = False
@@ -200,6 +202,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
     )
     f.no_cache_blocks = bool(p["no_cache_blocks"].search(flat))
+    f.seqs_exceed_cache = _found(p["seqs_exceed_cache"], flat)
     m = p["max_len_kv_v0"].search(flat)
     if m:
         f.max_len, f.kv_capacity = int(m.group(1)), int(m.group(2))
@@ -339,6 +342,8 @@ def _score_text(
         s.add("load_phase_oom")
     if f.no_cache_blocks:
         s.add("no_cache_blocks")
+    if f.seqs_exceed_cache:
+        s.add("seqs_exceed_cache", what=f.seqs_exceed_cache)
     if f.gpu_oom and runtime:
         s.add("runtime_gpu_oom")
     if runtime and f.climbing_words and (f.oom or f.leak) and not host:
@@ -832,6 +837,7 @@ def _has_gpu_signal(
         facts.gpu_oom
         or facts.sampler_warmup
         or facts.no_cache_blocks
+        or facts.seqs_exceed_cache is not None
         or facts.max_len is not None
         or facts.kv_cut is not None
         or facts.kv_words is not None
