@@ -142,6 +142,26 @@ def _found(pattern: re.Pattern[str], text: str) -> str | None:
     return m.group(0) if m else None
 
 
+def _without_sentences(text: str, pattern: re.Pattern[str]) -> str:
+    """``text`` without each sentence (up to a full stop or a line's end) in which ``pattern`` occurs.
+
+    Found from the pattern outwards, so a long line costs one pass: a pattern that matched the sentence
+    itself (``[^.\n]*…[^.\n]*``) would be tried from every position of a line with no full stop.
+    """
+    kept: list[str] = []
+    done = 0
+    for m in pattern.finditer(text):
+        if m.start() < done:
+            continue
+        start = max(text.rfind(".", done, m.start()), text.rfind("\n", done, m.start())) + 1
+        ends = [i for i in (text.find(".", m.end()), text.find("\n", m.end())) if i >= 0]
+        end = min(ends) + 1 if ends else len(text)
+        kept.append(text[done:start])
+        done = end
+    kept.append(text[done:])
+    return " ".join(kept)
+
+
 def _cut_inside(text: str, t: Tables, fact: str) -> str | None:
     """The piece of a known message the text ends inside, if it is cut off in one (else None).
 
@@ -243,7 +263,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.leak = _found(p["memory_leak_words"], text)
     # PyTorch ends every out-of-memory message with advice "... to avoid fragmentation": that sentence is
     # in the text whatever happened, so only fragmentation named anywhere else is evidence.
-    f.frag_words = _found(p["fragmentation_words"], p["allocator_advice"].sub(" ", text))
+    f.frag_words = _found(p["fragmentation_words"], _without_sentences(text, p["allocator_advice"]))
     f.climbing_words = _found(p["memory_climbing_words"], text) or f.leak
     f.prompt_words = _found(p["long_prompt_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
