@@ -1006,3 +1006,24 @@ def test_ggml_context_buffer_that_cannot_be_allocated_is_host_memory() -> None:
     assert (
         classify(make(message=message, ever_ready=False, phase="loading")).oom_class is OomClass.HOST_MEMORY
     )
+
+
+# ---- "not ... enough memory" with words between -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Error: llama runner exited, you may not have enough available memory to run this model",
+        "the card does not have enough GPU memory for this checkpoint",
+        "we don't have enough free memory on the device",
+    ],
+)
+def test_not_having_enough_memory_is_an_out_of_memory(message: str) -> None:
+    d = classify(make(message=message, ever_ready=False, phase="loading"))
+    assert "at_load" in d.signals and d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+
+
+def test_enough_memory_said_without_a_negation_is_not_an_out_of_memory() -> None:
+    d = classify(make(message="the node has enough memory for the model", ever_ready=False, phase="loading"))
+    assert "at_load" not in d.signals
