@@ -193,6 +193,15 @@ def test_the_blind_sets_stay_at_their_measurement() -> None:
 #:   caused; Ollama's "more system memory" for a 262k context, called host memory). 12/20 with the rules
 #:   written after reading it (a catalog model found by its name as people write it, vLLM's Mamba cache
 #:   refusal naming max_num_seqs, ggml's host context buffer).
+#: - set 11 (2026-11-30, after set 10's rules and "not ... enough memory" with words between, from AIBrix,
+#:   Kaito, LMDeploy, Xinference, GLM-4, exllamav2, vLLM, runpod worker-vllm, club-3090, Tabby, vLLM
+#:   Ascend, qwen36-27b-single-3090, ollama, Mesh-LLM, vLLM production-stack and lmcache-vllm): 8/20
+#:   measured once (5/12 real), three wrong classes (llama.cpp's "failed to find a memory slot" that a
+#:   scattered KV cache caused, called KV overflow; cached pieces under a 0.98 utilization, called
+#:   fragmentation; a start-up that a shorter max_model_len fixed, called batch settings). 8/20 with one
+#:   wrong class after the rules written from it (llama.cpp's slot message is a full or a scattered
+#:   cache; a utilization of 0.95 or more weighs against fragmentation); set 8 lost one case to the first
+#:   (10/20) and set 10 one wrong class to the second (12/20).
 LATER_BLIND_SETS = [
     ("blind set 3", 19, 10, 1),
     ("blind set 4", 12, 9, 0),
@@ -201,7 +210,8 @@ LATER_BLIND_SETS = [
     ("blind set 7", 20, 11, 2),
     ("blind set 8", 20, 10, 1),
     ("blind set 9", 20, 7, 0),
-    ("blind set 10", 20, 12, 3),
+    ("blind set 10", 20, 12, 2),
+    ("blind set 11", 20, 8, 1),
 ]
 
 

@@ -920,12 +920,34 @@ def test_a_kv_cache_allocation_at_start_up_is_not_read_as_the_profiling_batch() 
     [
         "decode: failed to find KV cache slot for ubatch of size 454\nllama_decode: failed to decode, ret = 1",
         "decode: failed to find a memory slot for batch of size 512",
-        "KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.5",
+        "panic: failed to decode batch: could not find a kv cache slot",
     ],
 )
-def test_no_kv_cache_slot_for_the_next_batch_is_kv_overflow(message: str) -> None:
+def test_no_kv_cache_slot_is_a_full_or_a_scattered_cache(message: str) -> None:
+    # llama.cpp places a batch in contiguous cells: full and fragmented give the same message.
     d = classify(make(message=message, ever_ready=True))
-    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW and "kv_slot_full" in d.signals
+    assert "kv_slot_full" in d.signals
+    scores = dict(d.scores)
+    assert scores[OomClass.KV_CACHE_OVERFLOW] > 0 and scores[OomClass.FRAGMENTATION] > 0
+    assert d.oom_class is OomClass.UNKNOWN
+
+
+def test_no_kv_cache_slot_with_prompts_at_the_limit_is_kv_overflow() -> None:
+    d = classify(
+        make(
+            message="decode: failed to find KV cache slot for ubatch of size 454",
+            ever_ready=True,
+            metrics={"prompt_tokens_max": 15480},
+            config={"max_model_len": 16384},
+        )
+    )
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+
+
+def test_a_full_kv_cache_pool_is_kv_overflow() -> None:
+    message = "KV cache pool is full. Retract requests. #retracted_reqs: 3, #new_token_ratio: 0.5"
+    d = classify(make(message=message, ever_ready=True))
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW and "kv_pool_full" in d.signals
 
 
 # ---- vLLM's CPU swap space is host memory -------------------------------------------------------------
@@ -1027,3 +1049,14 @@ def test_not_having_enough_memory_is_an_out_of_memory(message: str) -> None:
 def test_enough_memory_said_without_a_negation_is_not_an_out_of_memory() -> None:
     d = classify(make(message="the node has enough memory for the model", ever_ready=False, phase="loading"))
     assert "at_load" not in d.signals
+
+
+# ---- a budget that leaves almost nothing outside it -----------------------------------------------
+
+
+def test_cached_pieces_under_a_near_full_budget_are_not_called_fragmentation() -> None:
+    message = new_format("138.00 MiB", "23.56 GiB", "110.50 MiB", "23.1 GiB", "22.57 GiB", "529.27 MiB")
+    near_full = classify(make(message=message, ever_ready=True, config={"gpu_memory_utilization": 0.98}))
+    assert near_full.oom_class is not OomClass.FRAGMENTATION
+    default = classify(make(message=message, ever_ready=True, config={"gpu_memory_utilization": 0.9}))
+    assert default.oom_class is OomClass.FRAGMENTATION

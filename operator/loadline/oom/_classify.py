@@ -72,9 +72,11 @@ class _Facts:
     kv_words: str | None = None
     #: An engine that allocates the whole context's KV cache up front failed to allocate it.
     kv_alloc: str | None = None
-    #: The engine's KV cache had no room for the next batch while it ran (llama.cpp's "failed to find KV
-    #: cache slot", SGLang's "KV cache pool is full"): the cache is full, not the GPU.
+    #: llama.cpp's KV cache had no contiguous run of cells for the next batch ("failed to find KV cache
+    #: slot", ollama's "could not find a kv cache slot"): full, or its freed cells scattered.
     kv_slot_full: str | None = None
+    #: SGLang's KV cache pool was full: the requests' tokens filled it.
+    kv_pool_full: str | None = None
     #: A batch-sizing setting named outside the engine's standard advice sentences.
     batch_setting: str | None = None
     #: The report's own words for memory climbing until the out-of-memory.
@@ -255,6 +257,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
     f.bus_error = None if f.shm_full else _found(p["bus_error"], text)
     f.kv_alloc = _found(p["kv_alloc_failed"], flat)
     f.kv_slot_full = _found(p["kv_slot_full"], flat)
+    f.kv_pool_full = _found(p["kv_pool_full"], flat)
     if f.max_len is None:
         f.kv_cut = _cut_inside(text, t, "kv_refusal")
         if f.kv_cut is None:
@@ -352,6 +355,8 @@ def _score_text(
         s.add("kv_refusal_words", what=f.kv_words)
     elif f.kv_alloc and not runtime:
         s.add("kv_alloc_failed", what=f.kv_alloc)
+    elif f.kv_pool_full:
+        s.add("kv_pool_full", what=f.kv_pool_full)
     elif f.kv_slot_full:
         s.add("kv_slot_full", what=f.kv_slot_full)
     if f.gpu_oom and f.sleep_pool and not before_load_done:
@@ -863,6 +868,7 @@ def _has_gpu_signal(
         or facts.kv_words is not None
         or (facts.kv_alloc is not None and not runtime)
         or facts.kv_slot_full is not None
+        or facts.kv_pool_full is not None
         or facts.load_failed
     ):
         return True
