@@ -850,9 +850,14 @@ def test_running_out_of_a_tpus_hbm_is_the_devices_memory() -> None:
         "the loader OOMed halfway through the checkpoint shards",
         "it fails on oom while loading",
         "加载到单卡上，出现OOM ， A100 80G",
+        # "not ... enough memory" with words between
+        "Error: llama runner exited, you may not have enough available memory to run this model",
+        "the card does not have enough GPU memory for this checkpoint",
+        "we don't have enough free memory on the device",
     ],
 )
-def test_oom_written_as_a_verb_or_beside_cjk_is_an_out_of_memory(message: str) -> None:
+def test_out_of_memory_as_reports_write_it_is_an_out_of_memory(message: str) -> None:
+    # "OOM" as a verb, in lower case or beside CJK text, and "not ... enough memory" with words between.
     d = classify(make(message=message, ever_ready=False, phase="loading"))
     assert "at_load" in d.signals
     assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
@@ -1031,19 +1036,6 @@ def test_ggml_context_buffer_that_cannot_be_allocated_is_host_memory() -> None:
 
 
 # ---- "not ... enough memory" with words between -----------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    "message",
-    [
-        "Error: llama runner exited, you may not have enough available memory to run this model",
-        "the card does not have enough GPU memory for this checkpoint",
-        "we don't have enough free memory on the device",
-    ],
-)
-def test_not_having_enough_memory_is_an_out_of_memory(message: str) -> None:
-    d = classify(make(message=message, ever_ready=False, phase="loading"))
-    assert "at_load" in d.signals and d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
 
 
 def test_enough_memory_said_without_a_negation_is_not_an_out_of_memory() -> None:
