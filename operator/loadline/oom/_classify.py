@@ -440,10 +440,10 @@ def _score_long_context(s: _Score, incident: Incident, f: _Facts, runtime: bool,
     start-up. A max_num_batched_tokens the operator set is a batch setting of its own (the batch, not
     the context, may be what asked), and a named step (CUDA graph capture, a warm-up, the sampler's) or
     vLLM's own KV refusal already says which setting asked for the memory."""
-    max_len, config = incident.config.max_model_len, incident.config
+    max_len = incident.config.max_model_len
     if not gpu or runtime or max_len is None or max_len < s.t.threshold("long_context_tokens"):
         return
-    if config.max_num_batched_tokens is not None:
+    if incident.config.max_num_batched_tokens is not None:
         return
     named = f.graph_capture or f.sampler_warmup or f.warmup_step or f.batch_setting or f.no_cache_blocks
     kv_said = f.max_len is not None or f.kv_cut or f.kv_words or f.kv_alloc
@@ -555,7 +555,7 @@ def _timing_verdict(
         # The step the failure itself names (the KV cache's allocation, the profiling batch, a capture)
         # comes after the weights in every engine's start-up, so it outranks a coarse phase "loading".
         named_after_load = after_load or f.kv_alloc is not None
-        loading = incident.phase == "loading" or (f.load_phase and not f.weights_loaded)
+        loading = _loading(incident, f)
         # The allocator's figures showing the memory in pieces outrank the phase here too: a loader's
         # buffers fragment device memory as any other allocations do.
         if f.load_failed or (loading and not named_after_load and not pieces):
@@ -833,24 +833,10 @@ def start_up_phase(log_head: str, *, whole: bool, ever_ready: bool | None = None
     return None
 
 
-def _own_oom_on_device(incident: Incident, facts: _Facts) -> bool:
-    """An out-of-memory the process reports itself, alive, in no words of the host's: the device's.
-
-    Linux overcommits host memory: an allocation of RAM rarely fails, the kernel's OOM killer (or the
-    container's cgroup) kills the process instead, and a killed process reports nothing (the reason is
-    OOMKilled, the exit code 137). Host memory that does fail an allocation has words of its own
-    (``MemoryError``, ``std::bad_alloc``, "Cannot allocate memory", a failed mmap, Ray's monitor: the
-    host facts). So "out of memory" said by a process that was not killed is its device allocator's.
-    """
-    killed = incident.reason.strip().lower() == "oomkilled" or incident.exit_code == 137
-    return facts.oom and not killed and not facts.host_text
-
-
-def _loading_oom_on_gpu(incident: Incident, facts: _Facts) -> bool:
-    """The process's own out-of-memory (:func:`_own_oom_on_device`) while loading weights: the GPU's,
-    in the loading step."""
-    loading = incident.phase == "loading" or (facts.load_phase and not facts.weights_loaded)
-    return loading and _own_oom_on_device(incident, facts)
+def _loading(incident: Incident, facts: _Facts) -> bool:
+    """Whether the crash came while the weights loaded: the phase says so, or the log shows loading
+    started and not finished."""
+    return incident.phase == "loading" or (facts.load_phase and not facts.weights_loaded)
 
 
 def _has_gpu_signal(
@@ -928,18 +914,22 @@ def classify(incident: Incident) -> Diagnosis:
     text = incident.text
     facts = _read_text(text, t)
     runtime = bool(incident.ever_ready) or facts.serving or incident.phase == "serving"
-    # The process's own "out of memory" is the device's in any phase. While loading it is the loading
-    # step's; while serving, a request's. Between the two, a bare word names no start-up step, so it
-    # says the GPU ran out but not which setting (the batch's or the context's) asked for the memory:
-    # only the GPU's own words or a named step give the start-up timing row.
-    own_oom = _own_oom_on_device(incident, facts)
-    facts.gpu_oom = facts.gpu_oom or _loading_oom_on_gpu(incident, facts) or (runtime and own_oom)
+    reason = incident.reason.strip().lower()
+    host_signal = reason == "oomkilled" or incident.exit_code == 137 or bool(facts.host_text)
+    # "Out of memory" said by the process itself, not killed and in no words of the host's, is the
+    # device's, in any phase. Linux overcommits host memory: an allocation of RAM rarely fails, the
+    # kernel's OOM killer (or the container's cgroup) kills the process instead, and a killed process
+    # reports nothing (OOMKilled, exit code 137). Host memory that does fail an allocation has words of
+    # its own (``MemoryError``, "Cannot allocate memory", a failed mmap, Ray's monitor: the host facts).
+    # While loading it is the loading step's; while serving, a request's. Between the two, a bare word
+    # names no start-up step: it says the GPU ran out but not which setting (the batch's or the
+    # context's) asked, so only the GPU's own words or a named step give the start-up timing row.
+    own_oom = facts.oom and not host_signal
+    facts.gpu_oom = facts.gpu_oom or (own_oom and (runtime or _loading(incident, facts)))
     figures = parse_oom_text(text)
     s = _Score(t)
 
     before_load_done = (facts.load_phase and not facts.weights_loaded) or facts.load_failed
-    reason = incident.reason.strip().lower()
-    host_signal = reason == "oomkilled" or incident.exit_code == 137 or bool(facts.host_text)
     growing = _prompt_growth(incident, t)
     gpu_signal = own_oom or _has_gpu_signal(incident, facts, t, runtime, host_signal, growing[0])
     if not gpu_signal and not host_signal:
