@@ -1052,3 +1052,63 @@ def test_cached_pieces_under_a_near_full_budget_are_not_called_fragmentation() -
     assert near_full.oom_class is not OomClass.FRAGMENTATION
     default = classify(make(message=message, ever_ready=True, config={"gpu_memory_utilization": 0.9}))
     assert default.oom_class is OomClass.FRAGMENTATION
+
+
+# ---- a pinned host buffer the CUDA driver refused is host memory -------------------------------------
+
+PINNED_TRACE = (
+    '  File "/opt/app/offload/buffers.py", line 212, in __init__\n'
+    "    self.cpu_blocks = torch.empty(size, dtype=torch.uint8, pin_memory=True)\n"
+    "              ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^\n"
+    "RuntimeError: CUDA error: {error}\n"
+    "CUDA kernel errors might be asynchronously reported at some other API call."
+)
+
+
+@pytest.mark.parametrize("error", ["out of memory", "invalid argument"])
+def test_a_pinned_host_buffer_the_driver_refused_is_host_memory(error: str) -> None:
+    d = classify(make(message=PINNED_TRACE.format(error=error), ever_ready=False, phase="starting"))
+    assert d.oom_class is OomClass.HOST_MEMORY
+    assert d.decided_by is not None and d.decided_by[0] == "pinned_host"
+    assert "gpu_only" not in d.signals
+
+
+def test_a_device_allocation_beside_pinned_memory_is_still_the_gpus() -> None:
+    # A data loader's pin_memory=True in the traceback does not make PyTorch's device allocator's own
+    # message (which says what it tried to allocate on which GPU) a host failure.
+    message = "loader = DataLoader(ds, pin_memory=True)\n" + new_format(
+        "2.00 GiB", "79.15 GiB", "1.02 GiB", "78.1 GiB", "77.5 GiB", "100.00 MiB"
+    )
+    d = classify(make(message=message, ever_ready=True))
+    assert "pinned_host" not in d.signals and "gpu_only" in d.signals
+
+
+# ---- transformers refuses to put part of a quantized model on the CPU ----------------------------------
+
+
+def test_a_quantized_model_that_would_be_dispatched_to_the_cpu_does_not_fit_the_gpu() -> None:
+    message = (
+        "ValueError: Some modules are dispatched on the CPU or the disk. Make sure you have enough GPU RAM\n"
+        "to fit the quantized model. If you want to dispatch the model on the CPU or the disk while keeping "
+        "these modules in 32-bit, you need to set `load_in_8bit_fp32_cpu_offload=True`"
+    )
+    d = classify(make(message=message, ever_ready=False))
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+    assert d.decided_by is not None and d.decided_by[0] == "quant_dispatch"
+
+
+# ---- one request larger than the whole GPU at start-up -------------------------------------------------
+
+
+def test_a_start_up_request_larger_than_the_gpu_is_a_batch_the_settings_sized() -> None:
+    message = new_format("1029.51 GiB", "79.35 GiB", "19.23 GiB", "60.12 GiB", "58.52 GiB", "310.01 MiB")
+    d = classify(make(message=message, ever_ready=False, config={"max_num_batched_tokens": 32768}))
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+    assert d.decided_by is not None and d.decided_by[0] == "request_exceeds_gpu"
+
+
+def test_a_request_within_the_gpu_or_while_serving_is_not_read_as_larger_than_it() -> None:
+    within = new_format("12.00 GiB", "79.35 GiB", "1.23 GiB", "78.1 GiB", "77.5 GiB", "310.01 MiB")
+    assert "request_exceeds_gpu" not in classify(make(message=within, ever_ready=False)).signals
+    larger = new_format("1029.51 GiB", "79.35 GiB", "19.23 GiB", "60.12 GiB", "58.52 GiB", "310.01 MiB")
+    assert "request_exceeds_gpu" not in classify(make(message=larger, ever_ready=True)).signals

@@ -56,6 +56,11 @@ class _Facts:
     serving: bool = False
     ray_oom: bool = False
     host_alloc: str | None = None
+    #: A page-locked host buffer (``pin_memory``, ``cudaHostAlloc``) the CUDA driver refused: host RAM in
+    #: an error that names CUDA.
+    pinned_host: str | None = None
+    #: transformers' refusal to put part of a quantized model on the CPU or disk: it does not fit the GPU.
+    quant_dispatch: str | None = None
     #: A shared-memory segment (/dev/shm, a tmpfs in RAM) that could not be created or grown.
     shm_full: str | None = None
     #: SIGBUS (signal 7, "Bus error"): a touched page of a shared mapping that tmpfs could not back.
@@ -95,6 +100,7 @@ class _Facts:
         return bool(
             self.ray_oom
             or self.host_alloc
+            or self.pinned_host
             or self.shm_full
             or self.bus_error
             or self.host_kill
@@ -220,7 +226,11 @@ def _read_text(text: str, t: Tables) -> _Facts:
         or f.batch_setting is not None
         or bool(f.warmup_step)
     )
-    f.gpu_oom = bool(p["gpu_oom"].search(text)) or bool(
+    # A pinned host buffer is allocated through the CUDA driver (cudaHostAlloc), whose refusal reads
+    # "CUDA error: out of memory" although the memory is the host's: that error is not the GPU's.
+    f.pinned_host = _found(p["pinned_host"], text)
+    device_text = p["pinned_host"].sub(" ", text) if f.pinned_host else text
+    f.gpu_oom = bool(p["gpu_oom"].search(device_text)) or bool(
         oom_word and gpu_step and not (f.host_kill or f.host_words or f.ray_worker_died)
     )
     f.no_cache_blocks = bool(p["no_cache_blocks"].search(flat))
@@ -244,6 +254,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
         if m:
             f.kv_capacity = int(m.group(1).replace(",", ""))
     f.load_failed = bool(p["load_failed"].search(flat))
+    f.quant_dispatch = _found(p["quant_dispatch"], flat)
     f.load_phase = bool(p["load_phase"].search(text))
     f.weights_loaded = bool(p["weights_loaded"].search(text))
     f.serving = bool(p["serving"].search(text))
@@ -316,6 +327,9 @@ def _score_text(
     if f.host_alloc:
         s.add("host_alloc", what=f.host_alloc)
         host = True
+    if f.pinned_host:
+        s.add("pinned_host", what=" ".join(f.pinned_host.split())[-160:])
+        host = True
     if f.shm_full:
         s.add("shm_full", what=f.shm_full)
         host = True
@@ -328,7 +342,9 @@ def _score_text(
     if f.ray_worker_died and not f.ray_oom:
         s.add("ray_worker_died", what=f.ray_worker_died)
         host = True
-    if f.host_words and not (f.ray_oom or f.host_alloc or f.shm_full or f.bus_error or f.host_kill):
+    if f.host_words and not (
+        f.ray_oom or f.host_alloc or f.pinned_host or f.shm_full or f.bus_error or f.host_kill
+    ):
         s.add("host_words", what=f.host_words)
         host = True
     if host and f.offload_flags:
@@ -361,6 +377,8 @@ def _score_text(
         s.add("kv_slot_full", what=f.kv_slot_full)
     if f.gpu_oom and f.sleep_pool and not before_load_done:
         s.add("sleep_pool_oom", what=f.sleep_pool)
+    if f.quant_dispatch:
+        s.add("quant_dispatch", what=f.quant_dispatch)
     if f.load_failed:
         s.add("load_failed")
     elif f.gpu_oom and before_load_done and not f.sampler_warmup:
@@ -674,6 +692,11 @@ def _score_allocator(
             s.add("in_pieces", free=_num(fig.free_gib or 0.0), **values)
         elif fig.free_gib is not None and fig.requested_gib > fig.free_gib:
             s.add("allocator_exhausted", free=_num(fig.free_gib), **values)
+    # One request larger than the whole GPU before serving: an engine loads weights a tensor (a layer's
+    # shard) at a time, far below a GPU, so only an activation sized from the settings (the profiling
+    # batch of max_num_batched_tokens, a multimodal prompt's items) asks for that much.
+    if fig.requested_gib and fig.total_gib and fig.requested_gib > fig.total_gib and not runtime:
+        s.add("request_exceeds_gpu", requested=_num(fig.requested_gib), total=_num(fig.total_gib))
     outside = fig.outside_gib
     if outside is not None and fig.total_gib:
         big = max(t.threshold("external_memory_gib"), t.threshold("external_memory_fraction") * fig.total_gib)
@@ -856,6 +879,7 @@ def _has_gpu_signal(
         or facts.kv_slot_full is not None
         or facts.kv_pool_full is not None
         or facts.load_failed
+        or facts.quant_dispatch is not None
     ):
         return True
     if host_signal:
