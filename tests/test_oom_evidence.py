@@ -1112,3 +1112,52 @@ def test_a_request_within_the_gpu_or_while_serving_is_not_read_as_larger_than_it
     assert "request_exceeds_gpu" not in classify(make(message=within, ever_ready=False)).signals
     larger = new_format("1029.51 GiB", "79.35 GiB", "19.23 GiB", "60.12 GiB", "58.52 GiB", "310.01 MiB")
     assert "request_exceeds_gpu" not in classify(make(message=larger, ever_ready=True)).signals
+
+
+# ---- one prompt past a long context while serving ------------------------------------------------------
+
+SERVING_OOM = "CUDA error: out of memory\n  current device: 0, in function alloc at ggml-cuda.cu:527"
+
+
+def test_a_prompt_past_a_long_context_is_the_requests_context_whatever_the_window() -> None:
+    d = classify(
+        make(
+            message=SERVING_OOM,
+            ever_ready=True,
+            metrics={"prompt_tokens_max": 127526},
+            config={"max_model_len": 262144},
+        )
+    )
+    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
+    assert d.decided_by is not None and d.decided_by[0] == "prompt_past_long_context"
+
+
+@pytest.mark.parametrize(("prompt", "ever_ready"), [(8000, True), (127526, False)])
+def test_a_short_prompt_or_a_start_up_crash_is_not_read_as_a_long_request(
+    prompt: int, ever_ready: bool
+) -> None:
+    d = classify(make(message=SERVING_OOM, ever_ready=ever_ready, metrics={"prompt_tokens_max": prompt}))
+    assert "prompt_past_long_context" not in d.signals
+
+
+# ---- memory climbing, in more of the ways reports say it -----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Memory consumption climbs steadily at a rate of ~0.1GB per inference iteration; it is not "
+        "reclaimed and ultimately triggers an OOM crash.",
+        "After each prefill and generate cycle, VRAM usage increases by approximately 10 MB, and this "
+        "accumulation continues until the process eventually runs out of memory (OOM).",
+    ],
+)
+def test_memory_climbing_said_verb_first_or_per_request_is_climbing(message: str) -> None:
+    d = classify(make(message=message, ever_ready=True))
+    assert "memory_climbing_text" in d.signals
+    assert d.oom_class is OomClass.FRAGMENTATION
+
+
+def test_latency_growing_after_each_request_is_not_memory_climbing() -> None:
+    message = "After each request the latency increases; the server then ran out of memory on a 9k prompt."
+    assert "memory_climbing_text" not in classify(make(message=message, ever_ready=True)).signals

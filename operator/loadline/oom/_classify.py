@@ -621,13 +621,21 @@ def _score_metrics(s: _Score, incident: Incident, runtime: bool, growing: tuple[
     t, m, config = s.t, incident.metrics, incident.config
     if not runtime:
         return
+    near = False
     if m.prompt_tokens_max is not None and config.max_model_len:
         ratio = m.prompt_tokens_max / config.max_model_len
         values = {"prompt": m.prompt_tokens_max, "ratio": _pct(ratio), "max_len": config.max_model_len}
         if ratio >= t.threshold("prompts_near_limit"):
             s.add("prompts_near_limit", **values)
+            near = True
         elif ratio >= t.threshold("prompts_long"):
             s.add("prompts_long", **values)
+            near = True
+    # A long prompt is long whatever max_model_len allows: a window of 262,144 tokens does not make a
+    # 127,000-token prompt small for the GPU that has to hold it.
+    long_context = t.threshold("long_context_tokens")
+    if not near and m.prompt_tokens_max is not None and m.prompt_tokens_max >= long_context:
+        s.add("prompt_past_long_context", prompt=m.prompt_tokens_max, limit=int(long_context))
     if m.kv_cache_usage is not None:
         if m.kv_cache_usage >= t.threshold("kv_full"):
             s.add("kv_full", kv=_pct(m.kv_cache_usage))
