@@ -1161,3 +1161,22 @@ def test_memory_climbing_said_verb_first_or_per_request_is_climbing(message: str
 def test_latency_growing_after_each_request_is_not_memory_climbing() -> None:
     message = "After each request the latency increases; the server then ran out of memory on a 9k prompt."
     assert "memory_climbing_text" not in classify(make(message=message, ever_ready=True)).signals
+
+
+# ---- a batch setting named while the weights load ------------------------------------------------------
+
+TINY_BUDGETS = (
+    "I can load this in transformers using device='auto' but when I try loading in tgi even with tiny "
+    "max_total_tokens and max_batch_prefill_tokens I get cuda OOM."
+)
+
+
+def test_a_batch_setting_named_while_the_weights_load_is_not_what_asked() -> None:
+    d = classify(make(message=TINY_BUDGETS, ever_ready=False, phase="loading"))
+    assert "batch_setting_oom" not in d.signals
+    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
+
+
+def test_a_batch_setting_named_after_the_weights_loaded_still_counts() -> None:
+    d = classify(make(message=TINY_BUDGETS, ever_ready=False, phase="starting"))
+    assert "batch_setting_oom" in d.signals

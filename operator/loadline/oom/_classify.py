@@ -352,13 +352,16 @@ def _score_text(
 
     if gpu and not host:
         s.add("gpu_only")
+    # While the weights load no batch exists yet: every engine sizes its batches (the profiling run, the
+    # warm-ups) from what the weights leave, so a batch setting named then was not what asked.
+    no_batch_yet = before_load_done or incident.phase == "loading"
     if f.sampler_warmup:
         s.add("sampler_warmup", warmup=f.warmup if f.warmup is not None else "its")
     elif f.gpu_oom and f.graph_capture and not runtime and not pieces:
         s.add("graph_capture_oom")
     elif f.gpu_oom and f.profiling and not runtime and not before_load_done and not pieces:
         s.add("profiling_oom")
-    elif f.gpu_oom and f.batch_setting and not runtime and not before_load_done and not pieces:
+    elif f.gpu_oom and f.batch_setting and not runtime and not no_batch_yet and not pieces:
         s.add("batch_setting_oom", what=f.batch_setting)
     elif f.gpu_oom and f.warmup_step and not runtime and not before_load_done and not pieces:
         s.add("warmup_oom", what=f.warmup_step)
