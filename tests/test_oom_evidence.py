@@ -1180,3 +1180,63 @@ def test_a_batch_setting_named_while_the_weights_load_is_not_what_asked() -> Non
 def test_a_batch_setting_named_after_the_weights_loaded_still_counts() -> None:
     d = classify(make(message=TINY_BUDGETS, ever_ready=False, phase="starting"))
     assert "batch_setting_oom" in d.signals
+
+
+# ---- torch_npu's messages and condensed figures -------------------------------------------------------
+
+NPU_OOM = (
+    "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB (NPU 0; 60.96 GiB total capacity; "
+    "40.10 GiB already allocated; 40.10 GiB current active; 1.80 GiB free; 40.50 GiB reserved in total by "
+    "PyTorch) If reserved memory is >> allocated memory try setting max_split_size_mb to avoid fragmentation."
+)
+
+
+def test_an_npu_out_of_memory_is_the_devices_with_its_figures_read() -> None:
+    fig = parse_oom_text(NPU_OOM)
+    assert fig is not None and fig.fmt == "old"
+    assert (fig.requested_gib, fig.total_gib, fig.allocated_gib, fig.free_gib) == (2.0, 60.96, 40.1, 1.8)
+    assert fig.reserved_total_gib == 40.5
+    d = classify(make(message=NPU_OOM, ever_ready=True))
+    assert "runtime_gpu_oom" in d.signals and "gpu_only" in d.signals
+
+
+def test_this_process_figure_condensed_by_a_report_is_still_this_process() -> None:
+    # "… this process has X in use" without torch's "memory": the other process listed is not this one,
+    # so the GPU is not read as crowded by another process.
+    message = (
+        "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 594.00 MiB.\n"
+        "GPU 0 has a total capacity of 22.03 GiB of which 582.00 MiB is free.\n"
+        "Process 29529 has 796.00 MiB memory in use. ... this process has 20.67 GiB in use."
+    )
+    fig = parse_oom_text(message)
+    assert fig is not None and fig.process_in_use_gib == 20.67
+    d = classify(make(message=message, ever_ready=False, phase="starting"))
+    assert "external_memory" not in d.signals
+    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
+
+
+# ---- an allocator's pool reservation, and the host's memory in more words -----------------------------
+
+
+def test_a_failed_pool_address_reservation_is_the_allocators_not_a_tensors() -> None:
+    message = (
+        "CUDA error: out of memory\n  current device: 0, in function alloc at ggml-cuda.cu:476\n"
+        "  cuMemAddressReserve(&pool_addr, CUDA_POOL_VMM_MAX_SIZE, 0, 0, 0)"
+    )
+    d = classify(make(message=message, ever_ready=True))
+    assert d.oom_class is OomClass.FRAGMENTATION
+    assert d.decided_by is not None and d.decided_by[0] == "pool_reserve_failed"
+
+
+def test_a_failed_physical_allocation_is_not_read_as_a_pool_reservation() -> None:
+    message = (
+        "CUDA error: out of memory\n  current device: 0, in function alloc at ggml-cuda.cu:527\n"
+        "  cuMemCreate(&handle, reserve_size, &prop, 0)"
+    )
+    assert "pool_reserve_failed" not in classify(make(message=message, ever_ready=True)).signals
+
+
+@pytest.mark.parametrize("words", ["triggers a host-wide OOM", "ends in a system-wide OOM every day"])
+def test_a_host_or_system_wide_oom_is_host_memory(words: str) -> None:
+    d = classify(make(message=f"On a 16 GB appliance that 8 GiB prompt cache {words}.", ever_ready=True))
+    assert d.oom_class is OomClass.HOST_MEMORY

@@ -93,6 +93,8 @@ class _Facts:
     leak: str | None = None
     #: Fragmentation named outside PyTorch's advice sentence (which every out-of-memory message ends with).
     frag_words: str | None = None
+    #: The allocator's reservation of virtual address space for its pool (cuMemAddressReserve) failed.
+    pool_reserve: str | None = None
 
     @property
     def host_text(self) -> bool:
@@ -278,6 +280,7 @@ def _read_text(text: str, t: Tables) -> _Facts:
     # PyTorch ends every out-of-memory message with advice "... to avoid fragmentation": that sentence is
     # in the text whatever happened, so only fragmentation named anywhere else is evidence.
     f.frag_words = _found(p["fragmentation_words"], _without_sentences(text, p["allocator_advice"]))
+    f.pool_reserve = _found(p["pool_reserve"], text) if f.gpu_oom else None
     f.climbing_words = _found(p["memory_climbing_words"], text) or f.leak
     f.prompt_words = _found(p["long_prompt_words"], text)
     f.offload_flags = bool(p["offload_flags"].search(text))
@@ -398,6 +401,8 @@ def _score_text(
         s.add("long_prompt_text", what=f.prompt_words)
     if f.frag_words and not host:
         s.add("fragmentation_text", what=f.frag_words)
+    if f.pool_reserve and not host:
+        s.add("pool_reserve_failed", what=f.pool_reserve)
 
 
 def _score_plan(s: _Score, incident: Incident, gpu_signal: bool, fig: AllocatorFigures | None) -> None:
@@ -982,7 +987,9 @@ def classify(incident: Incident) -> Diagnosis:
     in_capture = facts.gpu_oom and facts.graph_capture and not runtime
     # The report naming fragmentation is the same finding in words, and no capture hides it.
     pieces = not facts.sampler_warmup and (
-        (_pieces(figures, t) is not None and not in_capture) or facts.frag_words is not None
+        (_pieces(figures, t) is not None and not in_capture)
+        or facts.frag_words is not None
+        or facts.pool_reserve is not None
     )
     _score_text(s, facts, incident, runtime, before_load_done, gpu_signal, pieces=pieces)
     _score_plan(s, incident, gpu_signal, figures)

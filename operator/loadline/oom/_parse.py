@@ -45,11 +45,16 @@ _UNIT_GIB = {
     "T": 1024.0,
 }
 
-_START = re.compile(r"CUDA out of memory|OutOfMemoryError|would exceed allowed memory", re.IGNORECASE)
+# torch_npu (Ascend) words PyTorch's messages with "NPU" for "CUDA" and "GPU".
+_START = re.compile(
+    r"CUDA out of memory|NPU out of memory|OutOfMemoryError|would exceed allowed memory", re.IGNORECASE
+)
 _WINDOW = 1500
 
+# torch_npu adds "X current active;" (what its allocator's active blocks hold) before "free".
 _OLD = re.compile(
-    r"\(GPU (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated; " + _SIZE + r" free;"
+    r"\((?:GPU|NPU) (\d+); " + _SIZE + r" total capacity; " + _SIZE + r" already allocated;"
+    r"(?: \d+(?:\.\d+)?\s*[KMGT]i?B current active;)? " + _SIZE + r" free;"
     r"(?: " + _SIZE + r" allowed;)? " + _SIZE + r" reserved in total by PyTorch\)"
 )
 _REQUESTED = re.compile(r"Tried to allocate " + _SIZE)
@@ -60,7 +65,8 @@ _TOTAL_FREE = re.compile(
 # torch lists every process NVML finds on the GPU: its own as "this process has X memory in use", any
 # other as "Process N has X memory in use". Inside a container NVML's PIDs are the host's, so torch
 # cannot tell its own apart and lists it as "Process N" too.
-_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" memory in use")
+# Reports condense it to "this process has X in use".
+_THIS_PROCESS = re.compile(r"this process has " + _SIZE + r" (?:memory )?in use")
 _A_PROCESS = re.compile(r"Process \d+ has " + _SIZE + r" memory in use")
 _ALLOCATED = re.compile(r"Of the allocated memory " + _SIZE + r" is allocated by PyTorch")
 _POOLS = re.compile(r"with " + _SIZE + r" allocated in private pools")
