@@ -33,6 +33,11 @@ def make(**fields: Any) -> Incident:
     return parse_incident(data)
 
 
+def decided(d: Diagnosis) -> tuple[OomClass, str | None]:
+    """The class and the signal (or timing row) that decided it."""
+    return d.oom_class, d.decided_by[0] if d.decided_by is not None else None
+
+
 def new_format(requested: str, total: str, free: str, in_use: str, allocated: str, unalloc: str) -> str:
     return (
         f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate {requested}. GPU 0 has a total "
@@ -690,8 +695,7 @@ def test_an_engine_that_cannot_allocate_its_whole_contexts_kv_cache_at_start_up_
     # llama.cpp allocates the KV cache for the whole configured context (n_ctx) before it serves: failing
     # to allocate it means that context's KV cache does not fit, whatever device holds it.
     d = classify(make(message=LLAMA_CPP_KV, ever_ready=False))
-    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
-    assert d.decided_by is not None and d.decided_by[0] == "kv_alloc_failed"
+    assert decided(d) == (OomClass.KV_CACHE_OVERFLOW, "kv_alloc_failed")
     said = "it runs out of memory with the kv buffer size allocating about 43G for a 160K context"
     assert classify(make(message=said, ever_ready=False)).oom_class is OomClass.KV_CACHE_OVERFLOW
 
@@ -734,8 +738,7 @@ def named(model: str, gpu_gib: float, ever_ready: bool = False, **fields: Any) -
 def test_a_named_model_too_big_for_its_gpu_is_model_too_big_without_a_plan() -> None:
     # vllm-project/vllm#23050: Qwen3-30B-A3B on one 32 GiB RTX 5090; the error text says nothing else.
     d = named("Qwen3-30B-A3B-Thinking-2507", 32)
-    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
-    assert d.decided_by is not None and d.decided_by[0] == "named_weights_exceed_gpu"
+    assert decided(d) == (OomClass.MODEL_EXCEEDS_VRAM, "named_weights_exceed_gpu")
     assert "Qwen3-30B-A3B-Thinking-2507" in d.decided_by[1]
     # Without the name the same incident does not decide.
     assert (
@@ -821,8 +824,7 @@ TT_METAL = (
 def test_free_memory_with_no_block_as_large_as_the_request_is_fragmentation(message: str) -> None:
     # Read during loading, the figures outrank the phase: device memory fragments while loading too.
     d = classify(make(message=message, ever_ready=False, phase="loading"))
-    assert d.oom_class is OomClass.FRAGMENTATION
-    assert d.decided_by is not None and d.decided_by[0] == "largest_block_short"
+    assert decided(d) == (OomClass.FRAGMENTATION, "largest_block_short")
 
 
 def test_a_largest_block_as_large_as_the_request_is_not_fragmentation() -> None:
@@ -879,8 +881,7 @@ FRAGMENTATION_NAMED = (
 
 def test_fragmentation_named_by_the_report_is_fragmentation_even_during_capture() -> None:
     d = classify(make(message=FRAGMENTATION_NAMED, ever_ready=False))
-    assert d.oom_class is OomClass.FRAGMENTATION
-    assert d.decided_by is not None and d.decided_by[0] == "fragmentation_text"
+    assert decided(d) == (OomClass.FRAGMENTATION, "fragmentation_text")
 
 
 def test_pytorchs_advice_sentence_names_no_fragmentation() -> None:
@@ -982,8 +983,7 @@ START_UP_OOM = "torch.cuda.OutOfMemoryError: CUDA out of memory. Tried to alloca
 
 def test_a_long_context_with_no_step_named_at_start_up_is_the_contexts() -> None:
     d = classify(make(message=START_UP_OOM, ever_ready=False, config={"max_model_len": 524288}))
-    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
-    assert d.decided_by is not None and d.decided_by[0] == "long_context_startup"
+    assert decided(d) == (OomClass.KV_CACHE_OVERFLOW, "long_context_startup")
 
 
 @pytest.mark.parametrize(
@@ -1021,8 +1021,7 @@ def test_a_long_context_while_serving_is_not_read_as_start_up() -> None:
 )
 def test_a_cache_that_cannot_hold_max_num_seqs_sequences_is_batch_settings(message: str) -> None:
     d = classify(make(message=message, ever_ready=False, phase="starting"))
-    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
-    assert d.decided_by is not None and d.decided_by[0] == "seqs_exceed_cache"
+    assert decided(d) == (OomClass.BATCH_MISCONFIGURATION, "seqs_exceed_cache")
 
 
 # ---- ggml's context buffer lives in host memory -------------------------------------------------------
@@ -1068,8 +1067,7 @@ PINNED_TRACE = (
 @pytest.mark.parametrize("error", ["out of memory", "invalid argument"])
 def test_a_pinned_host_buffer_the_driver_refused_is_host_memory(error: str) -> None:
     d = classify(make(message=PINNED_TRACE.format(error=error), ever_ready=False, phase="starting"))
-    assert d.oom_class is OomClass.HOST_MEMORY
-    assert d.decided_by is not None and d.decided_by[0] == "pinned_host"
+    assert decided(d) == (OomClass.HOST_MEMORY, "pinned_host")
     assert "gpu_only" not in d.signals
 
 
@@ -1093,8 +1091,7 @@ def test_a_quantized_model_that_would_be_dispatched_to_the_cpu_does_not_fit_the_
         "these modules in 32-bit, you need to set `load_in_8bit_fp32_cpu_offload=True`"
     )
     d = classify(make(message=message, ever_ready=False))
-    assert d.oom_class is OomClass.MODEL_EXCEEDS_VRAM
-    assert d.decided_by is not None and d.decided_by[0] == "quant_dispatch"
+    assert decided(d) == (OomClass.MODEL_EXCEEDS_VRAM, "quant_dispatch")
 
 
 # ---- one request larger than the whole GPU at start-up -------------------------------------------------
@@ -1103,8 +1100,7 @@ def test_a_quantized_model_that_would_be_dispatched_to_the_cpu_does_not_fit_the_
 def test_a_start_up_request_larger_than_the_gpu_is_a_batch_the_settings_sized() -> None:
     message = new_format("1029.51 GiB", "79.35 GiB", "19.23 GiB", "60.12 GiB", "58.52 GiB", "310.01 MiB")
     d = classify(make(message=message, ever_ready=False, config={"max_num_batched_tokens": 32768}))
-    assert d.oom_class is OomClass.BATCH_MISCONFIGURATION
-    assert d.decided_by is not None and d.decided_by[0] == "request_exceeds_gpu"
+    assert decided(d) == (OomClass.BATCH_MISCONFIGURATION, "request_exceeds_gpu")
 
 
 def test_a_request_within_the_gpu_or_while_serving_is_not_read_as_larger_than_it() -> None:
@@ -1128,8 +1124,7 @@ def test_a_prompt_past_a_long_context_is_the_requests_context_whatever_the_windo
             config={"max_model_len": 262144},
         )
     )
-    assert d.oom_class is OomClass.KV_CACHE_OVERFLOW
-    assert d.decided_by is not None and d.decided_by[0] == "prompt_past_long_context"
+    assert decided(d) == (OomClass.KV_CACHE_OVERFLOW, "prompt_past_long_context")
 
 
 @pytest.mark.parametrize(("prompt", "ever_ready"), [(8000, True), (127526, False)])
@@ -1224,8 +1219,7 @@ def test_a_failed_pool_address_reservation_is_the_allocators_not_a_tensors() -> 
         "  cuMemAddressReserve(&pool_addr, CUDA_POOL_VMM_MAX_SIZE, 0, 0, 0)"
     )
     d = classify(make(message=message, ever_ready=True))
-    assert d.oom_class is OomClass.FRAGMENTATION
-    assert d.decided_by is not None and d.decided_by[0] == "pool_reserve_failed"
+    assert decided(d) == (OomClass.FRAGMENTATION, "pool_reserve_failed")
 
 
 def test_a_failed_physical_allocation_is_not_read_as_a_pool_reservation() -> None:
