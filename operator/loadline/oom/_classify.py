@@ -357,7 +357,7 @@ def _score_text(
         s.add("gpu_only")
     # While the weights load no batch exists yet: every engine sizes its batches (the profiling run, the
     # warm-ups) from what the weights leave, so a batch setting named then was not what asked.
-    no_batch_yet = before_load_done or incident.phase == "loading"
+    no_batch_yet = before_load_done or _loading(incident, f)
     if f.sampler_warmup:
         s.add("sampler_warmup", warmup=f.warmup if f.warmup is not None else "its")
     elif f.gpu_oom and f.graph_capture and not runtime and not pieces:
