@@ -28,6 +28,7 @@ CORPUS = REPO / "tests" / "corpus" / "oom"
 
 from loadline.errors import SpecError  # noqa: E402
 from loadline.oom import classify, parse_incident  # noqa: E402
+from loadline.oom._parse import parse_oom_text  # noqa: E402
 
 
 def _corpus_module() -> ModuleType:
@@ -75,6 +76,12 @@ def _line(label: str, s: Any) -> str:
     return f"{label:<28} {s.right:>3}/{s.total:<3} {s.accuracy:6.1%}"
 
 
+def _has_figures(case: Any) -> bool:
+    """Whether the report's text carries the allocator's figures: what it asked for and the GPU's size."""
+    figures = parse_oom_text(parse_incident(case.incident).text)
+    return figures is not None and figures.requested_gib is not None and figures.total_gib is not None
+
+
 def _groups(cases: list[Any]) -> dict[str, list[Any]]:
     groups: dict[str, list[Any]] = {}
     for split in ("tune", "heldout", "blind"):
@@ -82,6 +89,11 @@ def _groups(cases: list[Any]) -> dict[str, list[Any]]:
         groups[f"{split} (all)"] = on_split
         groups[f"{split} (real messages)"] = [c for c in on_split if c.origin == "real"]
         groups[f"{split} (synthetic)"] = [c for c in on_split if c.origin == "synthetic"]
+    # The blind sets by what their reports carry: the evidence the classes are decided from.
+    blind = [c for c in cases if c.split == "blind"]
+    groups["blind (allocator figures)"] = [c for c in blind if _has_figures(c)]
+    groups["blind (real, no figures)"] = [c for c in blind if c.origin == "real" and not _has_figures(c)]
+    groups["blind (report's words only)"] = [c for c in blind if c.origin != "real" and not _has_figures(c)]
     # Later collections, each on both sides of the split: "2026-11-28 fresh set (issue 34)" is shown
     # as "fresh set", and so on.
     for label in sorted({c.collected for c in cases if getattr(c, "collected", None)}):
