@@ -25,6 +25,7 @@ from loadline.oom import (
     judge_elapsed_trials,
     judging_interval,
     parse_incident,
+    propose_remediation,
 )
 from loadline.oom._outcome import failed_actions, judge_outcome, outcome_confidence
 from loadline.oom._policy import PolicyLimits, confidence_by_class, decide
@@ -151,6 +152,31 @@ def test_fix_applied_crash_recurs_next_rung_is_taken_then_a_person() -> None:
     assert not fourth.apply and fourth.needs_person
     assert "lower_gpu_memory_utilization" in fourth.needs_person and "recurred" in fourth.needs_person
     assert confidence_by_class(fourth.state) == {"batch_misconfiguration": 0.0}
+
+
+def test_fragmentation_restart_recurs_then_the_budget_goes_down_a_step_then_a_person() -> None:
+    # As the operator renders it: expandable segments on, so the first fix is a clean restart.
+    incident = parse_incident(
+        {
+            "reason": "Error",
+            "exit_code": 1,
+            "config": {"expandable_segments": True, "gpu_memory_utilization": 0.9},
+        }
+    )
+    diagnosis = Diagnosis(OomClass.FRAGMENTATION, 0.9, ("cached pieces",), signals=("reserved_unallocated",))
+    proposal = propose_remediation(diagnosis, incident)
+    limits = PolicyLimits(max_actions_per_day=10, cooldown=timedelta(0))
+    first = decide(diagnosis, proposal, RemediationState(), limits, NOW)
+    assert first.apply and first.action == "restart"
+
+    second = decide(diagnosis, proposal, first.state, limits, NOW + HOUR, crash_started_at=NOW + HOUR / 2)
+    assert [(o.action, o.result) for o in second.outcomes] == [("restart", "recurred")]
+    assert second.apply and second.action == "lower_gpu_memory_utilization"
+    assert second.state.overrides.gpu_memory_utilization == 0.85
+
+    third = decide(diagnosis, proposal, second.state, limits, NOW + 2 * HOUR)
+    assert not third.apply and third.needs_person
+    assert "restart" in third.needs_person and "lower_gpu_memory_utilization" in third.needs_person
 
 
 def test_a_fix_that_held_is_recorded_as_worked_and_may_be_used_again() -> None:

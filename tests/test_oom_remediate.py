@@ -191,6 +191,22 @@ def test_fragmentation_with_expandable_segments_on_only_restarts() -> None:
     assert r.restart is True
 
 
+def test_fragmentation_next_rung_is_one_step_less_gpu_memory_utilization() -> None:
+    # The allocator's own fixes first; a lower budget is what is left when they did not hold.
+    fresh = forced(OomClass.FRAGMENTATION, make(config={"gpu_memory_utilization": 0.92}))
+    on = forced(OomClass.FRAGMENTATION, make(config={"expandable_segments": True}))
+    assert [o.action for o in fresh.alternatives] == ["lower_gpu_memory_utilization"]
+    assert fresh.alternatives[0].changes == (Change("config.gpu_memory_utilization", 0.92, 0.87),)
+    # vLLM's default (0.9) when the config does not say; old stays None.
+    assert on.alternatives[0].changes == (Change("config.gpu_memory_utilization", None, 0.85),)
+
+
+def test_fragmentation_at_the_utilization_floor_has_no_next_rung() -> None:
+    r = forced(OomClass.FRAGMENTATION, make(config={"gpu_memory_utilization": 0.52}))
+    assert r.action == "restart_with_expandable_segments"
+    assert r.alternatives == ()
+
+
 def test_host_memory_raises_the_limit_by_at_least_20_percent() -> None:
     incident = make(reason="OOMKilled", exit_code=137, config={"memory_limit_bytes": 16 * GIB})
     _, r = propose(incident)

@@ -256,11 +256,28 @@ def _kv(diagnosis: Diagnosis, incident: Incident) -> Remediation:
 
 
 def _fragmentation(incident: Incident) -> Remediation:
-    already = bool(incident.config.expandable_segments)
+    """Expandable segments (or, once they are on, a clean restart); then one step less of the budget.
+
+    vLLM sizes its KV cache once, at start-up, to fill gpu_memory_utilization of the GPU; what the engine
+    allocates after that (activations, the sampler's tensors) comes from PyTorch's caching allocator,
+    out of what the KV cache left. One step lower leaves that share of the GPU unallocated, where the
+    allocator can map a new segment when its cached pieces cannot hold a request, whatever split them:
+    the next rung when the allocator's own fixes did not hold."""
+    config = incident.config
+    already = bool(config.expandable_segments)
     look_at = (
         "If GPU memory climbs again after the restart, it is a leak rather than fragmentation: check the "
         "engine version's known issues.",
     )
+    util_from = (
+        config.gpu_memory_utilization if config.gpu_memory_utilization is not None else _DEFAULT_GPU_UTIL
+    )
+    lower = _util_option(
+        "lower", config.gpu_memory_utilization, util_from, _util_step(util_from),
+        "the KV cache gives up that share of the GPU, which the allocator then has as fresh memory "
+        "beside its cached pieces.",
+    )  # fmt: skip
+    alternatives = (lower,) if lower is not None else ()
     if already:
         return Remediation(
             action="restart",
@@ -269,6 +286,7 @@ def _fragmentation(incident: Incident) -> Remediation:
                 "allocator a clean slate."
             ),
             restart=True,
+            alternatives=alternatives,
             look_at=look_at,
         )
     return Remediation(
@@ -279,6 +297,7 @@ def _fragmentation(incident: Incident) -> Remediation:
         ),
         changes=(Change("env.PYTORCH_CUDA_ALLOC_CONF", None, "expandable_segments:True"),),
         restart=True,
+        alternatives=alternatives,
         look_at=look_at,
     )
 
