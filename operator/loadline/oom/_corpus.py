@@ -60,6 +60,7 @@ BLIND_COLLECTIONS = frozenset(
         "2026-11-30 blind set 11 (issue 34; gathered after the rules, measured once)",
         "2026-11-30 blind set 12 (issue 34; gathered after the rules, measured once)",
         "2026-11-30 blind set 13 (issue 34; gathered after the rules, measured once)",
+        "2026-11-30 blind set 14 (issue 34; gathered after the rules, measured once)",
     }
 )
 
