@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Collection
 
-from loadline.oom._model import Change, Diagnosis, Incident, OomClass, Option, Remediation
+from loadline.oom._model import Change, Config, Diagnosis, Incident, OomClass, Option, Remediation
 from loadline.sizing import weights_from_name
 from loadline.units import GIB
 
@@ -124,13 +124,19 @@ def _util_option(
     )
 
 
+def _lower_util(config: Config, why: str) -> Option | None:
+    """One step down of gpu_memory_utilization from the config's (vLLM's default when it does not say)."""
+    old = config.gpu_memory_utilization
+    start = old if old is not None else _DEFAULT_GPU_UTIL
+    return _util_option("lower", old, start, _util_step(start), why)
+
+
 def _batch_options(diagnosis: Diagnosis, incident: Incident) -> list[Option]:
     """Each knob that could go down one step, most relevant first."""
     config = incident.config
     seqs_old = config.max_num_seqs if config.max_num_seqs is not None else diagnosis.warmup_requests
     util_old = config.gpu_memory_utilization
     util_from = util_old if util_old is not None else _DEFAULT_GPU_UTIL
-    util_new = _util_step(util_from)
     batched_old = config.max_num_batched_tokens
 
     seqs = None
@@ -142,10 +148,9 @@ def _batch_options(diagnosis: Diagnosis, incident: Incident) -> list[Option]:
             "sampling and CUDA graphs.",
             (Change("config.max_num_seqs", seqs_old, new),),
         )
-    util = _util_option(
-        "lower", util_old, util_from, util_new,
-        "the KV cache gets a little less and CUDA graphs, the sampler and NCCL get that headroom.",
-    )  # fmt: skip
+    util = _lower_util(
+        config, "the KV cache gets a little less and CUDA graphs, the sampler and NCCL get that headroom."
+    )
     batched = None
     if batched_old is not None and batched_old > _MIN_BATCHED_TOKENS:
         new = max(_MIN_BATCHED_TOKENS, batched_old // 2)
@@ -269,14 +274,11 @@ def _fragmentation(incident: Incident) -> Remediation:
         "If GPU memory climbs again after the restart, it is a leak rather than fragmentation: check the "
         "engine version's known issues.",
     )
-    util_from = (
-        config.gpu_memory_utilization if config.gpu_memory_utilization is not None else _DEFAULT_GPU_UTIL
-    )
-    lower = _util_option(
-        "lower", config.gpu_memory_utilization, util_from, _util_step(util_from),
+    lower = _lower_util(
+        config,
         "the KV cache gives up that share of the GPU, which the allocator then has as fresh memory "
         "beside its cached pieces.",
-    )  # fmt: skip
+    )
     alternatives = (lower,) if lower is not None else ()
     if already:
         return Remediation(
